@@ -1,0 +1,54 @@
+// Element types of weights and activations, and their storage geometry. Quantized types are
+// stored in blocks along the innermost (row) dimension, as in GGML.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+namespace gb {
+
+enum class DType : uint8_t {
+  kF32,
+  kF16,
+  kBF16,
+  kQ8_0,  // blocks of 32: f16 scale d, 32 x int8 q; x = d * q
+  kQ4_0,  // blocks of 32: f16 scale d, 16 bytes; low nibbles = x[0..15], high = x[16..31]; x = d * (q - 8)
+  kQ4_K,  // super-blocks of 256 (GGML block_q4_K, 144 bytes)
+  kQ6_K,  // super-blocks of 256 (GGML block_q6_K, 210 bytes)
+  kI8,
+  kI32,
+  kI64,
+};
+
+struct DTypeInfo {
+  std::string_view name;
+  int64_t block_elems;  // elements per block (1 for plain types)
+  int64_t block_bytes;  // bytes per block
+};
+
+inline constexpr DTypeInfo dtype_info(DType t) {
+  switch (t) {
+    case DType::kF32: return {"f32", 1, 4};
+    case DType::kF16: return {"f16", 1, 2};
+    case DType::kBF16: return {"bf16", 1, 2};
+    case DType::kQ8_0: return {"q8_0", 32, 34};
+    case DType::kQ4_0: return {"q4_0", 32, 18};
+    case DType::kQ4_K: return {"q4_k", 256, 144};
+    case DType::kQ6_K: return {"q6_k", 256, 210};
+    case DType::kI8: return {"i8", 1, 1};
+    case DType::kI32: return {"i32", 1, 4};
+    case DType::kI64: return {"i64", 1, 8};
+  }
+  return {"?", 1, 1};
+}
+
+inline std::string_view dtype_name(DType t) { return dtype_info(t).name; }
+
+// Bytes of one row of n elements; n must be a multiple of the block size.
+inline constexpr int64_t row_bytes(DType t, int64_t n) {
+  const DTypeInfo i = dtype_info(t);
+  return n / i.block_elems * i.block_bytes;
+}
+
+}  // namespace gb

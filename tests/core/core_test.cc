@@ -1,0 +1,172 @@
+// Tests of the core utilities and the safetensors / GGUF readers.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+
+#include "core/fp16.h"
+#include "core/thread_pool.h"
+#include "formats/gguf.h"
+#include "formats/safetensors.h"
+#include "support/test_support.h"
+
+namespace gb {
+namespace {
+
+std::string write_bytes(const std::string& name, const std::string& bytes) {
+  const std::string path = test::temp_dir() + "/" + name;
+  std::ofstream(path, std::ios::binary) << bytes;
+  return path;
+}
+
+// An 8-byte little-endian length followed by the JSON header, then the data bytes.
+std::string st_file(const std::string& header, const std::string& data) {
+  std::string len(8, '\0');
+  const uint64_t n = header.size();
+  std::memcpy(len.data(), &n, 8);
+  return len + header + data;
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+TEST(Fp16, Bf16RoundTripAndRounding) {
+  for (float f : {0.0f, -0.0f, 1.0f, -2.5f, 3.1415926f, 1e-30f, 65504.0f, 1e30f}) {
+    const float back = bf16_to_f32(f32_to_bf16(f));
+    EXPECT_NEAR(back, f, std::fabs(f) * (1.0f / 128.0f)) << f;
+  }
+  // 1 + 2^-8 is exactly halfway between two bf16 values: ties to even (1.0).
+  EXPECT_EQ(bf16_to_f32(f32_to_bf16(1.0f + 1.0f / 256.0f)), 1.0f);
+  EXPECT_TRUE(std::isnan(bf16_to_f32(f32_to_bf16(std::nanf("")))));
+}
+
+TEST(Fp16, F16ExhaustiveRoundTrip) {
+  // Every finite half converts to float and back to the same bits.
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    const uint16_t bits = static_cast<uint16_t>(h);
+    if ((bits & 0x7c00) == 0x7c00) continue;  // inf / NaN
+    ASSERT_EQ(f32_to_f16(f16_to_f32(bits)), bits) << std::hex << h;
+  }
+  EXPECT_EQ(f32_to_f16(1e6f), 0x7c00);
+  EXPECT_EQ(f16_to_f32(0x3c00), 1.0f);
+  EXPECT_EQ(f16_to_f32(0x0001), std::ldexp(1.0f, -24));
+}
+
+TEST(ThreadPool, EveryThreadRunsOncePerJob) {
+  ThreadPool pool(3);
+  for (int rep = 0; rep < 200; ++rep) {
+    std::atomic<int> mask{0};
+    pool.run([&](int i) { mask.fetch_or(1 << i); });
+    ASSERT_EQ(mask.load(), 0b111);
+  }
+}
+
+TEST(ThreadPool, SplitRangeCoversEverythingOnce) {
+  for (int64_t n : {0, 1, 7, 64, 1000}) {
+    for (int t : {1, 2, 3, 5}) {
+      int64_t covered = 0, prev_end = 0;
+      for (int i = 0; i < t; ++i) {
+        const Range r = split_range(n, i, t, 4);
+        EXPECT_EQ(r.begin, prev_end);
+        if (r.end < n) {
+          EXPECT_EQ(r.end % 4, 0);
+        }
+        covered += r.end - r.begin;
+        prev_end = r.end;
+      }
+      EXPECT_EQ(covered, n);
+    }
+  }
+}
+
+TEST(Safetensors, ReadsStories260K) {
+  auto st = read_safetensors(test::shared_path("models/stories260K/model.safetensors"));
+  ASSERT_TRUE(st.is_ok()) << st.message();
+  EXPECT_EQ(st->tensors.size(), 47u);
+  const TensorView* embed = nullptr;
+  for (const auto& t : st->tensors) {
+    if (t.name == "model.embed_tokens.weight") embed = &t;
+  }
+  ASSERT_NE(embed, nullptr);
+  EXPECT_EQ(embed->dtype, DType::kF32);
+  EXPECT_EQ(embed->shape, (std::vector<int64_t>{512, 64}));
+  EXPECT_EQ(embed->nbytes, 512u * 64u * 4u);
+}
+
+TEST(Safetensors, WriteThenRead) {
+  const float a[6] = {1, 2, 3, 4, 5, 6};
+  const int32_t b[2] = {7, -8};
+  const std::string path = test::temp_dir() + "/x.safetensors";
+  ASSERT_TRUE(write_safetensors(path, {{"a", DType::kF32, {2, 3}, a}, {"b", DType::kI32, {2}, b}}).is_ok());
+  auto st = read_safetensors(path);
+  ASSERT_TRUE(st.is_ok()) << st.message();
+  ASSERT_EQ(st->tensors.size(), 2u);
+  EXPECT_EQ(st->tensors[0].shape, (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(std::memcmp(st->tensors[0].data, a, sizeof(a)), 0);
+  EXPECT_EQ(std::memcmp(st->tensors[1].data, b, sizeof(b)), 0);
+}
+
+TEST(Safetensors, RejectsBadFiles) {
+  const std::string good = slurp(test::shared_path("models/stories260K/model.safetensors"));
+  struct Case {
+    const char* name;
+    std::string bytes;
+    const char* expect;
+  } cases[] = {
+      {"empty", "", "shorter than"},
+      {"truncated", good.substr(0, good.size() / 2), "outside"},
+      {"header_too_long", std::string("\xff\xff\xff\x00\x00\x00\x00\x00", 8) + "{}", "exceeds the file size"},
+      {"not_json", std::string("\x04\x00\x00\x00\x00\x00\x00\x00", 8) + "abcd", "not a JSON object"},
+      {"bad_dtype", st_file(R"({"w":{"dtype":"F8_E4M3","shape":[1],"data_offsets":[0,1]}})", "x"),
+       "unsupported dtype F8_E4M3"},
+      {"wrong_size", st_file(R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,4]}})", "xxxx"),
+       "needs 8 bytes"},
+  };
+  for (const auto& c : cases) {
+    auto st = read_safetensors(write_bytes(std::string(c.name) + ".safetensors", c.bytes));
+    ASSERT_FALSE(st.is_ok()) << c.name;
+    EXPECT_NE(st.message().find(c.expect), std::string::npos) << c.name << ": " << st.message();
+  }
+}
+
+TEST(Gguf, ReadsVocabOnlyFile) {
+  auto g = read_gguf(test::shared_path("testdata/tokenizers/llama.cpp-vocab/ggml-vocab-llama-spm.gguf"));
+  ASSERT_TRUE(g.is_ok()) << g.message();
+  EXPECT_EQ(g->version, 3u);
+  EXPECT_TRUE(g->tensors.empty());
+  const auto* model = g->find("tokenizer.ggml.model");
+  ASSERT_NE(model, nullptr);
+  EXPECT_EQ(model->get<std::string>(), "llama");
+  ASSERT_NE(g->find("tokenizer.ggml.tokens"), nullptr);
+  EXPECT_EQ(g->find("tokenizer.ggml.tokens")->size(), 32000u);
+}
+
+TEST(Gguf, ReadsModelTensors) {
+  auto g = read_gguf(test::shared_path("testdata/reference/llama-gqa/gguf/model-q8_0.gguf"));
+  ASSERT_TRUE(g.is_ok()) << g.message();
+  const TensorView* q = g->find_tensor("blk.0.attn_q.weight");
+  ASSERT_NE(q, nullptr);
+  EXPECT_EQ(q->dtype, DType::kQ8_0);
+  EXPECT_EQ(q->shape, (std::vector<int64_t>{64, 64}));
+  EXPECT_EQ(q->nbytes, 64u * 2u * 34u);
+}
+
+TEST(Gguf, RejectsEveryTruncation) {
+  // Cutting the file anywhere must give an error, never a crash or an out-of-bounds read.
+  const std::string good = slurp(test::shared_path("testdata/reference/llama-gqa/gguf/model-q4_0.gguf"));
+  for (size_t cut = 0; cut < good.size(); cut += (cut < 4096 ? 7 : 4093)) {
+    auto g = read_gguf(write_bytes("cut.gguf", good.substr(0, cut)));
+    ASSERT_FALSE(g.is_ok()) << "cut at " << cut;
+    EXPECT_FALSE(g.message().empty());
+  }
+  auto bad = read_gguf(write_bytes("magic.gguf", "GGUX" + good.substr(4)));
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_NE(bad.message().find("bad magic"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace gb
