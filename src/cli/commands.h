@@ -1,0 +1,18 @@
+// Each subcommand of `glassbox` lives in its own <name>_cmd.cc and registers itself here.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <functional>
+
+namespace gb::cli {
+
+// A subcommand's action; returns the process exit code.
+using Action = std::function<int()>;
+
+// Each register_* adds a subcommand to app and sets *action to run when it is chosen.
+void register_tokenize(CLI::App& app, Action* action);
+void register_generate(CLI::App& app, Action* action);
+void register_bench(CLI::App& app, Action* action);
+void register_dump(CLI::App& app, Action* action);
+
+}  // namespace gb::cli

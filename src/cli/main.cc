@@ -1,0 +1,28 @@
+// glassbox: command-line entry point.
+#include <cstdio>
+
+#include "cli/commands.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"Glassbox: an LLM inference server whose insides are observable and steerable per request"};
+  app.require_subcommand(1);
+  gb::cli::Action action;
+#ifdef GB_HAVE_CMD_TOKENIZE
+  gb::cli::register_tokenize(app, &action);
+#endif
+#ifdef GB_HAVE_CMD_GENERATE
+  gb::cli::register_generate(app, &action);
+#endif
+#ifdef GB_HAVE_CMD_BENCH
+  gb::cli::register_bench(app, &action);
+#endif
+#ifdef GB_HAVE_CMD_DUMP
+  gb::cli::register_dump(app, &action);
+#endif
+  CLI11_PARSE(app, argc, argv);
+  if (!action) {
+    std::fprintf(stderr, "glassbox: no command chosen (see --help)\n");
+    return 2;
+  }
+  return action();
+}
