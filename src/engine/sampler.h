@@ -1,0 +1,69 @@
+// Turns one row of logits into the next token: penalties, logit bias, temperature, top-k,
+// top-p, min-p and a seeded random draw, in the order vLLM and llama.cpp apply them.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <random>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+
+namespace gb {
+
+struct SamplingParams {
+  float temperature = 1.0f;  // 0 = greedy (argmax, lowest id on ties)
+  int32_t top_k = 0;         // 0 or < 0 = off
+  float top_p = 1.0f;        // 1 = off
+  float min_p = 0.0f;        // 0 = off; keeps tokens with p >= min_p * p_max
+  float repetition_penalty = 1.0f;  // HF: logit / r if > 0 else logit * r, on prompt + output tokens
+  float presence_penalty = 0.0f;    // OpenAI: - presence * (count > 0), output tokens
+  float frequency_penalty = 0.0f;   // OpenAI: - frequency * count, output tokens
+  std::map<int32_t, float> logit_bias;  // added to the logit before everything else
+  uint64_t seed = 0;
+  bool has_seed = false;  // without a seed each sampler draws from a fresh random seed
+
+  // Checks ranges; the message names the offending field as the API spells it.
+  Status validate(int32_t vocab_size) const;
+  bool is_greedy() const { return temperature <= 0.0f; }
+};
+
+// Per-sequence sampling state. Buffers are sized once for the vocabulary: sampling a token
+// allocates nothing.
+class Sampler {
+ public:
+  Sampler(const SamplingParams& params, int32_t vocab_size);
+
+  // Records prompt tokens (the repetition penalty covers them) — call once before sampling.
+  void set_prompt(std::span<const int32_t> prompt);
+
+  // Picks the next token from logits [vocab] (modified in place by penalties and bias) and
+  // records it as an output token.
+  int32_t sample(float* logits);
+
+  // Records a token chosen elsewhere (e.g. forced) as an output token.
+  void accept(int32_t token);
+
+  const SamplingParams& params() const { return params_; }
+
+ private:
+  void apply_penalties(float* logits) const;
+
+  SamplingParams params_;
+  int32_t vocab_size_;
+  std::mt19937_64 rng_;
+  std::vector<int32_t> output_counts_;  // [vocab] occurrences in the output
+  std::vector<uint8_t> in_prompt_;      // [vocab] 1 if the token occurs in the prompt
+  std::vector<int32_t> seen_;           // tokens with a count or prompt flag (sparse penalty pass)
+  std::vector<std::pair<float, int32_t>> candidates_;  // [vocab] scratch: (logit, id)
+};
+
+// Greedy choice: the highest logit, lowest id on ties.
+int32_t argmax(std::span<const float> logits);
+
+// log-softmax of logits into out (both [vocab]); used for logprobs.
+void log_softmax(std::span<const float> logits, std::span<float> out);
+
+}  // namespace gb
