@@ -170,3 +170,43 @@ TEST(Gguf, RejectsEveryTruncation) {
 
 }  // namespace
 }  // namespace gb
+
+#include "formats/gguf_writer.h"
+
+namespace gb {
+namespace {
+
+TEST(GgufWriter, RoundTripsMetadataAndTensors) {
+  GgufWriter w;
+  w.set("general.architecture", "llama");
+  w.set("llama.block_count", 3u);
+  w.set("llama.rope.freq_base", 10000.5f);
+  w.set("x.signed", -4);
+  w.set("x.flag", true);
+  w.set("tokenizer.ggml.tokens", nlohmann::json::array({"a", "b", "<s>"}));
+  w.set("tokenizer.ggml.scores", nlohmann::json::array({0.5, -1.0, 0.0}));
+  const float a[6] = {1, 2, 3, 4, 5, 6};
+  const float b[3] = {7, 8, 9};
+  w.add_tensor("a", DType::kF32, {2, 3}, a, sizeof(a));
+  w.add_tensor("b", DType::kF32, {3}, b, sizeof(b));
+  const std::string path = test::temp_dir() + "/w.gguf";
+  ASSERT_TRUE(w.write(path).is_ok());
+
+  auto g = read_gguf(path);
+  ASSERT_TRUE(g.is_ok()) << g.message();
+  EXPECT_EQ(g->find("general.architecture")->get<std::string>(), "llama");
+  EXPECT_EQ(g->find("llama.block_count")->get<uint32_t>(), 3u);
+  EXPECT_FLOAT_EQ(g->find("llama.rope.freq_base")->get<float>(), 10000.5f);
+  EXPECT_EQ(g->find("x.signed")->get<int>(), -4);
+  EXPECT_EQ(g->find("x.flag")->get<bool>(), true);
+  EXPECT_EQ(g->find("tokenizer.ggml.tokens")->size(), 3u);
+  EXPECT_FLOAT_EQ((*g->find("tokenizer.ggml.scores"))[1].get<float>(), -1.0f);
+  const TensorView* ta = g->find_tensor("a");
+  ASSERT_NE(ta, nullptr);
+  EXPECT_EQ(ta->shape, (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(std::memcmp(ta->data, a, sizeof(a)), 0);
+  EXPECT_EQ(std::memcmp(g->find_tensor("b")->data, b, sizeof(b)), 0);
+}
+
+}  // namespace
+}  // namespace gb
