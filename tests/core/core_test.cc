@@ -210,3 +210,43 @@ TEST(GgufWriter, RoundTripsMetadataAndTensors) {
 
 }  // namespace
 }  // namespace gb
+
+#include "formats/quantize.h"
+
+namespace gb {
+namespace {
+
+// llama-quantize made the fixtures' Q8_0 / Q4_0 GGUFs from their F32 GGUF: quantizing the same
+// F32 rows must reproduce every quantized tensor byte for byte.
+void expect_bit_exact_quantization(const std::string& fixture, const char* quant_file) {
+  auto f32 = read_gguf(test::shared_path("testdata/reference/" + fixture + "/gguf/model-f32.gguf"));
+  auto q = read_gguf(test::shared_path("testdata/reference/" + fixture + "/gguf/" + quant_file));
+  ASSERT_TRUE(f32.is_ok() && q.is_ok());
+  int checked = 0;
+  for (const auto& t : q->tensors) {
+    if (t.dtype != DType::kQ8_0 && t.dtype != DType::kQ4_0) continue;
+    const TensorView* src = f32->find_tensor(t.name);
+    ASSERT_NE(src, nullptr) << t.name;
+    std::vector<uint8_t> out(t.nbytes);
+    const int64_t cols = t.shape.back();
+    const int64_t rows = t.numel() / cols;
+    const int64_t rb = row_bytes(t.dtype, cols);
+    for (int64_t r = 0; r < rows; ++r) {
+      ASSERT_TRUE(convert_row(reinterpret_cast<const float*>(src->data) + r * cols, cols, t.dtype, out.data() + r * rb).is_ok());
+    }
+    EXPECT_EQ(std::memcmp(out.data(), t.data, t.nbytes), 0) << fixture << " " << t.name;
+    ++checked;
+  }
+  EXPECT_GT(checked, 10);
+}
+
+TEST(Quantize, Q8_0MatchesLlamaQuantizeBitForBit) {
+  for (const char* f : {"llama-gqa", "llama3-untied", "qwen2-bias", "qwen3-qknorm"}) expect_bit_exact_quantization(f, "model-q8_0.gguf");
+}
+
+TEST(Quantize, Q4_0MatchesLlamaQuantizeBitForBit) {
+  for (const char* f : {"llama-gqa", "llama3-untied", "qwen2-bias", "qwen3-qknorm"}) expect_bit_exact_quantization(f, "model-q4_0.gguf");
+}
+
+}  // namespace
+}  // namespace gb
