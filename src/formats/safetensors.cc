@@ -36,6 +36,8 @@ const char* st_dtype_name(DType t) {
   switch (t) {
     case DType::kF32: return "F32";
     case DType::kI32: return "I32";
+    case DType::kF16: return "F16";
+    case DType::kBF16: return "BF16";
     default: return nullptr;
   }
 }
@@ -137,7 +139,7 @@ Status write_safetensors(const std::string& path, const std::vector<SafetensorsE
     if (dt == nullptr) return Status::error("write_safetensors: unsupported dtype for " + e.name);
     uint64_t n = 1;
     for (int64_t d : e.shape) n *= static_cast<uint64_t>(d);
-    const uint64_t bytes = n * 4;
+    const uint64_t bytes = n * static_cast<uint64_t>(dtype_info(e.dtype).block_bytes);
     header[e.name] = {{"dtype", dt}, {"shape", e.shape}, {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
     sizes.push_back(bytes);
