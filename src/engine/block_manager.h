@@ -1,0 +1,65 @@
+// Paged KV block bookkeeping for the engine: which physical blocks each sequence owns, reference
+// counts, and the prefix cache — full blocks keyed by a chained hash of their tokens (and of a
+// per-request salt), reused by later sequences and evicted least-recently-freed first.
+#pragma once
+
+#include <cstdint>
+#include <list>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+namespace gb {
+
+class BlockManager {
+ public:
+  BlockManager(int32_t n_blocks, int32_t block_size);
+
+  int32_t block_size() const { return block_size_; }
+  int32_t n_blocks() const { return static_cast<int32_t>(blocks_.size()); }
+  // Blocks no sequence holds (cached-but-unused blocks count as free: they can be evicted).
+  int32_t n_free() const { return static_cast<int32_t>(free_list_.size()); }
+  int32_t n_used() const { return n_blocks() - n_free(); }
+
+  // Chained block hash: the key of a full block whose tokens are `tokens`, following the block
+  // keyed `parent` (0 for the first block). `salt` separates requests whose KV differ for the
+  // same tokens (e.g. under an intervention): blocks made under one salt never serve another.
+  static uint64_t hash_block(uint64_t parent, std::span<const int32_t> tokens, uint64_t salt);
+
+  // Looks up the longest cached prefix of `tokens` (full blocks only, at most max_blocks) and
+  // takes a reference on each hit block, appending them to *table. Returns the number of blocks
+  // hit; *hashes receives their chained hashes.
+  int32_t acquire_prefix(std::span<const int32_t> tokens, uint64_t salt, int32_t max_blocks,
+                         std::vector<int32_t>* table, std::vector<uint64_t>* hashes);
+
+  // Appends new blocks to *table until it covers n_tokens slots. All-or-nothing: returns false
+  // (and changes nothing) when not enough blocks are free.
+  bool grow(std::vector<int32_t>* table, int64_t n_tokens);
+  // Free blocks needed to grow table to n_tokens.
+  int32_t blocks_needed(const std::vector<int32_t>& table, int64_t n_tokens) const;
+
+  // Registers table[index], now full with `tokens`, in the prefix cache under `hash`.
+  void publish(int32_t block, uint64_t hash);
+
+  // Drops the sequence's reference on every block of table and clears it. Blocks reach the
+  // free list in reverse order so a prefix's tail is evicted before its head.
+  void release(std::vector<int32_t>* table);
+
+  int32_t ref_count(int32_t block) const { return blocks_[block].ref_count; }
+  size_t n_cached() const { return cached_.size(); }
+
+ private:
+  struct Block {
+    int32_t ref_count = 0;
+    uint64_t hash = 0;  // 0: not in the prefix cache
+    std::list<int32_t>::iterator free_pos;  // valid while ref_count == 0
+  };
+  int32_t take_free_block();
+
+  int32_t block_size_;
+  std::vector<Block> blocks_;
+  std::list<int32_t> free_list_;  // front = evicted first
+  std::unordered_map<uint64_t, int32_t> cached_;  // hash -> block
+};
+
+}  // namespace gb

@@ -1,0 +1,113 @@
+#include "engine/scheduler.h"
+
+#include <algorithm>
+
+namespace gb {
+
+Scheduler::Scheduler(const SchedulerConfig& config, BlockManager* blocks) : config_(config), blocks_(blocks) {
+  scheduled_.reserve(config.max_num_seqs);
+  running_.reserve(config.max_num_seqs);
+}
+
+void Scheduler::add(std::unique_ptr<Sequence> seq) { waiting_.push_back(std::move(seq)); }
+
+void Scheduler::preempt_last() {
+  std::unique_ptr<Sequence> victim = std::move(running_.back());
+  running_.pop_back();
+  blocks_->release(&victim->block_table);
+  victim->block_hashes.clear();
+  victim->n_computed = 0;
+  ++preemptions_;
+  waiting_.push_front(std::move(victim));
+}
+
+const std::vector<ScheduledSeq>& Scheduler::schedule() {
+  scheduled_.clear();
+  int64_t budget = config_.max_num_batched_tokens;
+
+  // Running sequences, oldest first. A sequence that cannot get blocks preempts the newest
+  // running sequence (possibly itself) until it fits.
+  for (size_t i = 0; i < running_.size() && budget > 0;) {
+    Sequence* seq = running_[i].get();
+    const int32_t remaining = static_cast<int32_t>(seq->tokens.size()) - seq->n_computed;
+    const int32_t n = static_cast<int32_t>(std::min<int64_t>(remaining, budget));
+    bool self_preempted = false;
+    while (!blocks_->grow(&seq->block_table, int64_t{seq->n_computed} + n)) {
+      const bool is_last = running_.back().get() == seq;
+      preempt_last();
+      if (is_last) {
+        self_preempted = true;
+        break;
+      }
+    }
+    if (self_preempted) break;  // it was the newest: nothing after it remains
+    scheduled_.push_back({seq, seq->n_computed, n, seq->n_computed + n == static_cast<int32_t>(seq->tokens.size())});
+    budget -= n;
+    ++i;
+  }
+
+  // Waiting sequences in arrival order (preempted ones first), without preempting anyone.
+  while (!waiting_.empty() && budget > 0 && static_cast<int32_t>(running_.size()) < config_.max_num_seqs) {
+    Sequence* seq = waiting_.front().get();
+    const int32_t len = static_cast<int32_t>(seq->tokens.size());
+    std::vector<int32_t> table;
+    std::vector<uint64_t> hashes;
+    // At least the last token is computed so the step yields logits to sample from.
+    const int32_t max_hit_blocks = (len - 1) / blocks_->block_size();
+    const int32_t hits = blocks_->acquire_prefix(seq->tokens, seq->request.cache_salt, max_hit_blocks, &table, &hashes);
+    const int32_t cached = hits * blocks_->block_size();
+    const int32_t n = static_cast<int32_t>(std::min<int64_t>(len - cached, budget));
+    if (!blocks_->grow(&table, int64_t{cached} + n)) {
+      blocks_->release(&table);
+      break;
+    }
+    if (!seq->admitted_once) {
+      prefix_queries_ += seq->n_prompt;
+      prefix_hits_ += std::min(cached, seq->n_prompt);
+      seq->n_cached_prompt = std::min(cached, seq->n_prompt);
+      seq->admitted_once = true;
+    }
+    seq->block_table = std::move(table);
+    seq->block_hashes = std::move(hashes);
+    seq->n_computed = cached;
+    scheduled_.push_back({seq, cached, n, cached + n == len});
+    budget -= n;
+    running_.push_back(std::move(waiting_.front()));
+    waiting_.pop_front();
+  }
+  return scheduled_;
+}
+
+void Scheduler::publish_full_blocks(Sequence* seq) {
+  const int32_t bs = blocks_->block_size();
+  const size_t full = static_cast<size_t>(seq->n_computed / bs);
+  while (seq->block_hashes.size() < full) {
+    const size_t b = seq->block_hashes.size();
+    const uint64_t parent = b == 0 ? 0 : seq->block_hashes[b - 1];
+    const uint64_t h = BlockManager::hash_block(
+        parent, std::span<const int32_t>(seq->tokens).subspan(b * bs, bs), seq->request.cache_salt);
+    blocks_->publish(seq->block_table[b], h);
+    seq->block_hashes.push_back(h);
+  }
+}
+
+void Scheduler::commit() {
+  for (const ScheduledSeq& s : scheduled_) {
+    s.seq->n_computed = s.start + s.n_tokens;
+    publish_full_blocks(s.seq);
+  }
+  scheduled_.clear();
+}
+
+void Scheduler::finish(Sequence* seq) {
+  blocks_->release(&seq->block_table);
+  auto r = std::find_if(running_.begin(), running_.end(), [&](const auto& p) { return p.get() == seq; });
+  if (r != running_.end()) {
+    running_.erase(r);
+    return;
+  }
+  auto w = std::find_if(waiting_.begin(), waiting_.end(), [&](const auto& p) { return p.get() == seq; });
+  if (w != waiting_.end()) waiting_.erase(w);
+}
+
+}  // namespace gb

@@ -1,0 +1,85 @@
+// One scheduling rule over a token budget per step (vLLM v1 / nano-vllm): running sequences
+// first (a decode token each, or their next prefill chunk), then waiting ones while the budget,
+// max_num_seqs and free KV blocks allow. No separate prefill and decode phases; a long prompt
+// is prefilled in chunks. When blocks run out, the newest running sequence is preempted and
+// later recomputed (its blocks freed; prefix-cache hits make the recompute cheap).
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <vector>
+
+#include "engine/block_manager.h"
+#include "engine/request.h"
+
+namespace gb {
+
+struct Sequence {
+  GenerationRequest request;
+  std::shared_ptr<RequestChannel> channel;
+  std::unique_ptr<Sampler> sampler;
+
+  std::vector<int32_t> tokens;         // prompt + generated so far
+  int32_t n_prompt = 0;
+  int32_t n_computed = 0;              // leading tokens whose K/V are in the cache
+  std::vector<int32_t> block_table;    // physical KV blocks in position order
+  std::vector<uint64_t> block_hashes;  // chained hashes of the leading full blocks published so far
+  int32_t n_cached_prompt = 0;         // prompt tokens served by the prefix cache (first admission)
+  bool admitted_once = false;
+
+  Clock::time_point arrival;
+  Clock::time_point first_token_time;  // default until the first token
+  int32_t n_generated() const { return static_cast<int32_t>(tokens.size()) - n_prompt; }
+};
+
+struct SchedulerConfig {
+  int32_t max_num_seqs = 64;
+  int32_t max_num_batched_tokens = 512;
+};
+
+struct ScheduledSeq {
+  Sequence* seq;
+  int32_t start;     // first token index (= position) computed this step
+  int32_t n_tokens;  // tokens computed this step
+  bool samples;      // reaches the end of the known tokens: the step's logits sample the next one
+};
+
+class Scheduler {
+ public:
+  Scheduler(const SchedulerConfig& config, BlockManager* blocks);
+
+  void add(std::unique_ptr<Sequence> seq);
+
+  // Picks this step's work. The returned pointers stay valid until finish() of that sequence.
+  const std::vector<ScheduledSeq>& schedule();
+
+  // After the step ran: advances n_computed of the scheduled sequences and publishes their
+  // newly full blocks in the prefix cache.
+  void commit();
+
+  // Removes a sequence (finished, cancelled, failed) and frees its blocks.
+  void finish(Sequence* seq);
+
+  const std::vector<std::unique_ptr<Sequence>>& running() const { return running_; }
+  const std::deque<std::unique_ptr<Sequence>>& waiting() const { return waiting_; }
+  int64_t preemptions() const { return preemptions_; }
+  int64_t prefix_queries() const { return prefix_queries_; }
+  int64_t prefix_hits() const { return prefix_hits_; }
+  bool idle() const { return running_.empty() && waiting_.empty(); }
+
+ private:
+  void preempt_last();
+  void publish_full_blocks(Sequence* seq);
+
+  SchedulerConfig config_;
+  BlockManager* blocks_;
+  std::vector<std::unique_ptr<Sequence>> running_;  // admission order
+  std::deque<std::unique_ptr<Sequence>> waiting_;   // FCFS; preempted sequences go to the front
+  std::vector<ScheduledSeq> scheduled_;
+  int64_t preemptions_ = 0;
+  int64_t prefix_queries_ = 0;
+  int64_t prefix_hits_ = 0;
+};
+
+}  // namespace gb
