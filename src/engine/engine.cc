@@ -1,0 +1,267 @@
+#include "engine/engine.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace gb {
+
+Result<std::unique_ptr<Engine>> Engine::create(Model* model, const EngineConfig& config_in) {
+  EngineConfig config = config_in;
+  const ModelConfig& mc = model->config();
+  if (config.max_model_len <= 0) config.max_model_len = mc.max_pos;
+  if (config.max_model_len > mc.max_pos) {
+    return Status::error("max_model_len " + std::to_string(config.max_model_len) +
+                         " exceeds the model's context length " + std::to_string(mc.max_pos));
+  }
+  if (config.scheduler.max_num_seqs <= 0) return Status::error("max_num_seqs must be positive");
+  if (config.scheduler.max_num_batched_tokens <= 0) return Status::error("max_num_batched_tokens must be positive");
+  if (config.scheduler.max_num_batched_tokens > model->max_batch_tokens()) {
+    return Status::error("max_num_batched_tokens " + std::to_string(config.scheduler.max_num_batched_tokens) +
+                         " exceeds the model's activation buffers (" + std::to_string(model->max_batch_tokens()) +
+                         " tokens); load the model with a larger max_batch_tokens");
+  }
+  if (config.block_size <= 0) return Status::error("block_size must be positive");
+  // K and V, f32, for every layer (hybrid layer kinds will count only attention layers).
+  const int64_t bytes_per_block = int64_t{2} * mc.n_layers * mc.kv_dim() * config.block_size * 4;
+  int64_t n_blocks;
+  if (config.kv_cache_bytes > 0) {
+    n_blocks = config.kv_cache_bytes / bytes_per_block;
+  } else {
+    const int64_t per_seq = (config.max_model_len + config.block_size - 1) / config.block_size;
+    n_blocks = std::min<int64_t>(per_seq * config.scheduler.max_num_seqs, (int64_t{4} << 30) / bytes_per_block);
+  }
+  const int64_t min_blocks = (config.max_model_len + config.block_size - 1) / config.block_size;
+  if (n_blocks < min_blocks) {
+    return Status::error("KV cache of " + std::to_string(n_blocks) + " blocks cannot hold one sequence of max_model_len " +
+                         std::to_string(config.max_model_len) + " tokens (" + std::to_string(min_blocks) +
+                         " blocks of " + std::to_string(bytes_per_block) + " bytes); raise the KV cache size or lower max_model_len");
+  }
+  GB_ASSIGN_OR_RETURN(auto cache, KvCache::create(mc, static_cast<int32_t>(n_blocks), config.block_size));
+  return std::unique_ptr<Engine>(new Engine(model, config, std::move(cache)));
+}
+
+Engine::Engine(Model* model, const EngineConfig& config, std::unique_ptr<KvCache> cache)
+    : model_(model),
+      config_(config),
+      cache_(std::move(cache)),
+      blocks_(cache_->n_blocks(), config.block_size),
+      scheduler_(config.scheduler, &blocks_),
+      logits_(static_cast<size_t>(config.scheduler.max_num_seqs) * model->config().vocab),
+      logprobs_(model->config().vocab),
+      eos_ids_(model->config().eos_ids) {
+  stats_.kv_blocks_total = cache_->n_blocks();
+}
+
+Engine::~Engine() { stop(); }
+
+Status Engine::submit(GenerationRequest request, std::shared_ptr<RequestChannel> channel) {
+  const int32_t vocab = model_->config().vocab;
+  if (request.prompt.empty()) return Status::error("the prompt is empty");
+  for (int32_t t : request.prompt) {
+    if (t < 0 || t >= vocab) return Status::error("prompt token id " + std::to_string(t) + " is outside the vocabulary");
+  }
+  if (request.max_tokens <= 0) return Status::error("max_tokens must be positive");
+  const int64_t total = static_cast<int64_t>(request.prompt.size()) + request.max_tokens;
+  if (total > config_.max_model_len) {
+    return Status::error("prompt (" + std::to_string(request.prompt.size()) + " tokens) + max_tokens (" +
+                         std::to_string(request.max_tokens) + ") = " + std::to_string(total) +
+                         " exceeds the context length " + std::to_string(config_.max_model_len));
+  }
+  GB_RETURN_IF_ERROR(request.sampling.validate(vocab));
+  auto seq = std::make_unique<Sequence>();
+  seq->sampler = std::make_unique<Sampler>(request.sampling, vocab);
+  seq->sampler->set_prompt(request.prompt);
+  seq->tokens = request.prompt;
+  seq->tokens.reserve(total);
+  seq->n_prompt = static_cast<int32_t>(request.prompt.size());
+  seq->arrival = Clock::now();
+  seq->request = std::move(request);
+  seq->channel = std::move(channel);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!accepting_) return Status::error("the engine is draining and accepts no new requests");
+    if (static_cast<int64_t>(inbox_.size()) + stats_.waiting >= config_.max_queue) {
+      return Status::error("the request queue is full (" + std::to_string(config_.max_queue) + " waiting)");
+    }
+    inbox_.push_back(std::move(seq));
+  }
+  wake_.notify_one();
+  return Status::ok();
+}
+
+EngineStats Engine::stats() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return stats_;
+}
+
+void Engine::take_inbox() {
+  std::vector<std::unique_ptr<Sequence>> incoming;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    incoming.swap(inbox_);
+  }
+  for (auto& s : incoming) scheduler_.add(std::move(s));
+}
+
+void Engine::finish(Sequence* seq, FinishReason reason, const std::string& error) {
+  GenerationEvent ev;
+  ev.finish = reason;
+  ev.error = error;
+  ev.prompt_tokens = seq->n_prompt;
+  ev.cached_prompt_tokens = seq->n_cached_prompt;
+  seq->channel->push(std::move(ev));
+  scheduler_.finish(seq);
+}
+
+void Engine::reap_cancelled() {
+  const Clock::time_point now = Clock::now();
+  bool draining_past_deadline;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    draining_past_deadline = !accepting_ && now >= drain_deadline_;
+  }
+  auto& done = done_;
+  done.clear();
+  auto check = [&](Sequence* s) {
+    if (s->channel->cancelled() || draining_past_deadline) done.emplace_back(s, FinishReason::kCancelled);
+    else if (now >= s->request.deadline) done.emplace_back(s, FinishReason::kTimeout);
+  };
+  for (const auto& s : scheduler_.running()) check(s.get());
+  for (const auto& s : scheduler_.waiting()) check(s.get());
+  for (auto [s, r] : done) finish(s, r);
+}
+
+Result<bool> Engine::step() {
+  take_inbox();
+  reap_cancelled();
+  const auto& scheduled = scheduler_.schedule();
+  if (scheduled.empty()) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stats_.running = static_cast<int64_t>(scheduler_.running().size());
+    stats_.waiting = static_cast<int64_t>(scheduler_.waiting().size());
+    return false;
+  }
+  const Clock::time_point t0 = Clock::now();
+
+  batch_.clear();
+  for (const ScheduledSeq& s : scheduled) {
+    const std::span<const int32_t> ids(s.seq->tokens.data() + s.start, s.n_tokens);
+    batch_.add_sequence(ids, s.start, s.seq->block_table, config_.block_size, /*all_logits=*/false);
+    if (!s.samples) batch_.output_rows.pop_back();  // a prefill chunk short of the end: no logits
+  }
+  const Status st = model_->forward(batch_, *cache_, /*hooks=*/nullptr, logits_.data());
+  if (!st.is_ok()) {
+    // A failed step fails the requests in it, never the process.
+    auto& failed = done_;
+    failed.clear();
+    for (const ScheduledSeq& s : scheduled) failed.emplace_back(s.seq, FinishReason::kError);
+    scheduler_.commit();
+    for (auto [s, r] : failed) finish(s, r, st.message());
+    return true;
+  }
+
+  // Sample where a sequence reached the end of its known tokens, in output-row order.
+  const int32_t vocab = model_->config().vocab;
+  auto& done = done_;
+  done.clear();
+  int32_t row = 0;
+  for (const ScheduledSeq& s : scheduled) {
+    if (!s.samples) continue;
+    Sequence* seq = s.seq;
+    float* logits = logits_.data() + static_cast<size_t>(row++) * vocab;
+    GeneratedToken gen{};
+    if (seq->request.top_logprobs >= 0) log_softmax({logits, static_cast<size_t>(vocab)}, logprobs_);
+    gen.token = seq->sampler->sample(logits);
+    if (seq->request.top_logprobs >= 0) {
+      gen.logprob = logprobs_[gen.token];
+      // The k most likely tokens by insertion into a short sorted list (k <= 20): one pass, no sort of the vocabulary.
+      const int32_t k = std::min(seq->request.top_logprobs, vocab);
+      gen.top.reserve(k + 1);
+      for (int32_t i = 0; i < vocab && k > 0; ++i) {
+        const float lp = logprobs_[i];
+        if (static_cast<int32_t>(gen.top.size()) == k && lp <= gen.top.back().logprob) continue;
+        auto pos = std::find_if(gen.top.begin(), gen.top.end(), [&](const TokenLogprob& t) { return lp > t.logprob; });
+        gen.top.insert(pos, {i, lp});
+        if (static_cast<int32_t>(gen.top.size()) > k) gen.top.pop_back();
+      }
+    }
+    seq->tokens.push_back(gen.token);
+    if (seq->n_generated() == 1) seq->first_token_time = Clock::now();
+
+    FinishReason reason = FinishReason::kNone;
+    const auto& stop_ids = seq->request.stop_token_ids;
+    if ((!seq->request.ignore_eos && std::find(eos_ids_.begin(), eos_ids_.end(), gen.token) != eos_ids_.end()) ||
+        std::find(stop_ids.begin(), stop_ids.end(), gen.token) != stop_ids.end()) {
+      reason = FinishReason::kStop;
+    } else if (seq->n_generated() >= seq->request.max_tokens ||
+               static_cast<int32_t>(seq->tokens.size()) >= config_.max_model_len) {
+      reason = FinishReason::kLength;
+    }
+    GenerationEvent ev;
+    ev.tokens.push_back(std::move(gen));
+    ev.prompt_tokens = seq->n_prompt;
+    ev.cached_prompt_tokens = seq->n_cached_prompt;
+    seq->channel->push(std::move(ev));
+    if (reason != FinishReason::kNone) done.emplace_back(seq, reason);
+  }
+  scheduler_.commit();
+  for (auto [s, r] : done) finish(s, r);
+
+  std::lock_guard<std::mutex> lock(mutex_);
+  stats_.running = static_cast<int64_t>(scheduler_.running().size());
+  stats_.waiting = static_cast<int64_t>(scheduler_.waiting().size());
+  stats_.kv_blocks_used = blocks_.n_used();
+  stats_.prefix_cache_queries = scheduler_.prefix_queries();
+  stats_.prefix_cache_hits = scheduler_.prefix_hits();
+  stats_.preemptions = scheduler_.preemptions();
+  stats_.last_step_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  return true;
+}
+
+Status Engine::run_until_idle() {
+  for (;;) {
+    GB_ASSIGN_OR_RETURN(bool worked, step());
+    if (!worked) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (inbox_.empty() && scheduler_.idle()) return Status::ok();
+    }
+  }
+}
+
+void Engine::loop() {
+  for (;;) {
+    auto worked = step();
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (stop_ || (!accepting_ && inbox_.empty() && scheduler_.idle())) return;
+    if (worked.is_ok() && !worked.value() && inbox_.empty()) {
+      // Idle: sleep until a request arrives (or a timeout, to notice deadlines and drain).
+      wake_.wait_for(lock, std::chrono::milliseconds(50), [&] { return stop_ || !inbox_.empty(); });
+    }
+  }
+}
+
+void Engine::start() {
+  if (!thread_.joinable()) thread_ = std::thread([this] { loop(); });
+}
+
+void Engine::drain(Clock::time_point deadline) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    accepting_ = false;
+    drain_deadline_ = deadline;
+  }
+  wake_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Engine::stop() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    accepting_ = false;
+    stop_ = true;
+  }
+  wake_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+}  // namespace gb

@@ -1,0 +1,81 @@
+// The engine: owns the model's KV cache, the scheduler and the sampling of every running
+// sequence, and runs steps — one flat batch of prefill chunks and decode tokens from many
+// requests per forward. Runs on its own thread (start) behind EngineApi, or stepped
+// synchronously (step / run_until_idle) by the CLI and tests.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "engine/block_manager.h"
+#include "engine/request.h"
+#include "engine/scheduler.h"
+#include "model/model.h"
+
+namespace gb {
+
+struct EngineConfig {
+  SchedulerConfig scheduler;
+  int32_t block_size = 16;
+  int64_t kv_cache_bytes = 0;  // 0: enough for max_num_seqs sequences of max_model_len
+  int32_t max_model_len = 0;   // 0: the model's max_position_embeddings
+  int32_t max_queue = 256;     // waiting requests beyond this are refused (the server answers 429)
+};
+
+class Engine : public EngineApi {
+ public:
+  // The model must outlive the engine. Sizes the KV cache and checks the configuration.
+  static Result<std::unique_ptr<Engine>> create(Model* model, const EngineConfig& config);
+  ~Engine() override;
+
+  Status submit(GenerationRequest request, std::shared_ptr<RequestChannel> channel) override;
+  EngineStats stats() const override;
+
+  // Background mode: a thread that steps while there is work and sleeps otherwise.
+  void start();
+  // Stops accepting work; running requests finish (or are cancelled at the deadline), then
+  // the thread exits.
+  void drain(Clock::time_point deadline);
+  void stop();
+
+  // Synchronous mode (no thread): one step; false when there was nothing to do.
+  Result<bool> step();
+  Status run_until_idle();
+
+  const EngineConfig& config() const { return config_; }
+  int32_t max_model_len() const { return config_.max_model_len; }
+  const Model& model() const { return *model_; }
+
+ private:
+  Engine(Model* model, const EngineConfig& config, std::unique_ptr<KvCache> cache);
+  void take_inbox();
+  void reap_cancelled();
+  void finish(Sequence* seq, FinishReason reason, const std::string& error = {});
+  void loop();
+
+  Model* model_;
+  EngineConfig config_;
+  std::unique_ptr<KvCache> cache_;
+  BlockManager blocks_;
+  Scheduler scheduler_;
+  Batch batch_;
+  std::vector<float> logits_;     // [max_num_seqs, vocab] f32
+  std::vector<float> logprobs_;   // [vocab] f32 scratch
+  std::vector<int32_t> eos_ids_;
+  std::vector<std::pair<Sequence*, FinishReason>> done_;  // per-step scratch
+
+  mutable std::mutex mutex_;  // guards inbox_, stats_ and the flags below
+  std::condition_variable wake_;
+  std::vector<std::unique_ptr<Sequence>> inbox_;
+  EngineStats stats_;
+  bool accepting_ = true;
+  bool stop_ = false;
+  Clock::time_point drain_deadline_ = Clock::time_point::max();
+  std::thread thread_;
+};
+
+}  // namespace gb
