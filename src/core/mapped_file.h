@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -20,6 +21,10 @@ class MappedFile {
   const uint8_t* data() const { return data_; }
   size_t size() const { return size_; }
   const std::string& path() const { return path_; }
+
+  // Pulls the whole mapping into the page cache now (instead of page faults during the first
+  // forward), reporting progress after each chunk: on_chunk(bytes_done_so_far).
+  void prefetch(const std::function<void(size_t)>& on_chunk) const;
 
  private:
   MappedFile() = default;
