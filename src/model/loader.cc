@@ -185,7 +185,9 @@ Status load_hf(const std::string& dir, Loaded* out) {
   if (has_gen) {
     GB_ASSIGN_OR_RETURN(gen, read_json(dir + "/generation_config.json"));
   }
-  GB_ASSIGN_OR_RETURN(out->config, parse_hf_config(config, has_gen ? &gen : nullptr));
+  auto parsed = parse_hf_config(config, has_gen ? &gen : nullptr);
+  if (!parsed.is_ok()) return Status::error(dir + "/" + parsed.message());
+  out->config = std::move(parsed).value();
 
   out->tensors.where = dir;
   const std::string single = dir + "/model.safetensors";
@@ -244,7 +246,9 @@ Status load_gguf(const std::string& path, Loaded* out) {
     rope_freqs.resize(rf->shape[0]);
     std::memcpy(rope_freqs.data(), rf->data, rope_freqs.size() * 4);
   }
-  GB_ASSIGN_OR_RETURN(out->config, parse_gguf_config(g.metadata, embd->shape[0], rf ? &rope_freqs : nullptr));
+  auto parsed = parse_gguf_config(g.metadata, embd->shape[0], rf ? &rope_freqs : nullptr);
+  if (!parsed.is_ok()) return parsed.status().with_context(path);
+  out->config = std::move(parsed).value();
   ModelConfig& c = out->config;
   c.tied_embeddings = out->tensors.find("output.weight") == nullptr;
   c.qkv_bias = c.arch == Arch::kQwen2 || out->tensors.find("blk.0.attn_q.bias") != nullptr;
