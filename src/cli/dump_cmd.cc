@@ -1,0 +1,200 @@
+// `glassbox dump`: runs a prompt through a model and writes the chosen hook-point tensors to a
+// safetensors file (keys layers.{l}.{point}, embed, final_norm, logits; F32 [n_tokens, width]) —
+// the debugging tool and the basis of reference comparisons. --stats prints per-point statistics.
+#include <cstdio>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+#include "formats/safetensors.h"
+#include "model/observers.h"
+#include "model/session.h"
+
+#if __has_include("tokenizer/tokenizer.h")
+#include "tokenizer/tokenizer.h"
+#define GB_DUMP_HAS_TOKENIZER 1
+#endif
+
+namespace gb::cli {
+
+namespace {
+
+struct DumpOptions {
+  std::string model;
+  std::string prompt_ids;
+  std::string prompt;
+  std::string points = "all";
+  std::string layers = "all";
+  std::string out;
+  int threads = 0;
+  bool stats = false;
+};
+
+Status parse_ids(const std::string& text, std::vector<int32_t>* ids) {
+  std::string s = text;
+  for (char& c : s) {
+    if (c == ',') c = ' ';
+  }
+  std::istringstream in(s);
+  std::string tok;
+  while (in >> tok) {
+    char* end = nullptr;
+    const long v = std::strtol(tok.c_str(), &end, 10);
+    if (end == tok.c_str() || *end != '\0' || v < 0 || v > INT32_MAX) {
+      return Status::error("--prompt-ids: '" + tok + "' is not a token id");
+    }
+    ids->push_back(static_cast<int32_t>(v));
+  }
+  if (ids->empty()) return Status::error("--prompt-ids: no ids given");
+  return Status::ok();
+}
+
+// "all" or a comma list of hook point names.
+Status parse_points(const std::string& text, std::vector<HookPoint>* points) {
+  if (text == "all") {
+    for (int p = 0; p < kNumHookPoints; ++p) points->push_back(static_cast<HookPoint>(p));
+    return Status::ok();
+  }
+  std::istringstream in(text);
+  std::string name;
+  while (std::getline(in, name, ',')) {
+    auto p = parse_hook_point(name);
+    if (!p) {
+      return Status::error("--points: unknown hook point '" + name +
+                           "' (resid_pre, attn_out, resid_mid, mlp_act, mlp_out, resid_post, embed, final_norm, logits, all)");
+    }
+    points->push_back(*p);
+  }
+  if (points->empty()) return Status::error("--points: none given");
+  return Status::ok();
+}
+
+// "all", or a comma list of layers and inclusive ranges: "0,2", "1-3", "0,4-6".
+Status parse_layers(const std::string& text, int32_t n_layers, std::set<int32_t>* layers) {
+  if (text == "all") {
+    for (int32_t l = 0; l < n_layers; ++l) layers->insert(l);
+    return Status::ok();
+  }
+  std::istringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    int a = 0, b = 0;
+    char dash = 0, extra = 0;
+    const int n = std::sscanf(item.c_str(), "%d%c%d%c", &a, &dash, &b, &extra);
+    if (n == 1) {
+      b = a;
+    } else if (n != 3 || dash != '-') {
+      return Status::error("--layers: '" + item + "' is not a layer or a range like 1-3");
+    }
+    if (a < 0 || b < a || b >= n_layers) {
+      return Status::error("--layers: '" + item + "' is outside the model's layers 0-" + std::to_string(n_layers - 1));
+    }
+    for (int l = a; l <= b; ++l) layers->insert(l);
+  }
+  return Status::ok();
+}
+
+int fail(const Status& st) {
+  std::fprintf(stderr, "glassbox dump: %s\n", st.message().c_str());
+  return 1;
+}
+
+int run_dump(const DumpOptions& o) {
+  std::vector<int32_t> ids;
+  if (!o.prompt_ids.empty()) {
+    if (Status st = parse_ids(o.prompt_ids, &ids); !st) return fail(st);
+  } else {
+#ifdef GB_DUMP_HAS_TOKENIZER
+    auto tok = Tokenizer::load(o.model);
+    if (!tok.is_ok()) return fail(tok.status());
+    ids = (*tok)->encode(o.prompt, /*add_special=*/true);
+    if (ids.empty()) return fail(Status::error("--prompt encodes to no tokens"));
+#else
+    return fail(Status::error("--prompt needs the tokenizer library, which this build lacks; use --prompt-ids"));
+#endif
+  }
+  std::vector<HookPoint> points;
+  if (Status st = parse_points(o.points, &points); !st) return fail(st);
+
+  auto model = load_model(o.model, {.max_batch_tokens = static_cast<int32_t>(std::min<size_t>(ids.size(), 512)),
+                                    .n_threads = o.threads});
+  if (!model.is_ok()) return fail(model.status());
+  const ModelConfig& c = (*model)->config();
+  std::set<int32_t> layers;
+  if (Status st = parse_layers(o.layers, c.n_layers, &layers); !st) return fail(st);
+
+  Hooks hooks(c.n_layers);
+  CaptureObserver capture;
+  StatsObserver stats;
+  for (HookPoint p : points) {
+    if (is_layer_point(p)) {
+      for (int32_t l : layers) {
+        hooks.watch(p, l, &capture);
+        if (o.stats) hooks.watch(p, l, &stats);
+      }
+    } else {
+      hooks.watch(p, -1, &capture);
+      if (o.stats) hooks.watch(p, -1, &stats);
+    }
+  }
+  const int32_t block_size = 16;
+  auto cache = KvCache::create(c, static_cast<int32_t>((ids.size() + block_size - 1) / block_size), block_size);
+  if (!cache.is_ok()) return fail(cache.status());
+  Session session(**model, **cache);
+  if (Status st = session.feed(ids, &hooks, /*all_logits=*/true); !st) return fail(st);
+
+  std::vector<SafetensorsEntry> entries;
+  entries.push_back({"ids", DType::kI32, {static_cast<int64_t>(ids.size())}, ids.data()});
+  for (const auto& [key, t] : capture.tensors()) {
+    entries.push_back({key.second, DType::kF32, {t.n_rows, t.width}, t.data.data()});
+  }
+  const std::map<std::string, std::string> meta = {{"model", o.model}, {"producer", "glassbox dump"}};
+  if (Status st = write_safetensors(o.out, entries, meta); !st) return fail(st);
+  std::fprintf(stderr, "glassbox dump: %s\nglassbox dump: %zu tokens, %zu tensors -> %s\n", (*model)->describe().c_str(),
+               ids.size(), entries.size() - 1, o.out.c_str());
+
+  if (o.stats) {
+    // Per (point, layer): the token holding the largest |x|, and the median / RMS of that token.
+    std::printf("%-22s %5s %5s %12s %12s %12s %10s\n", "point", "token", "dim", "max_abs", "median_abs", "rms",
+                "max/median");
+    std::map<std::pair<int32_t, int>, StatsObserver::Record> best;
+    for (const auto& r : stats.records()) {
+      auto key = std::make_pair(r.layer, static_cast<int>(r.point));
+      auto it = best.find(key);
+      if (it == best.end() || r.stats.max_abs > it->second.stats.max_abs) best[key] = r;
+    }
+    for (const auto& [key, r] : best) {
+      const double ratio = r.stats.median_abs > 0 ? r.stats.max_abs / r.stats.median_abs : 0.0;
+      std::printf("%-22s %5d %5d %12.5g %12.5g %12.5g %10.1f\n", hook_key(r.point, r.layer).c_str(), r.position,
+                  r.stats.max_dim, r.stats.max_abs, r.stats.median_abs, r.stats.rms, ratio);
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+void register_dump(CLI::App& app, Action* action) {
+  auto o = std::make_shared<DumpOptions>();
+  CLI::App* cmd = app.add_subcommand("dump", "Run a prompt and write hook-point tensors to a safetensors file");
+  cmd->add_option("--model,-m", o->model, "Hugging Face model directory or GGUF file")->required();
+  auto* ids = cmd->add_option("--prompt-ids", o->prompt_ids, "Token ids, e.g. \"1 2 3\"");
+  auto* text = cmd->add_option("--prompt,-p", o->prompt, "Prompt text (tokenized with the model's tokenizer)");
+  ids->excludes(text);
+  cmd->add_option("--points", o->points,
+                  "Comma list of hook points or 'all' (resid_pre, attn_out, resid_mid, mlp_act, mlp_out, resid_post, "
+                  "embed, final_norm, logits)")
+      ->capture_default_str();
+  cmd->add_option("--layers", o->layers, "'all', or layers and ranges: 0,2 or 1-3")->capture_default_str();
+  cmd->add_option("--output,-o", o->out, "Output .safetensors file")->required();
+  cmd->add_option("--threads,-t", o->threads, "Threads (0: all CPUs)")->capture_default_str();
+  cmd->add_flag("--stats", o->stats, "Print per-point statistics: max |x| (token, dim), median |x|, RMS");
+  cmd->callback([o, action, ids, text] {
+    if (ids->count() == 0 && text->count() == 0) throw CLI::RequiredError("--prompt-ids or --prompt");
+    *action = [o] { return run_dump(*o); };
+  });
+}
+
+}  // namespace gb::cli

@@ -1,0 +1,20 @@
+// The layer loops, one per architecture family (internal to gb_model). Each is a straight loop
+// over layers built from the ops in src/ops, calling the hook points where tensors are produced.
+#pragma once
+
+#include "core/thread_pool.h"
+#include "model/activations.h"
+#include "model/batch.h"
+#include "model/config.h"
+#include "model/hooks.h"
+#include "model/kv_cache.h"
+#include "model/weights.h"
+
+namespace gb {
+
+// Llama, Mistral, Qwen2 (q/k/v bias), Qwen3 (q/k RMSNorm). The batch is already validated.
+// logits: [batch.n_out(), vocab] f32.
+void forward_llama(const ModelConfig& c, const ModelWeights& w, Activations& a, ThreadPool& pool, const Batch& batch,
+                   KvCache& cache, const Hooks* hooks, float* logits);
+
+}  // namespace gb

@@ -1,0 +1,378 @@
+// Parsing of Hugging Face config.json / generation_config.json and GGUF metadata into ModelConfig.
+#include "model/config.h"
+
+#include <cmath>
+#include <numbers>
+
+namespace gb {
+
+namespace {
+
+using nlohmann::json;
+
+// Reads an integer key; a missing key gives `fallback` (or an error when fallback < 0 means required).
+Status get_int(const json& j, const std::string& key, int64_t fallback, bool required, int64_t* out,
+               const std::string& where) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) {
+    if (required) return Status::error(where + ": required key '" + key + "' is missing");
+    *out = fallback;
+    return Status::ok();
+  }
+  if (!it->is_number_integer()) {
+    return Status::error(where + ": '" + key + "' must be an integer, found " + it->dump());
+  }
+  *out = it->get<int64_t>();
+  return Status::ok();
+}
+
+Status get_float(const json& j, const std::string& key, double fallback, double* out, const std::string& where) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) {
+    *out = fallback;
+    return Status::ok();
+  }
+  if (!it->is_number()) return Status::error(where + ": '" + key + "' must be a number, found " + it->dump());
+  *out = it->get<double>();
+  return Status::ok();
+}
+
+// eos_token_id may be one id or a list of ids.
+Status get_ids(const json& j, const std::string& key, std::vector<int32_t>* out, const std::string& where) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return Status::ok();
+  auto one = [&](const json& v) -> Status {
+    if (!v.is_number_integer() || v.get<int64_t>() < 0) {
+      return Status::error(where + ": '" + key + "' must be a token id or a list of ids, found " + it->dump());
+    }
+    out->push_back(static_cast<int32_t>(v.get<int64_t>()));
+    return Status::ok();
+  };
+  if (it->is_array()) {
+    for (const auto& v : *it) GB_RETURN_IF_ERROR(one(v));
+    return Status::ok();
+  }
+  return one(*it);
+}
+
+// llama3 rope scaling as per-frequency divisors, exactly as llama.cpp's converter writes them into
+// rope_freqs.weight: high frequencies kept, low ones divided by factor, a smooth ramp between.
+std::vector<float> llama3_divisors(double theta, int32_t dims, double factor, double low_freq_factor,
+                                   double high_freq_factor, double original_max_pos) {
+  std::vector<float> out;
+  const double low_wavelen = original_max_pos / low_freq_factor;
+  const double high_wavelen = original_max_pos / high_freq_factor;
+  for (int32_t i = 0; i < dims / 2; ++i) {
+    const double freq = 1.0 / std::pow(theta, 2.0 * i / dims);
+    const double wavelen = 2.0 * std::numbers::pi / freq;
+    if (wavelen < high_wavelen) {
+      out.push_back(1.0f);
+    } else if (wavelen > low_wavelen) {
+      out.push_back(static_cast<float>(factor));
+    } else {
+      const double smooth = (original_max_pos / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor);
+      out.push_back(static_cast<float>(1.0 / ((1.0 - smooth) / factor + smooth)));
+    }
+  }
+  return out;
+}
+
+Status check_range(const std::string& where, const char* what, int64_t v, int64_t lo, int64_t hi) {
+  if (v < lo || v > hi) {
+    return Status::error(where + ": " + what + " = " + std::to_string(v) + " is out of range [" + std::to_string(lo) +
+                         ", " + std::to_string(hi) + "]");
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+std::vector<double> ModelConfig::rope_inv_freq() const {
+  std::vector<double> inv(rope_dims / 2);
+  for (int32_t i = 0; i < rope_dims / 2; ++i) {
+    inv[i] = std::pow(rope_theta, -2.0 * i / rope_dims);
+    if (!rope_freq_divisors.empty()) inv[i] /= rope_freq_divisors[i];
+  }
+  return inv;
+}
+
+Status ModelConfig::validate() const {
+  const std::string where = "model config (" + arch_name + ")";
+  GB_RETURN_IF_ERROR(check_range(where, "layers", n_layers, 1, 4096));
+  GB_RETURN_IF_ERROR(check_range(where, "hidden size", n_embd, 1, 1 << 20));
+  GB_RETURN_IF_ERROR(check_range(where, "attention heads", n_heads, 1, 4096));
+  GB_RETURN_IF_ERROR(check_range(where, "key/value heads", n_kv_heads, 1, n_heads));
+  GB_RETURN_IF_ERROR(check_range(where, "head_dim", head_dim, 2, 4096));
+  GB_RETURN_IF_ERROR(check_range(where, "intermediate size", n_ff, 1, 1 << 22));
+  GB_RETURN_IF_ERROR(check_range(where, "vocabulary size", vocab, 1, 1 << 26));
+  GB_RETURN_IF_ERROR(check_range(where, "max positions", max_pos, 1, 1 << 26));
+  GB_RETURN_IF_ERROR(check_range(where, "rotary dims", rope_dims, 2, head_dim));
+  if (n_heads % n_kv_heads != 0) {
+    return Status::error(where + ": " + std::to_string(n_heads) + " attention heads are not a multiple of " +
+                         std::to_string(n_kv_heads) + " key/value heads");
+  }
+  if (rope_dims % 2 != 0) return Status::error(where + ": rotary dims must be even, got " + std::to_string(rope_dims));
+  if (!rope_freq_divisors.empty() && static_cast<int32_t>(rope_freq_divisors.size()) != rope_dims / 2) {
+    return Status::error(where + ": rope frequency factors have " + std::to_string(rope_freq_divisors.size()) +
+                         " entries, expected rotary dims / 2 = " + std::to_string(rope_dims / 2));
+  }
+  for (float d : rope_freq_divisors) {
+    if (!(d > 0.0f) || !std::isfinite(d)) return Status::error(where + ": rope frequency factors must be positive");
+  }
+  if (!(rms_eps > 0.0f) || !(rope_theta > 0.0)) return Status::error(where + ": rms_norm_eps and rope_theta must be positive");
+  if (static_cast<int32_t>(layer_kinds.size()) != n_layers) return Status::error(where + ": layer kinds do not match layers");
+  for (int32_t id : eos_ids) GB_RETURN_IF_ERROR(check_range(where, "eos token id", id, 0, vocab - 1));
+  if (bos_id >= vocab) return Status::error(where + ": bos token id " + std::to_string(bos_id) + " is outside the vocabulary");
+  return Status::ok();
+}
+
+Result<ModelConfig> parse_hf_config(const json& j, const json* gen) {
+  const std::string where = "config.json";
+  if (!j.is_object()) return Status::error(where + ": not a JSON object");
+  ModelConfig c;
+  std::string model_type;
+  if (auto it = j.find("architectures"); it != j.end() && it->is_array() && !it->empty() && (*it)[0].is_string()) {
+    c.arch_name = (*it)[0].get<std::string>();
+  } else if (auto mt = j.find("model_type"); mt != j.end() && mt->is_string()) {
+    c.arch_name = mt->get<std::string>();
+  } else {
+    return Status::error(where + ": neither 'architectures' nor 'model_type' names the architecture");
+  }
+  const std::string& a = c.arch_name;
+  if (a == "LlamaForCausalLM" || a == "MistralForCausalLM" || a == "llama" || a == "mistral") {
+    c.arch = Arch::kLlama;
+  } else if (a == "Qwen2ForCausalLM" || a == "qwen2") {
+    c.arch = Arch::kQwen2;
+  } else if (a == "Qwen3ForCausalLM" || a == "qwen3") {
+    c.arch = Arch::kQwen3;
+  } else {
+    return Status::error(where + ": unsupported architecture '" + a +
+                         "' (supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM)");
+  }
+
+  int64_t v = 0;
+  GB_RETURN_IF_ERROR(get_int(j, "num_hidden_layers", 0, true, &v, where));
+  c.n_layers = static_cast<int32_t>(v);
+  GB_RETURN_IF_ERROR(get_int(j, "hidden_size", 0, true, &v, where));
+  c.n_embd = static_cast<int32_t>(v);
+  GB_RETURN_IF_ERROR(get_int(j, "intermediate_size", 0, true, &v, where));
+  c.n_ff = static_cast<int32_t>(v);
+  GB_RETURN_IF_ERROR(get_int(j, "num_attention_heads", 0, true, &v, where));
+  c.n_heads = static_cast<int32_t>(v);
+  GB_RETURN_IF_ERROR(get_int(j, "num_key_value_heads", c.n_heads, false, &v, where));
+  c.n_kv_heads = static_cast<int32_t>(v);
+  if (c.n_heads <= 0) return Status::error(where + ": 'num_attention_heads' must be positive");
+  GB_RETURN_IF_ERROR(get_int(j, "head_dim", c.n_embd / c.n_heads, false, &v, where));
+  c.head_dim = static_cast<int32_t>(v);
+  GB_RETURN_IF_ERROR(get_int(j, "vocab_size", 0, true, &v, where));
+  c.vocab = static_cast<int32_t>(v);
+  GB_RETURN_IF_ERROR(get_int(j, "max_position_embeddings", 2048, false, &v, where));
+  c.max_pos = static_cast<int32_t>(v);
+  // Mistral's sliding window is not implemented; up to the window length attention is identical,
+  // so the usable context is capped there instead of refusing the model.
+  int64_t window = 0;
+  GB_RETURN_IF_ERROR(get_int(j, "sliding_window", 0, false, &window, where));
+  bool use_window = c.arch == Arch::kLlama;  // Qwen2/3 configs carry a window with use_sliding_window false
+  if (auto it = j.find("use_sliding_window"); it != j.end() && it->is_boolean()) use_window = it->get<bool>();
+  if (use_window && window > 0 && window < c.max_pos) c.max_pos = static_cast<int32_t>(window);
+
+  double d = 0;
+  GB_RETURN_IF_ERROR(get_float(j, "rms_norm_eps", 1e-6, &d, where));
+  c.rms_eps = static_cast<float>(d);
+  // transformers 5 moved rope settings into "rope_parameters"; older configs have them at the top.
+  const json* rope = nullptr;
+  if (auto it = j.find("rope_scaling"); it != j.end() && it->is_object()) rope = &*it;
+  json rope_params;
+  if (auto it = j.find("rope_parameters"); it != j.end() && it->is_object()) {
+    rope_params = *it;
+    if (rope == nullptr) rope = &rope_params;
+  }
+  GB_RETURN_IF_ERROR(get_float(j, "rope_theta", 10000.0, &c.rope_theta, where));
+  if (!j.contains("rope_theta") && rope_params.is_object()) {
+    GB_RETURN_IF_ERROR(get_float(rope_params, "rope_theta", 10000.0, &c.rope_theta, where + " rope_parameters"));
+  }
+  c.rope_dims = c.head_dim;
+  if (auto it = j.find("partial_rotary_factor"); it != j.end() && it->is_number()) {
+    c.rope_dims = static_cast<int32_t>(c.head_dim * it->get<double>());
+  }
+  c.rope_style = ops::RopeStyle::kNeox;
+  if (rope != nullptr) {
+    std::string type = "default";
+    for (const char* key : {"rope_type", "type"}) {
+      if (auto it = rope->find(key); it != rope->end() && it->is_string()) {
+        type = it->get<std::string>();
+        break;
+      }
+    }
+    const std::string rw = where + " rope_scaling";
+    if (type == "llama3") {
+      double factor, low, high, orig;
+      GB_RETURN_IF_ERROR(get_float(*rope, "factor", 8.0, &factor, rw));
+      GB_RETURN_IF_ERROR(get_float(*rope, "low_freq_factor", 1.0, &low, rw));
+      GB_RETURN_IF_ERROR(get_float(*rope, "high_freq_factor", 4.0, &high, rw));
+      GB_RETURN_IF_ERROR(get_float(*rope, "original_max_position_embeddings", 8192, &orig, rw));
+      if (!(factor > 0) || !(low > 0) || !(high > low) || !(orig > 0)) {
+        return Status::error(rw + ": llama3 scaling needs factor > 0 and high_freq_factor > low_freq_factor > 0");
+      }
+      c.rope_freq_divisors = llama3_divisors(c.rope_theta, c.rope_dims, factor, low, high, orig);
+    } else if (type == "linear") {
+      double factor;
+      GB_RETURN_IF_ERROR(get_float(*rope, "factor", 1.0, &factor, rw));
+      if (!(factor > 0)) return Status::error(rw + ": linear scaling factor must be positive");
+      c.rope_freq_divisors.assign(c.rope_dims / 2, static_cast<float>(factor));
+    } else if (type != "default") {
+      return Status::error(rw + ": rope scaling type '" + type + "' is not supported (default, linear, llama3)");
+    }
+  }
+
+  if (auto it = j.find("hidden_act"); it != j.end() && it->is_string() && it->get<std::string>() != "silu") {
+    return Status::error(where + ": hidden_act '" + it->get<std::string>() + "' is not supported (silu)");
+  }
+  if (auto it = j.find("mlp_bias"); it != j.end() && it->is_boolean() && it->get<bool>()) {
+    return Status::error(where + ": mlp_bias = true is not supported");
+  }
+  bool attention_bias = false;
+  if (auto it = j.find("attention_bias"); it != j.end() && !it->is_null()) {
+    if (!it->is_boolean()) return Status::error(where + ": 'attention_bias' must be true or false");
+    attention_bias = it->get<bool>();
+  }
+  c.qkv_bias = c.arch == Arch::kQwen2 || attention_bias;
+  c.o_bias = c.arch != Arch::kQwen2 && attention_bias;
+  c.qk_norm = c.arch == Arch::kQwen3;
+  // Absent: decided by the loader from whether lm_head.weight exists.
+  c.tied_embeddings = false;
+  c.tied_embeddings_known = false;
+  if (auto it = j.find("tie_word_embeddings"); it != j.end() && !it->is_null()) {
+    if (!it->is_boolean()) return Status::error(where + ": 'tie_word_embeddings' must be true or false");
+    c.tied_embeddings = it->get<bool>();
+    c.tied_embeddings_known = true;
+  }
+
+  // generation_config.json wins for generation settings; config.json is the fallback.
+  std::vector<int32_t> bos;
+  if (gen != nullptr && gen->is_object()) {
+    GB_RETURN_IF_ERROR(get_ids(*gen, "eos_token_id", &c.eos_ids, "generation_config.json"));
+    GB_RETURN_IF_ERROR(get_ids(*gen, "bos_token_id", &bos, "generation_config.json"));
+  }
+  if (c.eos_ids.empty()) GB_RETURN_IF_ERROR(get_ids(j, "eos_token_id", &c.eos_ids, where));
+  if (bos.empty()) GB_RETURN_IF_ERROR(get_ids(j, "bos_token_id", &bos, where));
+  c.bos_id = bos.empty() ? -1 : bos[0];
+  c.layer_kinds.assign(c.n_layers > 0 ? c.n_layers : 0, LayerKind::kAttention);
+  GB_RETURN_IF_ERROR(c.validate().with_context(where));
+  return c;
+}
+
+Result<ModelConfig> parse_gguf_config(const std::map<std::string, json>& md, int64_t vocab_rows,
+                                      const std::vector<float>* rope_freqs) {
+  const std::string where = "GGUF metadata";
+  ModelConfig c;
+  auto arch_it = md.find("general.architecture");
+  if (arch_it == md.end() || !arch_it->second.is_string()) {
+    return Status::error(where + ": 'general.architecture' is missing");
+  }
+  const std::string a = arch_it->second.get<std::string>();
+  c.arch_name = a;
+  if (a == "llama") {
+    c.arch = Arch::kLlama;
+    c.rope_style = ops::RopeStyle::kPairs;  // the converter permuted q/k rows for GGML's pair rope
+  } else if (a == "qwen2") {
+    c.arch = Arch::kQwen2;
+    c.rope_style = ops::RopeStyle::kNeox;
+  } else if (a == "qwen3") {
+    c.arch = Arch::kQwen3;
+    c.rope_style = ops::RopeStyle::kNeox;
+  } else {
+    return Status::error(where + ": unsupported architecture '" + a + "' (supported: llama, qwen2, qwen3)");
+  }
+  auto get = [&](const std::string& key, int64_t fallback, bool required, int64_t* out) -> Status {
+    auto it = md.find(a + "." + key);
+    if (it == md.end()) {
+      if (required) return Status::error(where + ": required key '" + a + "." + key + "' is missing");
+      *out = fallback;
+      return Status::ok();
+    }
+    if (!it->second.is_number_integer()) {
+      return Status::error(where + ": '" + a + "." + key + "' must be one integer, found " + it->second.dump().substr(0, 80));
+    }
+    *out = it->second.get<int64_t>();
+    return Status::ok();
+  };
+  auto getf = [&](const std::string& key, double fallback, double* out) -> Status {
+    auto it = md.find(a + "." + key);
+    if (it == md.end()) {
+      *out = fallback;
+      return Status::ok();
+    }
+    if (!it->second.is_number()) return Status::error(where + ": '" + a + "." + key + "' must be a number");
+    *out = it->second.get<double>();
+    return Status::ok();
+  };
+  int64_t v = 0;
+  GB_RETURN_IF_ERROR(get("block_count", 0, true, &v));
+  c.n_layers = static_cast<int32_t>(v);
+  GB_RETURN_IF_ERROR(get("embedding_length", 0, true, &v));
+  c.n_embd = static_cast<int32_t>(v);
+  GB_RETURN_IF_ERROR(get("feed_forward_length", 0, true, &v));
+  c.n_ff = static_cast<int32_t>(v);
+  GB_RETURN_IF_ERROR(get("attention.head_count", 0, true, &v));
+  c.n_heads = static_cast<int32_t>(v);
+  if (c.n_heads <= 0) return Status::error(where + ": '" + a + ".attention.head_count' must be positive");
+  GB_RETURN_IF_ERROR(get("attention.head_count_kv", c.n_heads, false, &v));
+  c.n_kv_heads = static_cast<int32_t>(v);
+  GB_RETURN_IF_ERROR(get("attention.key_length", c.n_embd / c.n_heads, false, &v));
+  c.head_dim = static_cast<int32_t>(v);
+  int64_t value_length = 0;
+  GB_RETURN_IF_ERROR(get("attention.value_length", c.head_dim, false, &value_length));
+  if (value_length != c.head_dim) {
+    return Status::error(where + ": key_length " + std::to_string(c.head_dim) + " != value_length " +
+                         std::to_string(value_length) + " is not supported");
+  }
+  GB_RETURN_IF_ERROR(get("context_length", 2048, false, &v));
+  c.max_pos = static_cast<int32_t>(v);
+  GB_RETURN_IF_ERROR(get("vocab_size", vocab_rows, false, &v));
+  c.vocab = static_cast<int32_t>(v);
+  GB_RETURN_IF_ERROR(get("rope.dimension_count", c.head_dim, false, &v));
+  c.rope_dims = static_cast<int32_t>(v);
+  double d = 0;
+  GB_RETURN_IF_ERROR(getf("rope.freq_base", 10000.0, &c.rope_theta));
+  GB_RETURN_IF_ERROR(getf("attention.layer_norm_rms_epsilon", 1e-5, &d));
+  c.rms_eps = static_cast<float>(d);
+  if (auto it = md.find(a + ".rope.scaling.type"); it != md.end() && it->second.is_string()) {
+    const std::string type = it->second.get<std::string>();
+    if (type == "linear") {
+      double factor = 1.0;
+      GB_RETURN_IF_ERROR(getf("rope.scaling.factor", 1.0, &factor));
+      if (!(factor > 0)) return Status::error(where + ": rope.scaling.factor must be positive");
+      c.rope_freq_divisors.assign(c.rope_dims / 2, static_cast<float>(factor));
+    } else if (type != "none") {
+      return Status::error(where + ": rope scaling type '" + type + "' is not supported (none, linear; llama3 via rope_freqs)");
+    }
+  }
+  if (rope_freqs != nullptr) c.rope_freq_divisors = *rope_freqs;
+
+  c.qkv_bias = false;  // decided by the loader from the tensors present (Qwen2 always has them)
+  c.qk_norm = c.arch == Arch::kQwen3;
+  auto id = [&](const char* key, std::vector<int32_t>* out) -> Status {
+    auto it = md.find(key);
+    if (it == md.end()) return Status::ok();
+    if (!it->second.is_number_integer() || it->second.get<int64_t>() < 0) {
+      return Status::error(where + ": '" + key + "' must be a token id");
+    }
+    const int32_t t = static_cast<int32_t>(it->second.get<int64_t>());
+    for (int32_t e : *out) {
+      if (e == t) return Status::ok();
+    }
+    out->push_back(t);
+    return Status::ok();
+  };
+  GB_RETURN_IF_ERROR(id("tokenizer.ggml.eos_token_id", &c.eos_ids));
+  GB_RETURN_IF_ERROR(id("tokenizer.ggml.eot_token_id", &c.eos_ids));
+  std::vector<int32_t> bos;
+  GB_RETURN_IF_ERROR(id("tokenizer.ggml.bos_token_id", &bos));
+  c.bos_id = bos.empty() ? -1 : bos[0];
+  c.layer_kinds.assign(c.n_layers > 0 ? c.n_layers : 0, LayerKind::kAttention);
+  GB_RETURN_IF_ERROR(c.validate().with_context(where));
+  return c;
+}
+
+}  // namespace gb

@@ -1,0 +1,58 @@
+// Hook point names and the active hook set.
+#include "model/hooks.h"
+
+namespace gb {
+
+namespace {
+constexpr std::string_view kNames[kNumHookPoints] = {
+    "resid_pre", "attn_out", "resid_mid", "mlp_act", "mlp_out", "resid_post", "embed", "final_norm", "logits",
+};
+}  // namespace
+
+std::string_view hook_point_name(HookPoint p) {
+  const int i = static_cast<int>(p);
+  return i < kNumHookPoints ? kNames[i] : "?";
+}
+
+std::optional<HookPoint> parse_hook_point(std::string_view name) {
+  for (int i = 0; i < kNumHookPoints; ++i) {
+    if (kNames[i] == name) return static_cast<HookPoint>(i);
+  }
+  return std::nullopt;
+}
+
+Hooks::Hooks(int32_t n_layers)
+    : n_layers_(n_layers), masks_(n_layers + 1, 0), observers_(static_cast<size_t>(n_layers + 1) * kNumHookPoints) {}
+
+size_t Hooks::index(HookPoint p, int32_t layer) const {
+  const int32_t slot = is_layer_point(p) ? layer : n_layers_;
+  return static_cast<size_t>(slot) * kNumHookPoints + static_cast<size_t>(p);
+}
+
+void Hooks::watch(HookPoint p, int32_t layer, Observer* obs) {
+  if (is_layer_point(p) && layer < 0) {
+    for (int32_t l = 0; l < n_layers_; ++l) watch(p, l, obs);
+    return;
+  }
+  if (is_layer_point(p) && layer >= n_layers_) return;
+  observers_[index(p, layer)].push_back(obs);
+  masks_[is_layer_point(p) ? layer : n_layers_] |= hook_bit(p);
+}
+
+void Hooks::clear() {
+  for (auto& m : masks_) m = 0;
+  for (auto& o : observers_) o.clear();
+}
+
+bool Hooks::empty() const {
+  for (uint32_t m : masks_) {
+    if (m != 0) return false;
+  }
+  return true;
+}
+
+void Hooks::dispatch(const HookTensor& t) const {
+  for (Observer* o : observers_[index(t.point, t.layer)]) o->observe(t);
+}
+
+}  // namespace gb

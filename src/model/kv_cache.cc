@@ -1,0 +1,57 @@
+// Paged KV cache storage and block allocation.
+#include "model/kv_cache.h"
+
+#include <new>
+
+namespace gb {
+
+BlockAllocator::BlockAllocator(int32_t n_blocks) : ref_count_(n_blocks, 0) {
+  free_.reserve(n_blocks);
+  // Hand out low ids first (pop from the back).
+  for (int32_t b = n_blocks - 1; b >= 0; --b) free_.push_back(b);
+}
+
+int32_t BlockAllocator::allocate() {
+  if (free_.empty()) return -1;
+  const int32_t b = free_.back();
+  free_.pop_back();
+  ref_count_[b] = 1;
+  return b;
+}
+
+void BlockAllocator::retain(int32_t block) { ++ref_count_[block]; }
+
+void BlockAllocator::release(int32_t block) {
+  if (ref_count_[block] > 0 && --ref_count_[block] == 0) free_.push_back(block);
+}
+
+KvCache::KvCache(int32_t n_blocks, int32_t block_size, int64_t n_kv_heads, int64_t head_dim)
+    : n_blocks_(n_blocks), block_size_(block_size), n_kv_heads_(n_kv_heads), head_dim_(head_dim), allocator_(n_blocks) {}
+
+Result<std::unique_ptr<KvCache>> KvCache::create(const ModelConfig& config, int32_t n_blocks, int32_t block_size) {
+  if (n_blocks <= 0 || block_size <= 0) {
+    return Status::error("KV cache: need a positive number of blocks and block size (got " + std::to_string(n_blocks) +
+                         " blocks of " + std::to_string(block_size) + ")");
+  }
+  std::unique_ptr<KvCache> c(new KvCache(n_blocks, block_size, config.n_kv_heads, config.head_dim));
+  int32_t n_attn = 0;
+  for (LayerKind k : config.layer_kinds) c->attn_index_.push_back(k == LayerKind::kAttention ? n_attn++ : -1);
+  c->layer_floats_ = int64_t{n_blocks} * block_size * config.n_kv_heads * config.head_dim;
+  c->n_floats_ = static_cast<size_t>(c->layer_floats_) * 2 * n_attn;
+  // Uninitialised on purpose: attention only reads slots written in an earlier or the same step,
+  // and zero-filling gigabytes would fault in every page up front.
+  c->data_.reset(new (std::nothrow) float[c->n_floats_]);
+  if (c->data_ == nullptr) {
+    return Status::error("KV cache: cannot allocate " + std::to_string(c->n_floats_ * sizeof(float) >> 20) + " MiB for " +
+                         std::to_string(n_blocks) + " blocks");
+  }
+  return c;
+}
+
+ops::PagedKv KvCache::layer(int32_t il) const {
+  const int64_t a = attn_index_[il];
+  float* base = data_.get() + a * 2 * layer_floats_;
+  return {base, base + layer_floats_, n_blocks_, n_kv_heads_, block_size_, head_dim_};
+}
+
+}  // namespace gb

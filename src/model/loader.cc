@@ -1,0 +1,305 @@
+// load_model: Hugging Face directories and GGUF files → ModelConfig + ModelWeights, with every
+// tensor's presence, shape and dtype checked before the model can run.
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <set>
+
+#include "core/fp16.h"
+#include "formats/gguf.h"
+#include "formats/safetensors.h"
+#include "model/model.h"
+
+namespace gb {
+
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+// The tensors of a model by name, whichever file (or shard) holds them.
+struct TensorSet {
+  std::map<std::string, TensorView> tensors;
+  std::string where;  // for messages: the file or directory
+  bool quantized_ok = false;  // GGUF may carry block-quantized matrices; safetensors may not
+
+  const TensorView* find(const std::string& name) const {
+    auto it = tensors.find(name);
+    return it == tensors.end() ? nullptr : &it->second;
+  }
+};
+
+// Tensor names of the two formats for the same role.
+struct Names {
+  bool gguf;
+  std::string layer(int l, const char* hf, const char* gg) const {
+    return gguf ? "blk." + std::to_string(l) + "." + gg : "model.layers." + std::to_string(l) + "." + hf;
+  }
+  std::string embd() const { return gguf ? "token_embd.weight" : "model.embed_tokens.weight"; }
+  std::string out_norm() const { return gguf ? "output_norm.weight" : "model.norm.weight"; }
+  std::string output() const { return gguf ? "output.weight" : "lm_head.weight"; }
+};
+
+std::string shape_str(const std::vector<int64_t>& s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+class Binder {
+ public:
+  Binder(const TensorSet& ts, std::vector<std::vector<float>>* store) : ts_(ts), store_(store) {}
+
+  Result<const TensorView*> get(const std::string& name, const std::vector<int64_t>& shape) {
+    const TensorView* t = ts_.find(name);
+    if (t == nullptr) return Status::error(ts_.where + ": tensor '" + name + "' is missing");
+    if (t->shape != shape) {
+      return Status::error(ts_.where + ": tensor '" + name + "' has shape " + shape_str(t->shape) + ", expected " +
+                           shape_str(shape));
+    }
+    return t;
+  }
+
+  Result<ops::Weight> matrix(const std::string& name, int64_t rows, int64_t cols) {
+    GB_ASSIGN_OR_RETURN(const TensorView* t, get(name, {rows, cols}));
+    switch (t->dtype) {
+      case DType::kF32:
+      case DType::kF16:
+      case DType::kBF16:
+        break;
+      case DType::kQ8_0:
+      case DType::kQ4_0:
+      case DType::kQ4_K:
+      case DType::kQ6_K:
+        if (ts_.quantized_ok) break;
+        [[fallthrough]];
+      default:
+        return Status::error(ts_.where + ": tensor '" + name + "' has dtype " + std::string(dtype_name(t->dtype)) +
+                             ", which is not supported for weight matrices (f32, f16, bf16" +
+                             (ts_.quantized_ok ? ", q8_0, q4_0, q4_k, q6_k)" : ")"));
+    }
+    return ops::Weight{t->data, t->dtype, rows, cols};
+  }
+
+  // 1-D tensors (norm weights, biases) become f32 copies: tiny, and the loop then never converts.
+  Result<const float*> vector(const std::string& name, int64_t n) {
+    GB_ASSIGN_OR_RETURN(const TensorView* t, get(name, {n}));
+    std::vector<float> v(n);
+    for (int64_t i = 0; i < n; ++i) {
+      switch (t->dtype) {
+        case DType::kF32: std::memcpy(&v[i], t->data + 4 * i, 4); break;
+        case DType::kF16:
+        case DType::kBF16: {
+          uint16_t h;
+          std::memcpy(&h, t->data + 2 * i, 2);
+          v[i] = t->dtype == DType::kF16 ? f16_to_f32(h) : bf16_to_f32(h);
+          break;
+        }
+        default:
+          return Status::error(ts_.where + ": tensor '" + name + "' has dtype " + std::string(dtype_name(t->dtype)) +
+                               ", expected f32, f16 or bf16");
+      }
+    }
+    store_->push_back(std::move(v));
+    return store_->back().data();
+  }
+
+  Result<const float*> optional_vector(const std::string& name, int64_t n, bool wanted) {
+    if (!wanted) return static_cast<const float*>(nullptr);
+    return vector(name, n);
+  }
+
+ private:
+  const TensorSet& ts_;
+  std::vector<std::vector<float>>* store_;
+};
+
+Status bind_weights(const ModelConfig& c, const TensorSet& ts, bool gguf, ModelWeights* w,
+                    std::vector<std::vector<float>>* store) {
+  Binder b(ts, store);
+  const Names n{gguf};
+  GB_ASSIGN_OR_RETURN(w->token_embd, b.matrix(n.embd(), c.vocab, c.n_embd));
+  GB_ASSIGN_OR_RETURN(w->output_norm, b.vector(n.out_norm(), c.n_embd));
+  if (c.tied_embeddings) {
+    w->output = w->token_embd;
+  } else {
+    GB_ASSIGN_OR_RETURN(w->output, b.matrix(n.output(), c.vocab, c.n_embd));
+  }
+  const int64_t qd = c.q_dim(), kvd = c.kv_dim();
+  w->layers.resize(c.n_layers);
+  for (int l = 0; l < c.n_layers; ++l) {
+    LayerWeights& L = w->layers[l];
+    GB_ASSIGN_OR_RETURN(L.attn_norm, b.vector(n.layer(l, "input_layernorm.weight", "attn_norm.weight"), c.n_embd));
+    GB_ASSIGN_OR_RETURN(L.wq, b.matrix(n.layer(l, "self_attn.q_proj.weight", "attn_q.weight"), qd, c.n_embd));
+    GB_ASSIGN_OR_RETURN(L.wk, b.matrix(n.layer(l, "self_attn.k_proj.weight", "attn_k.weight"), kvd, c.n_embd));
+    GB_ASSIGN_OR_RETURN(L.wv, b.matrix(n.layer(l, "self_attn.v_proj.weight", "attn_v.weight"), kvd, c.n_embd));
+    GB_ASSIGN_OR_RETURN(L.wo, b.matrix(n.layer(l, "self_attn.o_proj.weight", "attn_output.weight"), c.n_embd, qd));
+    GB_ASSIGN_OR_RETURN(L.bq, b.optional_vector(n.layer(l, "self_attn.q_proj.bias", "attn_q.bias"), qd, c.qkv_bias));
+    GB_ASSIGN_OR_RETURN(L.bk, b.optional_vector(n.layer(l, "self_attn.k_proj.bias", "attn_k.bias"), kvd, c.qkv_bias));
+    GB_ASSIGN_OR_RETURN(L.bv, b.optional_vector(n.layer(l, "self_attn.v_proj.bias", "attn_v.bias"), kvd, c.qkv_bias));
+    GB_ASSIGN_OR_RETURN(L.bo, b.optional_vector(n.layer(l, "self_attn.o_proj.bias", "attn_output.bias"), c.n_embd, c.o_bias));
+    GB_ASSIGN_OR_RETURN(L.q_norm, b.optional_vector(n.layer(l, "self_attn.q_norm.weight", "attn_q_norm.weight"), c.head_dim, c.qk_norm));
+    GB_ASSIGN_OR_RETURN(L.k_norm, b.optional_vector(n.layer(l, "self_attn.k_norm.weight", "attn_k_norm.weight"), c.head_dim, c.qk_norm));
+    GB_ASSIGN_OR_RETURN(L.ffn_norm, b.vector(n.layer(l, "post_attention_layernorm.weight", "ffn_norm.weight"), c.n_embd));
+    GB_ASSIGN_OR_RETURN(L.w_gate, b.matrix(n.layer(l, "mlp.gate_proj.weight", "ffn_gate.weight"), c.n_ff, c.n_embd));
+    GB_ASSIGN_OR_RETURN(L.w_up, b.matrix(n.layer(l, "mlp.up_proj.weight", "ffn_up.weight"), c.n_ff, c.n_embd));
+    GB_ASSIGN_OR_RETURN(L.w_down, b.matrix(n.layer(l, "mlp.down_proj.weight", "ffn_down.weight"), c.n_embd, c.n_ff));
+  }
+  return Status::ok();
+}
+
+Result<json> read_json(const std::string& path) {
+  GB_ASSIGN_OR_RETURN(std::string text, read_file(path));
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return Status::error(path + ": not valid JSON");
+  return j;
+}
+
+Status add_safetensors(const std::string& path, TensorSet* ts, std::vector<std::shared_ptr<MappedFile>>* files) {
+  GB_ASSIGN_OR_RETURN(SafetensorsFile f, read_safetensors(path));
+  for (auto& t : f.tensors) {
+    if (!files->empty() && files->back() == t.file) {
+    } else if (t.file) {
+      files->push_back(t.file);
+    }
+    std::string name = t.name;
+    ts->tensors[name] = std::move(t);
+  }
+  return Status::ok();
+}
+
+struct Loaded {
+  ModelConfig config;
+  TensorSet tensors;
+  std::vector<std::shared_ptr<MappedFile>> files;
+  bool gguf = false;
+};
+
+Status load_hf(const std::string& dir, Loaded* out) {
+  const std::string config_path = dir + "/config.json";
+  if (!fs::exists(config_path)) return Status::error(dir + ": no config.json (not a Hugging Face model directory)");
+  GB_ASSIGN_OR_RETURN(json config, read_json(config_path));
+  json gen;
+  const bool has_gen = fs::exists(dir + "/generation_config.json");
+  if (has_gen) {
+    GB_ASSIGN_OR_RETURN(gen, read_json(dir + "/generation_config.json"));
+  }
+  auto parsed = parse_hf_config(config, has_gen ? &gen : nullptr);
+  if (!parsed.is_ok()) return Status::error(dir + "/" + parsed.message());
+  out->config = std::move(parsed).value();
+
+  out->tensors.where = dir;
+  const std::string single = dir + "/model.safetensors";
+  const std::string index = dir + "/model.safetensors.index.json";
+  if (fs::exists(single)) {
+    out->tensors.where = single;
+    GB_RETURN_IF_ERROR(add_safetensors(single, &out->tensors, &out->files));
+  } else if (fs::exists(index)) {
+    GB_ASSIGN_OR_RETURN(json idx, read_json(index));
+    if (!idx.is_object() || !idx.contains("weight_map") || !idx["weight_map"].is_object()) {
+      return Status::error(index + ": no 'weight_map' object");
+    }
+    std::set<std::string> shards;
+    for (const auto& [name, file] : idx["weight_map"].items()) {
+      if (!file.is_string() || file.get<std::string>().find('/') != std::string::npos) {
+        return Status::error(index + ": weight_map entry for '" + name + "' is not a file name in the directory");
+      }
+      shards.insert(file.get<std::string>());
+    }
+    for (const auto& s : shards) GB_RETURN_IF_ERROR(add_safetensors(dir + "/" + s, &out->tensors, &out->files));
+    for (const auto& [name, file] : idx["weight_map"].items()) {
+      if (out->tensors.find(name) == nullptr) {
+        return Status::error(dir + "/" + file.get<std::string>() + ": tensor '" + name +
+                             "' listed in model.safetensors.index.json is missing");
+      }
+    }
+  } else {
+    return Status::error(dir + ": neither model.safetensors nor model.safetensors.index.json is present");
+  }
+  ModelConfig& c = out->config;
+  if (!c.tied_embeddings_known) c.tied_embeddings = out->tensors.find("lm_head.weight") == nullptr;
+  return Status::ok();
+}
+
+Status load_gguf(const std::string& path, Loaded* out) {
+  GB_ASSIGN_OR_RETURN(GgufFile g, read_gguf(path));
+  out->gguf = true;
+  out->files.push_back(g.file);
+  out->tensors.where = path;
+  out->tensors.quantized_ok = true;
+  for (auto& t : g.tensors) {
+    std::string name = t.name;
+    out->tensors.tensors[name] = std::move(t);
+  }
+  const TensorView* embd = out->tensors.find("token_embd.weight");
+  if (embd == nullptr) return Status::error(path + ": tensor 'token_embd.weight' is missing");
+  if (embd->shape.size() != 2) return Status::error(path + ": tensor 'token_embd.weight' is not a matrix");
+  // llama3 rope scaling travels as a tensor of per-frequency divisors, not as metadata.
+  std::vector<float> rope_freqs;
+  const TensorView* rf = out->tensors.find("rope_freqs.weight");
+  if (rf != nullptr) {
+    if (rf->dtype != DType::kF32 || rf->shape.size() != 1) {
+      return Status::error(path + ": tensor 'rope_freqs.weight' must be a 1-D f32 tensor, found " +
+                           std::string(dtype_name(rf->dtype)) + " " + rf->shape_str());
+    }
+    rope_freqs.resize(rf->shape[0]);
+    std::memcpy(rope_freqs.data(), rf->data, rope_freqs.size() * 4);
+  }
+  auto parsed = parse_gguf_config(g.metadata, embd->shape[0], rf ? &rope_freqs : nullptr);
+  if (!parsed.is_ok()) return parsed.status().with_context(path);
+  out->config = std::move(parsed).value();
+  ModelConfig& c = out->config;
+  c.tied_embeddings = out->tensors.find("output.weight") == nullptr;
+  c.qkv_bias = c.arch == Arch::kQwen2 || out->tensors.find("blk.0.attn_q.bias") != nullptr;
+  c.o_bias = out->tensors.find("blk.0.attn_output.bias") != nullptr;
+  return Status::ok();
+}
+
+bool is_gguf_file(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr) return false;
+  char magic[4] = {};
+  const size_t n = std::fread(magic, 1, 4, f);
+  std::fclose(f);
+  return n == 4 && std::memcmp(magic, "GGUF", 4) == 0;
+}
+
+}  // namespace
+
+Model::Model(ModelConfig config, const LoadOptions& options)
+    : config_(std::move(config)),
+      own_pool_(options.pool ? nullptr : std::make_unique<ThreadPool>(options.n_threads)),
+      pool_(options.pool ? options.pool : own_pool_.get()),
+      acts_(config_, options.max_batch_tokens, pool_->size()) {}
+
+Result<std::unique_ptr<Model>> load_model(const std::string& path, const LoadOptions& options) {
+  if (options.max_batch_tokens <= 0) return Status::error("load_model: max_batch_tokens must be positive");
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return Status::error(path + ": no such file or directory");
+  Loaded loaded;
+  std::string format;
+  if (fs::is_directory(path, ec)) {
+    format = "hf";
+    GB_RETURN_IF_ERROR(load_hf(path, &loaded));
+  } else if (is_gguf_file(path)) {
+    format = "gguf";
+    GB_RETURN_IF_ERROR(load_gguf(path, &loaded));
+  } else if (path.size() > 12 && path.ends_with(".safetensors")) {
+    format = "hf";
+    GB_RETURN_IF_ERROR(load_hf(fs::path(path).parent_path().string(), &loaded));
+  } else {
+    return Status::error(path + ": not a GGUF file, a .safetensors file or a Hugging Face model directory");
+  }
+  ModelWeights weights;
+  std::vector<std::vector<float>> store;
+  GB_RETURN_IF_ERROR(bind_weights(loaded.config, loaded.tensors, loaded.gguf, &weights, &store));
+  std::unique_ptr<Model> m(new Model(std::move(loaded.config), options));
+  m->weights_ = std::move(weights);
+  m->f32_store_ = std::move(store);
+  m->files_ = std::move(loaded.files);
+  m->format_ = format;
+  return m;
+}
+
+}  // namespace gb

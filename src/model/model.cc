@@ -1,0 +1,95 @@
+// Model: batch validation and dispatch to the architecture's layer loop.
+#include "model/model.h"
+
+#include "model/arch.h"
+
+namespace gb {
+
+std::string Model::describe() const {
+  const ModelConfig& c = config_;
+  return c.arch_name + " (" + format_ + ", " + std::string(dtype_name(weights_.layers.empty() ? DType::kF32 : weights_.layers[0].wq.dtype)) +
+         "): " + std::to_string(c.n_layers) + " layers, hidden " + std::to_string(c.n_embd) + ", " +
+         std::to_string(c.n_heads) + "/" + std::to_string(c.n_kv_heads) + " heads x " + std::to_string(c.head_dim) +
+         ", ffn " + std::to_string(c.n_ff) + ", vocab " + std::to_string(c.vocab) +
+         (c.tied_embeddings ? ", tied embeddings" : "");
+}
+
+Status Model::validate_batch(const Batch& b, const KvCache& cache) const {
+  const int64_t n = b.n_tokens();
+  auto bad = [](const std::string& m) { return Status::error("invalid batch: " + m); };
+  if (n == 0) return bad("no tokens");
+  if (n > acts_.max_tokens) {
+    return bad(std::to_string(n) + " tokens exceed max_batch_tokens " + std::to_string(acts_.max_tokens));
+  }
+  if (b.positions.size() != b.tokens.size() || b.seq_index.size() != b.tokens.size() ||
+      b.slots.size() != b.tokens.size()) {
+    return bad("tokens, positions, seq_index and slots differ in length");
+  }
+  const int64_t bs = cache.block_size();
+  for (size_t s = 0; s < b.seqs.size(); ++s) {
+    const BatchSeq& q = b.seqs[s];
+    if (q.context_len < 1 || q.context_len > config_.max_pos) {
+      return bad("sequence " + std::to_string(s) + " context length " + std::to_string(q.context_len) +
+                 " is outside [1, " + std::to_string(config_.max_pos) + "]");
+    }
+    if (static_cast<int64_t>(q.block_table.size()) * bs < q.context_len) {
+      return bad("sequence " + std::to_string(s) + " has " + std::to_string(q.block_table.size()) +
+                 " blocks, too few for " + std::to_string(q.context_len) + " tokens");
+    }
+    for (int64_t i = 0; i < (q.context_len + bs - 1) / bs; ++i) {
+      if (q.block_table[i] < 0 || q.block_table[i] >= cache.n_blocks()) {
+        return bad("sequence " + std::to_string(s) + " block " + std::to_string(q.block_table[i]) +
+                   " is outside the cache's " + std::to_string(cache.n_blocks()) + " blocks");
+      }
+    }
+  }
+  for (int64_t t = 0; t < n; ++t) {
+    const std::string tok = "token " + std::to_string(t);
+    if (b.tokens[t] < 0 || b.tokens[t] >= config_.vocab) {
+      return bad(tok + " id " + std::to_string(b.tokens[t]) + " is outside the vocabulary of " + std::to_string(config_.vocab));
+    }
+    const int32_t s = b.seq_index[t];
+    if (s < 0 || static_cast<size_t>(s) >= b.seqs.size()) return bad(tok + " has sequence index " + std::to_string(s));
+    const BatchSeq& q = b.seqs[s];
+    const int32_t pos = b.positions[t];
+    if (pos < 0 || pos >= q.context_len) {
+      return bad(tok + " position " + std::to_string(pos) + " is outside its sequence's context of " +
+                 std::to_string(q.context_len));
+    }
+    // Attention finds keys through the block table; the slot must be the same place.
+    const int64_t expect = int64_t{q.block_table[pos / bs]} * bs + pos % bs;
+    if (b.slots[t] != expect) {
+      return bad(tok + " slot " + std::to_string(b.slots[t]) + " is not where its block table puts position " +
+                 std::to_string(pos) + " (" + std::to_string(expect) + ")");
+    }
+  }
+  for (size_t i = 0; i < b.output_rows.size(); ++i) {
+    const int32_t r = b.output_rows[i];
+    if (r < 0 || r >= n || (i > 0 && r <= b.output_rows[i - 1])) {
+      return bad("output rows must be ascending token rows in [0, " + std::to_string(n) + ")");
+    }
+  }
+  return Status::ok();
+}
+
+Status Model::forward(const Batch& batch, KvCache& cache, const Hooks* hooks, float* logits) {
+  GB_RETURN_IF_ERROR(validate_batch(batch, cache));
+  if (hooks != nullptr && hooks->n_layers() != config_.n_layers) {
+    return Status::error("forward: hooks were made for " + std::to_string(hooks->n_layers()) + " layers, the model has " +
+                         std::to_string(config_.n_layers));
+  }
+  if (batch.n_out() > 0 && logits == nullptr) return Status::error("forward: output rows requested but no logits buffer");
+  // Attention scratch grows with the cache's block size, once, outside the layer loop.
+  const size_t need = static_cast<size_t>(pool_->size()) * cache.block_size();
+  if (acts_.scores.size() < need) acts_.scores.resize(need);
+  switch (config_.arch) {
+    case Arch::kLlama:
+    case Arch::kQwen2:
+    case Arch::kQwen3:
+      forward_llama(config_, weights_, acts_, *pool_, batch, cache, hooks, logits);
+      return Status::ok();
+  }
+  return Status::error("forward: unknown architecture");
+}
+
+}  // namespace gb

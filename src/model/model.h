@@ -1,0 +1,66 @@
+// Model: a loaded model (config + weights used in place) and its forward pass over one flat batch.
+// The entry point for the engine, the CLI and the tests.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/mapped_file.h"
+#include "core/status.h"
+#include "core/thread_pool.h"
+#include "model/activations.h"
+#include "model/batch.h"
+#include "model/config.h"
+#include "model/hooks.h"
+#include "model/kv_cache.h"
+#include "model/weights.h"
+
+namespace gb {
+
+struct LoadOptions {
+  int32_t max_batch_tokens = 512;  // Activations are sized for this many tokens per forward
+  int32_t n_threads = 0;           // size of the model's own pool when `pool` is null (0: all CPUs)
+  ThreadPool* pool = nullptr;      // a pool owned by the caller, shared with other work
+};
+
+class Model {
+ public:
+  const ModelConfig& config() const { return config_; }
+  const ModelWeights& weights() const { return weights_; }
+  int32_t max_batch_tokens() const { return acts_.max_tokens; }
+  ThreadPool& pool() { return *pool_; }
+  // "llama (hf, f32): 5 layers, hidden 64, 8/4 heads × 8, ffn 172, vocab 512"
+  std::string describe() const;
+
+  // One step: writes every token's k/v into its cache slot, attends each token over its own
+  // sequence's cache up to its position, and writes logits[n_out, vocab] f32 for
+  // batch.output_rows. hooks (may be null) receive the active hook tensors as they are produced.
+  // An invalid batch (ids, positions, slots, block tables, sizes) is an error before any work.
+  // Not re-entrant: one forward at a time per Model.
+  Status forward(const Batch& batch, KvCache& cache, const Hooks* hooks, float* logits);
+
+  Status validate_batch(const Batch& batch, const KvCache& cache) const;
+
+ private:
+  friend Result<std::unique_ptr<Model>> load_model(const std::string& path, const LoadOptions& options);
+  Model(ModelConfig config, const LoadOptions& options);
+
+  ModelConfig config_;
+  ModelWeights weights_;
+  std::string format_;                                 // "hf" or "gguf"
+  std::vector<std::shared_ptr<MappedFile>> files_;     // keep the weight mappings alive
+  std::vector<std::vector<float>> f32_store_;          // f32 copies of norm weights / biases / rope factors
+  std::unique_ptr<ThreadPool> own_pool_;
+  ThreadPool* pool_;
+  Activations acts_;
+};
+
+// Loads a Hugging Face model directory (config.json, model.safetensors or shards with
+// model.safetensors.index.json, generation_config.json) or a GGUF file. Weight matrices are used
+// in place in the mapped files; any missing or mis-shaped tensor, unsupported dtype or
+// architecture, bad config key or truncated file is an error naming it.
+Result<std::unique_ptr<Model>> load_model(const std::string& path, const LoadOptions& options = {});
+
+}  // namespace gb

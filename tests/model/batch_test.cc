@@ -1,0 +1,235 @@
+// Batch invariance and cache consistency: a sequence's logits do not depend on what else is in the
+// batch, on how its prompt is chunked, or on whether it was decoded incrementally with the cache.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "model/observers.h"
+#include "model/session.h"
+#include "reference_util.h"
+
+namespace gb {
+namespace {
+
+using test::max_abs_diff;
+
+std::unique_ptr<Model> load(const std::string& rel, int threads = 1, int max_tokens = 128) {
+  auto m = load_model(test::shared_path(rel), {.max_batch_tokens = max_tokens, .n_threads = threads});
+  EXPECT_TRUE(m.is_ok()) << m.message();
+  return m.is_ok() ? std::move(*m) : nullptr;
+}
+
+std::vector<int32_t> random_ids(int n, int vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> ids(n);
+  for (auto& id : ids) id = static_cast<int32_t>(rng() % vocab);
+  return ids;
+}
+
+// Logits of every token of `ids` fed in one forward.
+std::vector<float> full_logits(Model& m, const std::vector<int32_t>& ids) {
+  auto cache = KvCache::create(m.config(), 32, 16);
+  Session s(m, **cache);
+  EXPECT_TRUE(s.feed(ids, nullptr, true).is_ok());
+  return std::vector<float>(s.logits().begin(), s.logits().end());
+}
+
+class Invariance : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(Invariance, AloneEqualsInsideMixedBatch) {
+  // 2 threads: the attention and norm loops take their parallel paths on this batch size.
+  auto m = load(GetParam(), 2);
+  ASSERT_NE(m, nullptr);
+  const int64_t vocab = m->config().vocab;
+  const auto a = random_ids(21, vocab, 1), b = random_ids(5, vocab, 2), c = random_ids(40, vocab, 3);
+  const auto want_a = full_logits(*m, a);
+
+  // Batch: B's full prompt, then A's first 13 tokens, then C's prompt; next step A's remaining 8
+  // tokens beside one decode token of B and one of C — prefill chunks and decode mixed.
+  auto cache = KvCache::create(m->config(), 32, 16);
+  ASSERT_TRUE(cache.is_ok());
+  auto& alloc = (*cache)->allocator();
+  // Interleaved, non-contiguous block ids for every sequence.
+  std::vector<int32_t> ta, tb, tc;
+  for (int i = 0; i < 3; ++i) {
+    tc.push_back(alloc.allocate());
+    ta.push_back(alloc.allocate());
+    tb.push_back(alloc.allocate());
+  }
+  Batch batch;
+  batch.add_sequence(b, 0, tb, 16, true);
+  batch.add_sequence(std::span(a).first(13), 0, ta, 16, true);
+  batch.add_sequence(c, 0, tc, 16, false);
+  std::vector<float> logits(batch.n_out() * vocab);
+  ASSERT_TRUE(m->forward(batch, **cache, nullptr, logits.data()).is_ok());
+  const double e1 = max_abs_diff(logits.data() + 5 * vocab, want_a.data(), 13 * vocab);
+
+  batch.clear();
+  const int32_t nb[] = {7}, nc[] = {9};
+  batch.add_sequence(nb, 5, tb, 16, true);
+  batch.add_sequence(std::span(a).subspan(13), 13, ta, 16, true);
+  batch.add_sequence(nc, 40, tc, 16, true);
+  logits.assign(batch.n_out() * vocab, 0.0f);
+  ASSERT_TRUE(m->forward(batch, **cache, nullptr, logits.data()).is_ok());
+  const double e2 = max_abs_diff(logits.data() + 1 * vocab, want_a.data() + 13 * vocab, 8 * vocab);
+  EXPECT_LE(e1, 1e-5);
+  EXPECT_LE(e2, 1e-5);
+  std::printf("%s: alone vs mixed batch max |diff| %.2g / %.2g\n", GetParam(), e1, e2);
+}
+
+TEST_P(Invariance, IncrementalDecodeEqualsFullRecomputation) {
+  auto m = load(GetParam());
+  ASSERT_NE(m, nullptr);
+  const int64_t vocab = m->config().vocab;
+  const auto ids = random_ids(37, vocab, 4);
+  const auto want = full_logits(*m, ids);
+  auto cache = KvCache::create(m->config(), 8, 16);
+  Session s(*m, **cache);
+  ASSERT_TRUE(s.feed(std::span(ids).first(3)).is_ok());
+  double err = max_abs_diff(s.last_logits().data(), want.data() + 2 * vocab, vocab);
+  for (size_t i = 3; i < ids.size(); ++i) {
+    ASSERT_TRUE(s.feed(std::span(ids).subspan(i, 1)).is_ok());
+    err = std::max(err, max_abs_diff(s.last_logits().data(), want.data() + i * vocab, vocab));
+  }
+  EXPECT_LE(err, 1e-5);
+}
+
+TEST_P(Invariance, ChunkedPrefillEqualsOneForward) {
+  auto m = load(GetParam());
+  ASSERT_NE(m, nullptr);
+  const int64_t vocab = m->config().vocab;
+  const auto ids = random_ids(45, vocab, 5);
+  const auto want = full_logits(*m, ids);
+  auto cache = KvCache::create(m->config(), 8, 16);
+  Session s(*m, **cache);
+  // Split inside a block (19 = 16 + 3) so the second chunk appends to a half-filled block.
+  ASSERT_TRUE(s.feed(std::span(ids).first(19), nullptr, true).is_ok());
+  const double e1 = max_abs_diff(s.logits().data(), want.data(), 19 * vocab);
+  ASSERT_TRUE(s.feed(std::span(ids).subspan(19), nullptr, true).is_ok());
+  const double e2 = max_abs_diff(s.logits().data(), want.data() + 19 * vocab, 26 * vocab);
+  EXPECT_LE(e1, 1e-5);
+  EXPECT_LE(e2, 1e-5);
+  // A model whose batch is smaller than the prompt chunks it inside Session::feed.
+  auto small = load(GetParam(), 1, 8);
+  auto cache2 = KvCache::create(small->config(), 8, 16);
+  Session s2(*small, **cache2);
+  ASSERT_TRUE(s2.feed(ids, nullptr, true).is_ok());
+  EXPECT_LE(max_abs_diff(s2.logits().data(), want.data(), want.size()), 1e-5);
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, Invariance,
+                         ::testing::Values("models/stories260K", "testdata/reference/llama3-untied/hf",
+                                           "testdata/reference/qwen2-bias/gguf/model-q8_0.gguf",
+                                           "testdata/reference/qwen3-qknorm/hf"),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           n = n.substr(n.find_first_of('/') + 1);
+                           for (char& ch : n) {
+                             if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                           }
+                           return n;
+                         });
+
+TEST(Batch, InvalidBatchesAreErrorsNotCrashes) {
+  auto m = load("models/stories260K");
+  ASSERT_NE(m, nullptr);
+  auto cache = KvCache::create(m->config(), 4, 16);
+  std::vector<int32_t> table = {0, 1};
+  std::vector<float> logits(2 * m->config().vocab);
+  const std::vector<int32_t> ids = {1, 2, 3};
+  auto expect_error = [&](const Batch& b, const std::string& fragment) {
+    Status st = m->forward(b, **cache, nullptr, logits.data());
+    EXPECT_FALSE(st.is_ok());
+    EXPECT_NE(st.message().find(fragment), std::string::npos) << st.message();
+  };
+  Batch b;
+  expect_error(b, "no tokens");
+  b.add_sequence(ids, 0, table, 16, false);
+  b.tokens[1] = 512;
+  expect_error(b, "outside the vocabulary");
+  b.tokens[1] = 5;
+  b.slots[2] = 40;
+  expect_error(b, "slot 40");
+  b.slots[2] = 2;
+  b.positions[2] = 3;
+  expect_error(b, "position 3");
+  b.positions[2] = 2;
+  const std::vector<int32_t> bad_table = {7};
+  b.seqs[0].block_table = bad_table;
+  expect_error(b, "block 7");
+  b.seqs[0].block_table = table;
+  b.output_rows = {2, 1};
+  expect_error(b, "ascending");
+  b.output_rows = {2};
+  EXPECT_TRUE(m->forward(b, **cache, nullptr, logits.data()).is_ok());
+  Batch big;
+  std::vector<int32_t> many(200, 5), table13(13);
+  for (int i = 0; i < 13; ++i) table13[i] = i % 4;
+  big.add_sequence(many, 0, table13, 16, false);
+  expect_error(big, "max_batch_tokens");
+}
+
+TEST(Session, OutOfBlocksAndContextAreErrors) {
+  auto m = load("models/stories260K");
+  auto cache = KvCache::create(m->config(), 2, 16);
+  Session a(*m, **cache);
+  const auto ids = random_ids(20, 512, 6);
+  ASSERT_TRUE(a.feed(ids).is_ok());  // takes both blocks
+  EXPECT_EQ((*cache)->allocator().n_free(), 0);
+  Session b(*m, **cache);
+  Status st = b.feed(std::span(ids).first(1));
+  EXPECT_FALSE(st.is_ok());
+  EXPECT_NE(st.message().find("out of blocks"), std::string::npos);
+  a.reset();
+  EXPECT_EQ((*cache)->allocator().n_free(), 2);
+  EXPECT_TRUE(b.feed(std::span(ids).first(1)).is_ok());
+  std::vector<int32_t> too_long(600, 5);
+  auto big = KvCache::create(m->config(), 64, 16);
+  Session c(*m, **big);
+  EXPECT_FALSE(c.feed(too_long).is_ok());
+}
+
+TEST(BlockAllocator, RefCountsFreeAtZero) {
+  BlockAllocator alloc(3);
+  const int32_t a = alloc.allocate(), b = alloc.allocate();
+  EXPECT_NE(a, b);
+  alloc.retain(a);  // shared by two sequences, e.g. a cached prefix
+  alloc.release(a);
+  EXPECT_EQ(alloc.n_free(), 1);
+  alloc.release(a);
+  EXPECT_EQ(alloc.n_free(), 2);
+  EXPECT_EQ(alloc.ref_count(b), 1);
+  alloc.allocate();
+  alloc.allocate();
+  EXPECT_EQ(alloc.allocate(), -1);
+}
+
+// Observers see exactly the (point, layer) pairs that were asked for.
+class CountingObserver : public Observer {
+ public:
+  void observe(const HookTensor& t) override { seen.push_back(hook_key(t.point, t.layer)); }
+  std::vector<std::string> seen;
+};
+
+TEST(Hooks, OnlyActivePointsAreCalledAndOffChangesNothing) {
+  auto m = load("models/stories260K");
+  const auto ids = random_ids(9, 512, 7);
+  const auto plain = full_logits(*m, ids);
+  Hooks hooks(m->config().n_layers);
+  CountingObserver obs;
+  hooks.watch(HookPoint::kMlpAct, 2, &obs);
+  hooks.watch(HookPoint::kResidPost, 4, &obs);
+  hooks.watch(HookPoint::kLogits, -1, &obs);
+  EXPECT_EQ(hooks.layer_mask(0), 0u);
+  EXPECT_EQ(hooks.layer_mask(2), hook_bit(HookPoint::kMlpAct));
+  auto cache = KvCache::create(m->config(), 4, 16);
+  Session s(*m, **cache);
+  ASSERT_TRUE(s.feed(ids, &hooks, true).is_ok());
+  EXPECT_EQ(obs.seen, (std::vector<std::string>{"layers.2.mlp_act", "layers.4.resid_post", "logits"}));
+  EXPECT_EQ(std::vector<float>(s.logits().begin(), s.logits().end()), plain);  // observing changes nothing
+  EXPECT_EQ(parse_hook_point("resid_mid"), HookPoint::kResidMid);
+  EXPECT_FALSE(parse_hook_point("resid_middle").has_value());
+}
+
+}  // namespace
+}  // namespace gb
