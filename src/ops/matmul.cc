@@ -138,12 +138,14 @@ constexpr int64_t kDequantRows = 16;
 
 }  // namespace
 
+int g_kernel_variant = 0;
+
 // ---------------------------------------------------------------------------------------------
 // Scalar kernels: the portable fallback (and the ISA-independent definition of the numerics).
 
 namespace scalar {
 
-void quantize(const float* x, int64_t cols, float* d, int8_t* q) {
+void quantize(const float* x, int64_t cols, float* d, int8_t* q, uint8_t* a, int32_t* c) {
   for (int64_t b = 0; b < cols / kQBlock; ++b) {
     const float* xb = x + b * kQBlock;
     float amax = 0.0f;
@@ -152,6 +154,12 @@ void quantize(const float* x, int64_t cols, float* d, int8_t* q) {
     const float id = amax != 0.0f ? 127.f / amax : 0.0f;
     // nearbyint rounds half to even in the default rounding mode, like _mm256_round_ps.
     for (int i = 0; i < kQBlock; ++i) q[b * kQBlock + i] = static_cast<int8_t>(std::nearbyint(xb[i] * id));
+  }
+  if (a != nullptr) {
+    for (int64_t i = 0; i < cols; ++i) a[i] = static_cast<uint8_t>(std::abs(q[i]));
+  }
+  if (c != nullptr) {
+    for (int64_t i = 0; i < cols / 4; ++i) c[i] = -8 * (q[4 * i] + q[4 * i + 1] + q[4 * i + 2] + q[4 * i + 3]);
   }
 }
 
@@ -282,7 +290,7 @@ void matmul_ref_quantized_acts(const float* x, int64_t n, const Weight& w, float
 }
 
 void quantize_activations_q8(const float* x, int64_t cols, float* d, int8_t* q) {
-  scalar::quantize(x, cols, d, q);
+  scalar::quantize(x, cols, d, q, nullptr, nullptr);
 }
 
 void quantize_row_q8_0(const float* x, int64_t cols, uint8_t* out) {
@@ -342,17 +350,27 @@ void matmul(ThreadPool& pool, const float* x, int64_t n, const Weight& w, float*
     // The calling thread owns the rounded activations; workers only read them.
     thread_local Scratch scratch;
     const int64_t nb = w.cols / kQBlock;
-    uint8_t* buf = scratch.get(static_cast<size_t>(n * nb * 4 + n * w.cols));
+    const int64_t cols = w.cols;
+    // [n·nb] f32 d | [n·cols] i8 q | [n·cols] u8 |q| | [n·cols/4] i32 offsets; all 4-aligned.
+    uint8_t* buf = scratch.get(static_cast<size_t>(n * nb * 4 + 3 * n * cols));
     float* xd = reinterpret_cast<float*>(buf);
     int8_t* xq = reinterpret_cast<int8_t*>(buf + n * nb * 4);
-    if (n * w.cols < (int64_t{1} << 16) || n_threads == 1) {
-      for (int64_t t = 0; t < n; ++t) k.quantize(x + t * w.cols, w.cols, xd + t * nb, xq + t * w.cols);
+    uint8_t* xa = buf + n * nb * 4 + n * cols;
+    int32_t* xc = reinterpret_cast<int32_t*>(buf + n * nb * 4 + 2 * n * cols);
+    auto quantize_tokens = [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t)
+        k.quantize(x + t * cols, cols, xd + t * nb, xq + t * cols, xa + t * cols, xc + t * cols / 4);
+    };
+    if (n * cols < (int64_t{1} << 16) || n_threads == 1) {
+      quantize_tokens(0, n);
     } else {
       pool.run([&](int ti) {
         const Range tr = split_range(n, ti, n_threads);
-        for (int64_t t = tr.begin; t < tr.end; ++t) k.quantize(x + t * w.cols, w.cols, xd + t * nb, xq + t * w.cols);
+        quantize_tokens(tr.begin, tr.end);
       });
     }
+    a.xa = xa;
+    a.xc = xc;
     a.xd = xd;
     a.xq = xq;
   }

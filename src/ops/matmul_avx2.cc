@@ -47,7 +47,7 @@ float V::hsum(F x) { return hsum8(x); }
 void rows(const KernelArgs& a, int64_t r0, int64_t r1) { rows_any(a, r0, r1); }
 
 // ggml's AVX2 quantize_row_q8_0: d = amax/127 (stored as fp16), q = round-half-even(x·(127/amax)).
-void quantize(const float* x, int64_t cols, float* d, int8_t* q) {
+void quantize(const float* x, int64_t cols, float* d, int8_t* q, uint8_t* a, int32_t* c) {
   const __m256 sign_bit = _mm256_set1_ps(-0.0f);
   const __m256i perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
   for (int64_t b = 0; b < cols / kQBlock; ++b) {
@@ -75,6 +75,11 @@ void quantize(const float* x, int64_t cols, float* d, int8_t* q) {
     i0 = _mm256_packs_epi16(i0, i2);
     i0 = _mm256_permutevar8x32_epi32(i0, perm);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + b * kQBlock), i0);
+    if (a != nullptr) _mm256_storeu_si256(reinterpret_cast<__m256i*>(a + b * kQBlock), _mm256_abs_epi8(i0));
+    if (c != nullptr) {
+      const __m256i sum4 = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(8), i0), _mm256_set1_epi16(1));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(c + b * 8), _mm256_sub_epi32(_mm256_setzero_si256(), sum4));
+    }
   }
 }
 

@@ -60,7 +60,12 @@ inline void tile_float(const KernelArgs& a, int64_t t0, int64_t r0) {
   for (int t = 0; t < T; ++t)
     for (int r = 0; r < R; ++r) acc[t][r] = V::zero();
   const int64_t cv = cols / V::kLanes * V::kLanes;
+  constexpr int64_t kEsize = D == DType::kF32 ? 4 : 2;
+  constexpr int64_t kLinesEvery = 64 / (V::kLanes * kEsize) > 0 ? 64 / (V::kLanes * kEsize) : 1;
   for (int64_t i = 0; i < cv; i += V::kLanes) {
+    if ((g_kernel_variant & 1) == 0 && (i / V::kLanes) % kLinesEvery == 0) {
+      for (int r = 0; r < R; ++r) _mm_prefetch(reinterpret_cast<const char*>(w + (R + r) * a.w_stride + i * kEsize), _MM_HINT_T0);
+    }
     F wv[R];
     for (int r = 0; r < R; ++r) wv[r] = V::template load_w<D>(w + r * a.w_stride, i);
     for (int t = 0; t < T; ++t) {
@@ -79,16 +84,17 @@ inline void tile_float(const KernelArgs& a, int64_t t0, int64_t r0) {
 
 // ---- quantized-weight family (Q8_0 / Q4_0) against Q8_0-rounded activations ----
 
-// 32 signed weight codes of one block (Q4_0: nibble - 8; low nibbles are elements 0..15).
+// The 32 weight codes of one block as maddubs wants them: Q8_0 signed (the sign moves onto the
+// activations), Q4_0 as unsigned nibbles 0..15 (its -8 offset comes from KernelArgs::xc);
+// low nibbles are elements 0..15.
 template <DType D>
 inline __m256i load_wq(const uint8_t* qs) {
   if constexpr (D == DType::kQ8_0) {
     return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs));
   } else {
     const __m128i tmp = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
-    __m256i bytes = _mm256_insertf128_si256(_mm256_castsi128_si256(tmp), _mm_srli_epi16(tmp, 4), 1);
-    bytes = _mm256_and_si256(bytes, _mm256_set1_epi8(0x0f));
-    return _mm256_sub_epi8(bytes, _mm256_set1_epi8(8));
+    const __m256i bytes = _mm256_insertf128_si256(_mm256_castsi128_si256(tmp), _mm_srli_epi16(tmp, 4), 1);
+    return _mm256_and_si256(bytes, _mm256_set1_epi8(0x0f));
   }
 }
 
@@ -97,33 +103,56 @@ inline constexpr int64_t block_bytes() {
   return D == DType::kQ8_0 ? 34 : 18;
 }
 
-// Same arithmetic as ggml_vec_dot_q8_0_q8_0 / q4_0_q8_0 on AVX2: per block, int32 lanes of
-// |w|·sign(x, w) products (exact), converted to f32, times the f32 product d_w·d_x, fma'd into
-// one 8-lane accumulator; hsum8 at the end.
+// f16 block scale broadcast to all lanes (vpbroadcastw + vcvtph2ps: fewer ops than scalar
+// conversion and a broadcast).
+inline __m256 load_scale8(const uint8_t* p) {
+  int16_t h;
+  __builtin_memcpy(&h, p, 2);
+  return _mm256_cvtph_ps(_mm_set1_epi16(h));
+}
+
+// Same sums as ggml_vec_dot_q8_0_q8_0 / q4_0_q8_0 on AVX2: per block, int32 lanes of the exact
+// products of 4 consecutive elements, converted to f32, times the f32 product d_w·d_x, fma'd into
+// one 8-lane accumulator; hsum8 at the end. The lanes are computed differently (Q8_0:
+// |x|·sign(w, x); Q4_0: q·x - 8·Σx) but are the same integers, so the results match ggml's bitwise.
 template <DType D, int T, int R>
 inline void tile_q(const KernelArgs& a, int64_t t0, int64_t r0) {
   const int64_t cols = a.cols;
   const int64_t nb = cols / kQBlock;
   const int8_t* xq = a.xq + t0 * cols;
+  const uint8_t* xa = a.xa + t0 * cols;
+  const int32_t* xc = a.xc + t0 * (cols / 4);
   const float* xd = a.xd + t0 * nb;
   const uint8_t* w = a.w + r0 * a.w_stride;
   __m256 acc[T][R];
   for (int t = 0; t < T; ++t)
     for (int r = 0; r < R; ++r) acc[t][r] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
-    __m256i wq[R], wa[R];
+    if ((g_kernel_variant & 1) == 0) {
+      // Prefetch the next tile's rows at the same column: R rows ahead (several KB) hides DRAM
+      // latency that the hardware prefetcher, juggling R interleaved streams, does not.
+      for (int r = 0; r < R; ++r)
+        _mm_prefetch(reinterpret_cast<const char*>(w + (R + r) * a.w_stride + b * block_bytes<D>()), _MM_HINT_T0);
+    }
+    __m256i wq[R];
     __m256 dw[R];
     for (int r = 0; r < R; ++r) {
       const uint8_t* blk = w + r * a.w_stride + b * block_bytes<D>();
       wq[r] = load_wq<D>(blk + 2);
-      wa[r] = _mm256_sign_epi8(wq[r], wq[r]);  // |w|
-      dw[r] = _mm256_set1_ps(load_f16_scalar(blk));
+      dw[r] = load_scale8(blk);
     }
     for (int t = 0; t < T; ++t) {
       const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + t * cols + b * kQBlock));
       const __m256 dx = _mm256_set1_ps(xd[t * nb + b]);
       for (int r = 0; r < R; ++r) {
-        const __m256i p = V::dot_block(wa[r], _mm256_sign_epi8(xv, wq[r]));
+        __m256i p;
+        if constexpr (D == DType::kQ8_0) {
+          const __m256i xabs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xa + t * cols + b * kQBlock));
+          p = V::dot_block(xabs, _mm256_sign_epi8(wq[r], xv));
+        } else {
+          const __m256i off = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xc + t * (cols / 4) + b * 8));
+          p = _mm256_add_epi32(V::dot_block(wq[r], xv), off);
+        }
         acc[t][r] = _mm256_fmadd_ps(_mm256_mul_ps(dw[r], dx), _mm256_cvtepi32_ps(p), acc[t][r]);
       }
     }

@@ -211,12 +211,18 @@ TEST(QuantizeActivations, SimdMatchesScalarBitwise) {
   for (int i = 64; i < 96; ++i) x[i] = 1e-30f * i;     // subnormal-scale block
   std::vector<float> d1(cols / 32), d2(cols / 32);
   std::vector<int8_t> q1(cols), q2(cols);
-  scalar::quantize(x.data(), cols, d1.data(), q1.data());
+  std::vector<uint8_t> a1(cols), a2(cols);
+  std::vector<int32_t> c1(cols / 4), c2(cols / 4);
+  scalar::quantize(x.data(), cols, d1.data(), q1.data(), a1.data(), c1.data());
 #if defined(__x86_64__)
-  avx2::quantize(x.data(), cols, d2.data(), q2.data());
+  avx2::quantize(x.data(), cols, d2.data(), q2.data(), a2.data(), c2.data());
 #endif
   EXPECT_EQ(0, std::memcmp(d1.data(), d2.data(), d1.size() * 4));
   EXPECT_EQ(0, std::memcmp(q1.data(), q2.data(), q1.size()));
+  EXPECT_EQ(0, std::memcmp(a1.data(), a2.data(), a1.size()));
+  EXPECT_EQ(0, std::memcmp(c1.data(), c2.data(), c1.size() * 4));
+  EXPECT_EQ(a1[2], 4);
+  EXPECT_EQ(c1[0], -8 * (127 + 2 - 4 + 0));
   EXPECT_EQ(q1[0], 127);
   EXPECT_EQ(q1[1], 2);
   EXPECT_EQ(q1[2], -4);
