@@ -3,6 +3,7 @@
 #include "ops/matmul.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -135,6 +136,16 @@ KernelSet kernel_set(Isa isa) {
 
 // Rows per chunk when K-quant rows are dequantized to f32 before the F32 kernel.
 constexpr int64_t kDequantRows = 16;
+
+// Rows per unit of work handed to a thread: about 8 units per thread so that a late thread
+// costs little, at least 16 rows (a register tile, a cache line of y), and for prefill at most
+// 256 rows so that a chunk's weights stay in L2 while all tokens pass over them.
+int64_t row_chunk(int64_t rows, int64_t n, int n_threads) {
+  int64_t c = rows / (static_cast<int64_t>(n_threads) * 8);
+  c = std::max<int64_t>(16, c / 16 * 16);
+  if (n > 4) c = std::min<int64_t>(c, 256);
+  return c;
+}
 
 }  // namespace
 
@@ -375,31 +386,37 @@ void matmul(ThreadPool& pool, const float* x, int64_t n, const Weight& w, float*
     a.xq = xq;
   }
 
-  // Rows are split across threads in multiples of 16 (whole register tiles, whole cache lines
-  // of y); every thread sweeps all tokens over its rows.
-  constexpr int64_t kRowAlign = 16;
+  // Rows are handed out in chunks from a shared counter rather than split statically: on a
+  // shared host a descheduled thread then delays the step by one chunk, not by its whole share.
+  // Chunks are multiples of 16 rows (whole register tiles); a token's results do not depend on
+  // which thread computes which chunk. Each thread sweeps all tokens over its chunk.
+  const int64_t chunk = row_chunk(w.rows, n, n_threads);
+  const int64_t n_chunks = (w.rows + chunk - 1) / chunk;
+  std::atomic<int64_t> next_chunk{0};
   if (is_kernel_dtype(w.dtype)) {
-    pool.run([&](int ti) {
-      const Range rr = split_range(w.rows, ti, n_threads, kRowAlign);
-      if (rr.begin < rr.end) k.rows(a, rr.begin, rr.end);
+    pool.run([&](int) {
+      for (int64_t c; (c = next_chunk.fetch_add(1, std::memory_order_relaxed)) < n_chunks;)
+        k.rows(a, c * chunk, std::min(w.rows, (c + 1) * chunk));
     });
     return;
   }
   if (w.dtype != DType::kQ4_K && w.dtype != DType::kQ6_K) return;  // rejected at load time
   // K-quants: dequantize a few rows at a time into per-thread scratch, then the F32 kernel.
-  pool.run([&](int ti) {
+  pool.run([&](int) {
     thread_local Scratch scratch;
-    const Range rr = split_range(w.rows, ti, n_threads, kRowAlign);
     float* buf = reinterpret_cast<float*>(scratch.get(static_cast<size_t>(kDequantRows * w.cols * 4)));
-    for (int64_t r = rr.begin; r < rr.end; r += kDequantRows) {
-      const int64_t m = std::min(kDequantRows, rr.end - r);
-      for (int64_t i = 0; i < m; ++i) dequantize_row(w, r + i, buf + i * w.cols);
-      KernelArgs f = a;
-      f.dtype = DType::kF32;
-      f.w = reinterpret_cast<const uint8_t*>(buf);
-      f.w_stride = w.cols * 4;
-      f.y = y + r;
-      k.rows(f, 0, m);
+    for (int64_t c; (c = next_chunk.fetch_add(1, std::memory_order_relaxed)) < n_chunks;) {
+      const int64_t end = std::min(w.rows, (c + 1) * chunk);
+      for (int64_t r = c * chunk; r < end; r += kDequantRows) {
+        const int64_t m = std::min(kDequantRows, end - r);
+        for (int64_t i = 0; i < m; ++i) dequantize_row(w, r + i, buf + i * w.cols);
+        KernelArgs f = a;
+        f.dtype = DType::kF32;
+        f.w = reinterpret_cast<const uint8_t*>(buf);
+        f.w_stride = w.cols * 4;
+        f.y = y + r;
+        k.rows(f, 0, m);
+      }
     }
   });
 }
