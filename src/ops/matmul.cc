@@ -124,14 +124,14 @@ struct Scratch {
 KernelSet kernel_set(Isa isa) {
 #if defined(__x86_64__)
   switch (isa) {
-    case Isa::kAvx512: return {avx512::rows, avx2::quantize};
-    case Isa::kAvx2: return {avx2::rows, avx2::quantize};
+    case Isa::kAvx512: return {avx512::rows, avx2::quantize, 32};
+    case Isa::kAvx2: return {avx2::rows, avx2::quantize, 16};
     case Isa::kScalar: break;
   }
 #else
   (void)isa;
 #endif
-  return {scalar::rows, scalar::quantize};
+  return {scalar::rows, scalar::quantize, 0};
 }
 
 // Rows per chunk when K-quant rows are dequantized to f32 before the F32 kernel.
@@ -357,6 +357,23 @@ void matmul(ThreadPool& pool, const float* x, int64_t n, const Weight& w, float*
   a.y = y;
   a.y_stride = w.rows;
 
+  if (w.dtype == DType::kBF16 && k.bf16_group > 0) {
+    thread_local Scratch scratch;
+    float* xp = reinterpret_cast<float*>(scratch.get(static_cast<size_t>(n * w.cols * 4)));
+    const int64_t g = k.bf16_group, full = w.cols / g * g;
+    for (int64_t t = 0; t < n; ++t) {
+      const float* xt = x + t * w.cols;
+      float* pt = xp + t * w.cols;
+      for (int64_t i = 0; i < full; i += g) {
+        for (int64_t j = 0; j < g / 2; ++j) {
+          pt[i + j] = xt[i + 2 * j];
+          pt[i + g / 2 + j] = xt[i + 2 * j + 1];
+        }
+      }
+      for (int64_t i = full; i < w.cols; ++i) pt[i] = xt[i];
+    }
+    a.xp = xp;
+  }
   if (is_quantized_q8_path(w.dtype)) {
     // The calling thread owns the rounded activations; workers only read them.
     thread_local Scratch scratch;

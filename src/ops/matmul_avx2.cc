@@ -10,6 +10,7 @@ namespace {
 
 struct V {
   using F = __m256;
+  using I = __m256i;
   static constexpr int kLanes = 8;
   // Rows per register tile for T = 0..4 tokens: T·R accumulators + R weight vectors fit in the
   // 16 YMM registers.
@@ -30,6 +31,9 @@ struct V {
     }
   }
   static F fma(F a, F b, F c) { return _mm256_fmadd_ps(a, b, c); }
+  static I load_i(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+  static F bf16_even(I v) { return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16)); }
+  static F bf16_odd(I v) { return _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32(-65536))); }
   static float hsum(F x);
   // int32 lanes of Σ a·b over groups of 4 bytes; a unsigned (|w| ≤ 127), b signed. The int16
   // pair sums of maddubs cannot saturate: 2·127·127 < 32767.

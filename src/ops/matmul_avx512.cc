@@ -14,6 +14,7 @@ namespace {
 
 struct V {
   using F = __m512;
+  using I = __m512i;
   static constexpr int kLanes = 16;
   // 32 ZMM registers: larger float tiles than AVX2.
   static constexpr int kFloatRows[5] = {0, 8, 6, 4, 4};
@@ -33,6 +34,9 @@ struct V {
     }
   }
   static F fma(F a, F b, F c) { return _mm512_fmadd_ps(a, b, c); }
+  static I load_i(const uint8_t* p) { return _mm512_loadu_si512(p); }
+  static F bf16_even(I v) { return _mm512_castsi512_ps(_mm512_slli_epi32(v, 16)); }
+  static F bf16_odd(I v) { return _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32(-65536))); }
   static float hsum(F x);
   static __m256i dot_block(__m256i a, __m256i b) {
     return _mm256_dpbusd_epi32(_mm256_setzero_si256(), a, b);

@@ -16,6 +16,9 @@ inline constexpr int64_t kQBlock = 32;  // elements per Q8_0 / Q4_0 block
 // weight rows r.
 struct KernelArgs {
   const float* x = nullptr;   // [n, cols] f32 activations
+  const float* xp = nullptr;  // [n, cols] f32 activations de-interleaved for BF16 weights: in each
+                              // group of KernelSet::bf16_group elements, the even ones then the odd
+                              // ones (a bf16 pair widens to f32 with one shift and one and)
   const float* xd = nullptr;  // [n, cols/32] f32 scales of the Q8_0-rounded activations (Q8_0/Q4_0)
   const int8_t* xq = nullptr; // [n, cols] int8 codes of the Q8_0-rounded activations (Q8_0/Q4_0)
   const uint8_t* xa = nullptr; // [n, cols] |xq|: the unsigned maddubs operand for Q8_0 weights
@@ -39,6 +42,7 @@ using QuantizeKernel = void (*)(const float* x, int64_t cols, float* d, int8_t* 
 struct KernelSet {
   RowsKernel rows;
   QuantizeKernel quantize;
+  int bf16_group;  // group size of KernelArgs::xp (2 x vector lanes); 0: the kernel reads x
 };
 
 // Experimental switches for A/B benchmarks (bench/ops_matmul --variant); 0 = the default.
