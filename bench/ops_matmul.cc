@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <random>
 #include <string>
 #include <vector>
@@ -23,6 +24,14 @@
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// CPU time of the calling thread: with one thread it shows the kernel's speed even when the
+// shared host takes the core away part of the time (wall time then overstates the cost).
+double thread_cpu_seconds() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
 using gb::DType;
 using gb::ops::Isa;
 using gb::ops::Weight;
@@ -133,8 +142,8 @@ int main(int argc, char** argv) {
 
   std::printf("best ISA %s; times are medians [min, max]; GB/s counts weight bytes only\n",
               std::string(gb::ops::isa_name(gb::ops::best_isa())).c_str());
-  std::printf("%-6s %-8s %5s %3s %-9s %9s %9s %9s %9s %8s %7s\n", "dtype", "shape", "n", "thr", "isa",
-              "ms", "min", "max", "GFLOP/s", "GB/s", read_baseline ? "of read" : "");
+  std::printf("%-6s %-8s %5s %3s %-9s %9s %9s %9s %9s %8s %9s %7s\n", "dtype", "shape", "n", "thr", "isa",
+              "ms", "min", "max", "GFLOP/s", "GB/s", "GF/s cpu", read_baseline ? "of read" : "");
   for (const auto& dname : dtypes) {
     DType dt;
     bool found = false;
@@ -170,7 +179,7 @@ int main(int argc, char** argv) {
           for (Isa isa : isa_list)
             for (int v : variants) configs.push_back({isa, v, false});
           if (read_baseline) configs.push_back({isa_list[0], 0, true});
-          std::vector<std::vector<double>> times(configs.size());
+          std::vector<std::vector<double>> times(configs.size()), cpu_times(configs.size());
           std::vector<uint64_t> partial(nt);
           double spent = 0;
           int64_t next = 0;
@@ -182,6 +191,7 @@ int main(int argc, char** argv) {
               const Weight w{data, dt, sh->rows, sh->cols};
               next = (next + 1) % copies;
               const auto t0 = Clock::now();
+              const double c0 = thread_cpu_seconds();
               if (configs[k].read) {
                 pool.run([&](int ti) {
                   const gb::Range r = gb::split_range(wbytes / 64, ti, nt);
@@ -191,8 +201,12 @@ int main(int argc, char** argv) {
                 gb::ops::matmul(pool, x.data(), n, w, y.data());
               }
               const double sec = std::chrono::duration<double>(Clock::now() - t0).count();
+              const double cpu = thread_cpu_seconds() - c0;
               spent += sec;
-              if (rep > 0) times[k].push_back(sec);  // rep 0 warms the pool and the scratch
+              if (rep > 0) {  // rep 0 warms the pool and the scratch
+                times[k].push_back(sec);
+                cpu_times[k].push_back(cpu);
+              }
             }
             if (rep > 1000) break;
           }
@@ -213,6 +227,13 @@ int main(int argc, char** argv) {
                         static_cast<long long>(n), nt, label.c_str(), med * 1e3, v.front() * 1e3,
                         v.back() * 1e3, configs[k].read ? 0.0 : 2.0 * n * sh->rows * sh->cols / med / 1e9,
                         wbytes / med / 1e9);
+            if (nt == 1 && !configs[k].read) {
+              auto c = cpu_times[k];
+              std::sort(c.begin(), c.end());
+              std::printf(" %9.2f", 2.0 * n * sh->rows * sh->cols / c[c.size() / 2] / 1e9);
+            } else {
+              std::printf(" %9s", "-");
+            }
             if (read_baseline && !configs[k].read) std::printf(" %6.0f%%", 100.0 * read_med / med);
             std::printf("\n");
             std::fflush(stdout);
