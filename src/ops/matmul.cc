@@ -1,11 +1,225 @@
+// Matmul dispatch (ISA choice, threads, activation quantization scratch), the portable scalar
+// kernels, the references, dequantization of every block format, and Q8_0 weight conversion.
 #include "ops/matmul.h"
 
+#include <algorithm>
+#include <atomic>
+#include <cmath>
 #include <cstring>
-#include <vector>
+#include <memory>
+#include <string>
 
 #include "core/fp16.h"
+#include "ops/cpu_features.h"
+#include "ops/matmul_kernels.h"
 
 namespace gb::ops {
+namespace {
+
+float load_f16(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return f16_to_f32(h);
+}
+
+float load_bf16(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return bf16_to_f32(h);
+}
+
+// GGML's 6-bit scale/min packing of Q4_K (get_scale_min_k4).
+void q4k_scale_min(int j, const uint8_t* q, uint8_t* d, uint8_t* m) {
+  if (j < 4) {
+    *d = q[j] & 63;
+    *m = q[j + 4] & 63;
+  } else {
+    *d = (q[j + 4] & 0xf) | ((q[j - 4] >> 6) << 4);
+    *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+  }
+}
+
+// block_q4_K: f16 d, f16 dmin, 12 bytes of packed 6-bit scales/mins, 128 bytes of nibbles.
+// Each 64-element group j uses sub-block scales 2j (low nibbles) and 2j+1 (high nibbles).
+void dequantize_q4_k(const uint8_t* blk, float* out) {
+  const float d = load_f16(blk);
+  const float dmin = load_f16(blk + 2);
+  const uint8_t* scales = blk + 4;
+  const uint8_t* q = blk + 16;
+  int is = 0;
+  for (int j = 0; j < 256; j += 64) {
+    uint8_t sc, m;
+    q4k_scale_min(is, scales, &sc, &m);
+    const float d1 = d * sc, m1 = dmin * m;
+    q4k_scale_min(is + 1, scales, &sc, &m);
+    const float d2 = d * sc, m2 = dmin * m;
+    for (int l = 0; l < 32; ++l) *out++ = d1 * (q[l] & 0xf) - m1;
+    for (int l = 0; l < 32; ++l) *out++ = d2 * (q[l] >> 4) - m2;
+    q += 32;
+    is += 2;
+  }
+}
+
+// block_q6_K: 128 bytes low nibbles (ql), 64 bytes high 2-bit pairs (qh), 16 int8 scales,
+// f16 d. Value = d · scale[sub-block of 16] · (q6 - 32).
+void dequantize_q6_k(const uint8_t* blk, float* out) {
+  const uint8_t* ql = blk;
+  const uint8_t* qh = blk + 128;
+  const int8_t* sc = reinterpret_cast<const int8_t*>(blk + 192);
+  const float d = load_f16(blk + 208);
+  for (int half = 0; half < 2; ++half) {
+    for (int l = 0; l < 32; ++l) {
+      const int is = l / 16;
+      const int q1 = static_cast<int>((ql[l] & 0xf) | (((qh[l] >> 0) & 3) << 4)) - 32;
+      const int q2 = static_cast<int>((ql[l + 32] & 0xf) | (((qh[l] >> 2) & 3) << 4)) - 32;
+      const int q3 = static_cast<int>((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+      const int q4 = static_cast<int>((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+      out[l] = d * sc[is + 0] * q1;
+      out[l + 32] = d * sc[is + 2] * q2;
+      out[l + 64] = d * sc[is + 4] * q3;
+      out[l + 96] = d * sc[is + 6] * q4;
+    }
+    out += 128;
+    ql += 64;
+    qh += 32;
+    sc += 8;
+  }
+}
+
+bool is_quantized_q8_path(DType t) { return t == DType::kQ8_0 || t == DType::kQ4_0; }
+bool is_kernel_dtype(DType t) {
+  return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16 || is_quantized_q8_path(t);
+}
+
+// Integer dot product of one Q8_0 / Q4_0 weight block with one block of activation codes.
+int32_t block_isum(DType t, const uint8_t* blk, const int8_t* xq) {
+  int32_t s = 0;
+  if (t == DType::kQ8_0) {
+    const int8_t* q = reinterpret_cast<const int8_t*>(blk + 2);
+    for (int i = 0; i < 32; ++i) s += static_cast<int32_t>(q[i]) * xq[i];
+  } else {
+    for (int i = 0; i < 16; ++i) {
+      s += ((blk[2 + i] & 0xf) - 8) * static_cast<int32_t>(xq[i]);
+      s += ((blk[2 + i] >> 4) - 8) * static_cast<int32_t>(xq[i + 16]);
+    }
+  }
+  return s;
+}
+
+// Grow-only aligned scratch owned by one thread.
+struct Scratch {
+  std::unique_ptr<uint8_t[]> bytes;
+  size_t capacity = 0;
+
+  uint8_t* get(size_t n) {
+    if (n > capacity) {
+      capacity = std::max(n, capacity * 2);
+      bytes.reset(new uint8_t[capacity + 64]);
+    }
+    const uintptr_t p = reinterpret_cast<uintptr_t>(bytes.get());
+    return reinterpret_cast<uint8_t*>((p + 63) & ~uintptr_t{63});
+  }
+};
+
+KernelSet kernel_set(Isa isa) {
+#if defined(__x86_64__)
+  switch (isa) {
+    case Isa::kAvx512: return {avx512::rows, avx2::quantize, 32};
+    case Isa::kAvx2: return {avx2::rows, avx2::quantize, 16};
+    case Isa::kScalar: break;
+  }
+#else
+  (void)isa;
+#endif
+  return {scalar::rows, scalar::quantize, 0};
+}
+
+// Rows per chunk when K-quant rows are dequantized to f32 before the F32 kernel.
+constexpr int64_t kDequantRows = 16;
+
+// Rows per unit of work handed to a thread: about 8 units per thread so that a late thread
+// costs little, at least 16 rows (a register tile, a cache line of y), and for prefill at most
+// 256 rows so that a chunk's weights stay in L2 while all tokens pass over them.
+int64_t row_chunk(int64_t rows, int64_t n, int n_threads) {
+  int64_t c = rows / (static_cast<int64_t>(n_threads) * 8);
+  c = std::max<int64_t>(16, c / 16 * 16);
+  if (n > 4) c = std::min<int64_t>(c, 256);
+  return c;
+}
+
+}  // namespace
+
+int g_kernel_variant = 0;
+
+// ---------------------------------------------------------------------------------------------
+// Scalar kernels: the portable fallback (and the ISA-independent definition of the numerics).
+
+namespace scalar {
+
+void quantize(const float* x, int64_t cols, float* d, int8_t* q, uint8_t* a, int32_t* c) {
+  for (int64_t b = 0; b < cols / kQBlock; ++b) {
+    const float* xb = x + b * kQBlock;
+    float amax = 0.0f;
+    for (int i = 0; i < kQBlock; ++i) amax = std::max(amax, std::fabs(xb[i]));
+    d[b] = f16_to_f32(f32_to_f16(amax / 127.f));
+    const float id = amax != 0.0f ? 127.f / amax : 0.0f;
+    // nearbyint rounds half to even in the default rounding mode, like _mm256_round_ps.
+    for (int i = 0; i < kQBlock; ++i) q[b * kQBlock + i] = static_cast<int8_t>(std::nearbyint(xb[i] * id));
+  }
+  if (a != nullptr) {
+    for (int64_t i = 0; i < cols; ++i) a[i] = static_cast<uint8_t>(std::abs(q[i]));
+  }
+  if (c != nullptr) {
+    for (int64_t i = 0; i < cols / 4; ++i) c[i] = -8 * (q[4 * i] + q[4 * i + 1] + q[4 * i + 2] + q[4 * i + 3]);
+  }
+}
+
+void rows(const KernelArgs& a, int64_t r0, int64_t r1) {
+  const int64_t cols = a.cols;
+  if (is_quantized_q8_path(a.dtype)) {
+    const int64_t nb = cols / kQBlock;
+    const int64_t bb = dtype_info(a.dtype).block_bytes;
+    for (int64_t r = r0; r < r1; ++r) {
+      const uint8_t* row = a.w + r * a.w_stride;
+      for (int64_t t = 0; t < a.n; ++t) {
+        const int8_t* xq = a.xq + t * cols;
+        const float* xd = a.xd + t * nb;
+        float sum = 0.0f;  // ggml's generic order: one f32 sum over blocks
+        for (int64_t b = 0; b < nb; ++b) {
+          const uint8_t* blk = row + b * bb;
+          sum += static_cast<float>(block_isum(a.dtype, blk, xq + b * kQBlock)) * (load_f16(blk) * xd[b]);
+        }
+        a.y[t * a.y_stride + r] = sum;
+      }
+    }
+    return;
+  }
+  const int64_t esize = dtype_info(a.dtype).block_bytes;
+  for (int64_t r = r0; r < r1; ++r) {
+    const uint8_t* row = a.w + r * a.w_stride;
+    for (int64_t t = 0; t < a.n; ++t) {
+      const float* x = a.x + t * cols;
+      float sum = 0.0f;
+      for (int64_t i = 0; i < cols; ++i) {
+        const uint8_t* p = row + i * esize;
+        float wv;
+        if (a.dtype == DType::kF32) {
+          std::memcpy(&wv, p, 4);
+        } else if (a.dtype == DType::kF16) {
+          wv = load_f16(p);
+        } else {
+          wv = load_bf16(p);
+        }
+        sum += x[i] * wv;
+      }
+      a.y[t * a.y_stride + r] = sum;
+    }
+  }
+}
+
+}  // namespace scalar
+
+// ---------------------------------------------------------------------------------------------
 
 void dequantize_row(const Weight& w, int64_t r, float* out) {
   const uint8_t* row = w.data + r * row_bytes(w.dtype, w.cols);
@@ -14,25 +228,15 @@ void dequantize_row(const Weight& w, int64_t r, float* out) {
       std::memcpy(out, row, w.cols * sizeof(float));
       return;
     case DType::kF16:
-      for (int64_t i = 0; i < w.cols; ++i) {
-        uint16_t h;
-        std::memcpy(&h, row + 2 * i, 2);
-        out[i] = f16_to_f32(h);
-      }
+      for (int64_t i = 0; i < w.cols; ++i) out[i] = load_f16(row + 2 * i);
       return;
     case DType::kBF16:
-      for (int64_t i = 0; i < w.cols; ++i) {
-        uint16_t h;
-        std::memcpy(&h, row + 2 * i, 2);
-        out[i] = bf16_to_f32(h);
-      }
+      for (int64_t i = 0; i < w.cols; ++i) out[i] = load_bf16(row + 2 * i);
       return;
     case DType::kQ8_0:
       for (int64_t b = 0; b < w.cols / 32; ++b) {
         const uint8_t* blk = row + b * 34;
-        uint16_t d16;
-        std::memcpy(&d16, blk, 2);
-        const float d = f16_to_f32(d16);
+        const float d = load_f16(blk);
         const int8_t* q = reinterpret_cast<const int8_t*>(blk + 2);
         for (int i = 0; i < 32; ++i) out[b * 32 + i] = d * static_cast<float>(q[i]);
       }
@@ -40,14 +244,18 @@ void dequantize_row(const Weight& w, int64_t r, float* out) {
     case DType::kQ4_0:
       for (int64_t b = 0; b < w.cols / 32; ++b) {
         const uint8_t* blk = row + b * 18;
-        uint16_t d16;
-        std::memcpy(&d16, blk, 2);
-        const float d = f16_to_f32(d16);
+        const float d = load_f16(blk);
         for (int i = 0; i < 16; ++i) {
           out[b * 32 + i] = d * static_cast<float>((blk[2 + i] & 0x0f) - 8);
           out[b * 32 + i + 16] = d * static_cast<float>((blk[2 + i] >> 4) - 8);
         }
       }
+      return;
+    case DType::kQ4_K:
+      for (int64_t b = 0; b < w.cols / 256; ++b) dequantize_q4_k(row + b * 144, out + b * 256);
+      return;
+    case DType::kQ6_K:
+      for (int64_t b = 0; b < w.cols / 256; ++b) dequantize_q6_k(row + b * 210, out + b * 256);
       return;
     default:
       std::memset(out, 0, w.cols * sizeof(float));  // unsupported types are rejected at load time
@@ -67,17 +275,164 @@ void matmul_ref(const float* x, int64_t n, const Weight& w, float* y) {
   }
 }
 
-// Placeholder until the SIMD kernels land: rows split across threads, scalar dot products.
+void matmul_ref_quantized_acts(const float* x, int64_t n, const Weight& w, float* y) {
+  if (!is_quantized_q8_path(w.dtype)) {
+    matmul_ref(x, n, w, y);
+    return;
+  }
+  const int64_t nb = w.cols / kQBlock;
+  const int64_t bb = dtype_info(w.dtype).block_bytes;
+  const int64_t stride = row_bytes(w.dtype, w.cols);
+  std::vector<float> xd(n * nb);
+  std::vector<int8_t> xq(n * w.cols);
+  for (int64_t t = 0; t < n; ++t) quantize_activations_q8(x + t * w.cols, w.cols, &xd[t * nb], &xq[t * w.cols]);
+  for (int64_t r = 0; r < w.rows; ++r) {
+    const uint8_t* row = w.data + r * stride;
+    for (int64_t t = 0; t < n; ++t) {
+      double acc = 0;
+      for (int64_t b = 0; b < nb; ++b) {
+        const uint8_t* blk = row + b * bb;
+        const float scale = load_f16(blk) * xd[t * nb + b];
+        acc += static_cast<double>(scale) * block_isum(w.dtype, blk, &xq[t * w.cols + b * kQBlock]);
+      }
+      y[t * w.rows + r] = static_cast<float>(acc);
+    }
+  }
+}
+
+void quantize_activations_q8(const float* x, int64_t cols, float* d, int8_t* q) {
+  scalar::quantize(x, cols, d, q, nullptr, nullptr);
+}
+
+void quantize_row_q8_0(const float* x, int64_t cols, uint8_t* out) {
+  for (int64_t b = 0; b < cols / 32; ++b) {
+    const float* xb = x + b * 32;
+    float amax = 0.0f;
+    for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(xb[i]));
+    const float d = amax / 127.f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    uint8_t* blk = out + b * 34;
+    const uint16_t d16 = f32_to_f16(d);
+    std::memcpy(blk, &d16, 2);
+    for (int i = 0; i < 32; ++i) blk[2 + i] = static_cast<uint8_t>(static_cast<int8_t>(std::roundf(xb[i] * id)));
+  }
+}
+
+Result<OwnedWeight> convert_to_q8(const Weight& w) {
+  if (w.dtype != DType::kF32 && w.dtype != DType::kF16 && w.dtype != DType::kBF16) {
+    return Status::error("convert_to_q8: weight dtype " + std::string(dtype_name(w.dtype)) +
+                         " cannot be converted (only f32, f16, bf16)");
+  }
+  if (w.cols % 32 != 0) {
+    return Status::error("convert_to_q8: row length " + std::to_string(w.cols) +
+                         " is not a multiple of 32");
+  }
+  OwnedWeight o;
+  const int64_t stride = row_bytes(DType::kQ8_0, w.cols);
+  o.bytes.resize(static_cast<size_t>(stride * w.rows));
+  std::vector<float> row(w.cols);
+  for (int64_t r = 0; r < w.rows; ++r) {
+    dequantize_row(w, r, row.data());
+    quantize_row_q8_0(row.data(), w.cols, o.bytes.data() + r * stride);
+  }
+  o.weight = Weight{o.bytes.data(), DType::kQ8_0, w.rows, w.cols};
+  return o;
+}
+
+bool matmul_supported(DType dtype) {
+  return is_kernel_dtype(dtype) || dtype == DType::kQ4_K || dtype == DType::kQ6_K;
+}
+
 void matmul(ThreadPool& pool, const float* x, int64_t n, const Weight& w, float* y) {
-  pool.run([&](int ti) {
-    const Range rr = split_range(w.rows, ti, pool.size());
-    std::vector<float> row(w.cols);
-    for (int64_t r = rr.begin; r < rr.end; ++r) {
-      dequantize_row(w, r, row.data());
-      for (int64_t t = 0; t < n; ++t) {
-        float acc = 0;
-        for (int64_t i = 0; i < w.cols; ++i) acc += x[t * w.cols + i] * row[i];
-        y[t * w.rows + r] = acc;
+  if (n <= 0 || w.rows <= 0) return;
+  const KernelSet k = kernel_set(active_isa());
+  const int n_threads = pool.size();
+  KernelArgs a;
+  a.x = x;
+  a.n = n;
+  a.w = w.data;
+  a.dtype = w.dtype;
+  a.cols = w.cols;
+  a.w_stride = row_bytes(w.dtype, w.cols);
+  a.y = y;
+  a.y_stride = w.rows;
+
+  if (w.dtype == DType::kBF16 && k.bf16_group > 0) {
+    thread_local Scratch scratch;
+    float* xp = reinterpret_cast<float*>(scratch.get(static_cast<size_t>(n * w.cols * 4)));
+    const int64_t g = k.bf16_group, full = w.cols / g * g;
+    for (int64_t t = 0; t < n; ++t) {
+      const float* xt = x + t * w.cols;
+      float* pt = xp + t * w.cols;
+      for (int64_t i = 0; i < full; i += g) {
+        for (int64_t j = 0; j < g / 2; ++j) {
+          pt[i + j] = xt[i + 2 * j];
+          pt[i + g / 2 + j] = xt[i + 2 * j + 1];
+        }
+      }
+      for (int64_t i = full; i < w.cols; ++i) pt[i] = xt[i];
+    }
+    a.xp = xp;
+  }
+  if (is_quantized_q8_path(w.dtype)) {
+    // The calling thread owns the rounded activations; workers only read them.
+    thread_local Scratch scratch;
+    const int64_t nb = w.cols / kQBlock;
+    const int64_t cols = w.cols;
+    // [n·nb] f32 d | [n·cols] i8 q | [n·cols] u8 |q| | [n·cols/4] i32 offsets; all 4-aligned.
+    uint8_t* buf = scratch.get(static_cast<size_t>(n * nb * 4 + 3 * n * cols));
+    float* xd = reinterpret_cast<float*>(buf);
+    int8_t* xq = reinterpret_cast<int8_t*>(buf + n * nb * 4);
+    uint8_t* xa = buf + n * nb * 4 + n * cols;
+    int32_t* xc = reinterpret_cast<int32_t*>(buf + n * nb * 4 + 2 * n * cols);
+    auto quantize_tokens = [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t)
+        k.quantize(x + t * cols, cols, xd + t * nb, xq + t * cols, xa + t * cols, xc + t * cols / 4);
+    };
+    if (n * cols < (int64_t{1} << 16) || n_threads == 1) {
+      quantize_tokens(0, n);
+    } else {
+      pool.run([&](int ti) {
+        const Range tr = split_range(n, ti, n_threads);
+        quantize_tokens(tr.begin, tr.end);
+      });
+    }
+    a.xa = xa;
+    a.xc = xc;
+    a.xd = xd;
+    a.xq = xq;
+  }
+
+  // Rows are handed out in chunks from a shared counter rather than split statically: on a
+  // shared host a descheduled thread then delays the step by one chunk, not by its whole share.
+  // Chunks are multiples of 16 rows (whole register tiles); a token's results do not depend on
+  // which thread computes which chunk. Each thread sweeps all tokens over its chunk.
+  const int64_t chunk = row_chunk(w.rows, n, n_threads);
+  const int64_t n_chunks = (w.rows + chunk - 1) / chunk;
+  std::atomic<int64_t> next_chunk{0};
+  if (is_kernel_dtype(w.dtype)) {
+    pool.run([&](int) {
+      for (int64_t c; (c = next_chunk.fetch_add(1, std::memory_order_relaxed)) < n_chunks;)
+        k.rows(a, c * chunk, std::min(w.rows, (c + 1) * chunk));
+    });
+    return;
+  }
+  if (w.dtype != DType::kQ4_K && w.dtype != DType::kQ6_K) return;  // rejected at load time
+  // K-quants: dequantize a few rows at a time into per-thread scratch, then the F32 kernel.
+  pool.run([&](int) {
+    thread_local Scratch scratch;
+    float* buf = reinterpret_cast<float*>(scratch.get(static_cast<size_t>(kDequantRows * w.cols * 4)));
+    for (int64_t c; (c = next_chunk.fetch_add(1, std::memory_order_relaxed)) < n_chunks;) {
+      const int64_t end = std::min(w.rows, (c + 1) * chunk);
+      for (int64_t r = c * chunk; r < end; r += kDequantRows) {
+        const int64_t m = std::min(kDequantRows, end - r);
+        for (int64_t i = 0; i < m; ++i) dequantize_row(w, r + i, buf + i * w.cols);
+        KernelArgs f = a;
+        f.dtype = DType::kF32;
+        f.w = reinterpret_cast<const uint8_t*>(buf);
+        f.w_stride = w.cols * 4;
+        f.y = y + r;
+        k.rows(f, 0, m);
       }
     }
   });

@@ -1,11 +1,14 @@
 // Matrix multiplication against weights in their storage dtype: the one op that decides decode
 // speed (it streams every weight byte once per step). Dispatches at run time to the best
-// kernel the CPU has; matmul_ref is the scalar reference every kernel is tested against.
+// kernel the CPU has (ops/cpu_features.h); matmul_ref is the scalar reference every kernel is
+// tested against.
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "core/dtype.h"
+#include "core/status.h"
 #include "core/thread_pool.h"
 
 namespace gb::ops {
@@ -20,12 +23,52 @@ struct Weight {
 };
 
 // y[n, rows] = x[n, cols] · Wᵀ, f32 in and out, f32 accumulation.
+// Numerics by weight dtype:
+//  - F32 / F16 / BF16: exact f32 activations times the weights widened to f32.
+//  - Q8_0 / Q4_0: like llama.cpp's CPU backend, each activation row is first rounded to Q8_0
+//    (blocks of 32, d = fp16(amax/127), q = round-half-even(x·127/amax)), then integer dot
+//    products per block, scaled by d_w·d_x, are accumulated in f32.
+//  - Q4_K / Q6_K: rows dequantized to f32, then as F32 (correct, not fast).
+// A token's result does not depend on n, on the other tokens or on the thread count (bitwise),
+// only on the ISA level. Supported dtypes: matmul_supported(). Nothing is allocated per call
+// once the per-thread activation scratch has grown to the largest n·cols seen.
 void matmul(ThreadPool& pool, const float* x, int64_t n, const Weight& w, float* y);
 
-// Scalar reference: each row dequantized, products summed in double.
+// Whether matmul handles this weight dtype (cols must also be a multiple of the block size).
+bool matmul_supported(DType dtype);
+
+// Scalar reference: each row dequantized, products with the exact activations summed in double.
 void matmul_ref(const float* x, int64_t n, const Weight& w, float* y);
 
-// out[cols] = row r of w as f32 (embedding lookup, tests).
+// Scalar reference of what matmul computes for Q8_0 / Q4_0 weights: activations rounded to
+// Q8_0 as ggml does, exact integer block dot products, Σ_b (d_w·d_x as f32)·isum_b in double.
+// For other dtypes it is matmul_ref.
+void matmul_ref_quantized_acts(const float* x, int64_t n, const Weight& w, float* y);
+
+// out[cols] = row r of w as f32 (embedding lookup, tests). Every dtype of DType with a block
+// format (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K); zeros for integer dtypes.
 void dequantize_row(const Weight& w, int64_t r, float* out);
+
+// Activation rounding of matmul for quantized weights (ggml's x86 quantize_row_q8_0):
+// d[cols/32] = fp16-rounded scales as f32, q[cols] int8 codes. cols % 32 == 0.
+void quantize_activations_q8(const float* x, int64_t cols, float* d, int8_t* q);
+
+// Weight quantization to GGML Q8_0 blocks exactly as llama-quantize does
+// (quantize_row_q8_0_ref: d = amax/127, q = roundf(x/d)); out holds row_bytes(kQ8_0, cols).
+void quantize_row_q8_0(const float* x, int64_t cols, uint8_t* out);
+
+// A weight that owns its bytes (weight.data points into bytes; moving keeps it valid).
+struct OwnedWeight {
+  std::vector<uint8_t> bytes;
+  Weight weight;
+};
+
+// Load-time conversion of an F32 / F16 / BF16 weight to Q8_0 (same blocks as a Q8_0 GGUF made
+// by llama-quantize from the same values), for faster decode: 34 bytes per 32 weights instead
+// of 64 (bf16). Accuracy cost: each weight moves by at most d/2 = amax_block/254 (relative RMS
+// error ≈ 0.3–0.5% of a block's values for Gaussian-like rows), and activations get rounded to
+// Q8_0 as for any Q8_0 weight — see docs/notes/kernels.md. Errors: unsupported dtype, or cols
+// not a multiple of 32.
+Result<OwnedWeight> convert_to_q8(const Weight& w);
 
 }  // namespace gb::ops

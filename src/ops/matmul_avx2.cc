@@ -1,0 +1,91 @@
+// AVX2 + FMA + F16C matmul kernels and activation quantization (the main optimised path on
+// x86-64 without AVX-512). The kernels themselves live in matmul_simd_inl.h.
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+#include "ops/matmul_kernels.h"
+
+namespace gb::ops::avx2 {
+namespace {
+
+struct V {
+  using F = __m256;
+  using I = __m256i;
+  static constexpr int kLanes = 8;
+  // Rows per register tile for T = 0..4 tokens: T·R accumulators + R weight vectors fit in the
+  // 16 YMM registers.
+  static constexpr int kFloatRows[5] = {0, 8, 4, 3, 2};
+  static constexpr int kQuantRows[5] = {0, 4, 3, 2, 2};
+
+  static F zero() { return _mm256_setzero_ps(); }
+  static F load_x(const float* p) { return _mm256_loadu_ps(p); }
+  template <DType D>
+  static F load_w(const uint8_t* row, int64_t i) {
+    if constexpr (D == DType::kF32) {
+      return _mm256_loadu_ps(reinterpret_cast<const float*>(row) + i);
+    } else if constexpr (D == DType::kF16) {
+      return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * i)));
+    } else {  // bf16 is the top half of an f32
+      const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * i));
+      return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    }
+  }
+  static F fma(F a, F b, F c) { return _mm256_fmadd_ps(a, b, c); }
+  static I load_i(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+  static F bf16_even(I v) { return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16)); }
+  static F bf16_odd(I v) { return _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32(-65536))); }
+  static float hsum(F x);
+  // int32 lanes of Σ a·b over groups of 4 bytes; a unsigned (|w| ≤ 127), b signed. The int16
+  // pair sums of maddubs cannot saturate: 2·127·127 < 32767.
+  static __m256i dot_block(__m256i a, __m256i b) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), _mm256_set1_epi16(1));
+  }
+};
+
+#include "ops/matmul_simd_inl.h"
+
+float V::hsum(F x) { return hsum8(x); }
+
+}  // namespace
+
+void rows(const KernelArgs& a, int64_t r0, int64_t r1) { rows_any(a, r0, r1); }
+
+// ggml's AVX2 quantize_row_q8_0: d = amax/127 (stored as fp16), q = round-half-even(x·(127/amax)).
+void quantize(const float* x, int64_t cols, float* d, int8_t* q, uint8_t* a, int32_t* c) {
+  const __m256 sign_bit = _mm256_set1_ps(-0.0f);
+  const __m256i perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  for (int64_t b = 0; b < cols / kQBlock; ++b) {
+    const float* xb = x + b * kQBlock;
+    __m256 v0 = _mm256_loadu_ps(xb), v1 = _mm256_loadu_ps(xb + 8);
+    __m256 v2 = _mm256_loadu_ps(xb + 16), v3 = _mm256_loadu_ps(xb + 24);
+    __m256 m = _mm256_andnot_ps(sign_bit, v0);
+    m = _mm256_max_ps(m, _mm256_andnot_ps(sign_bit, v1));
+    m = _mm256_max_ps(m, _mm256_andnot_ps(sign_bit, v2));
+    m = _mm256_max_ps(m, _mm256_andnot_ps(sign_bit, v3));
+    __m128 m4 = _mm_max_ps(_mm256_extractf128_ps(m, 1), _mm256_castps256_ps128(m));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    const float amax = _mm_cvtss_f32(m4);
+    d[b] = _cvtsh_ss(_cvtss_sh(amax / 127.f, 0));
+    const __m256 mul = _mm256_set1_ps(amax != 0.0f ? 127.f / amax : 0.0f);
+    const int kRound = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+    __m256i i0 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v0, mul), kRound));
+    __m256i i1 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v1, mul), kRound));
+    __m256i i2 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v2, mul), kRound));
+    __m256i i3 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v3, mul), kRound));
+    // packs work per 128-bit lane; the permute restores element order.
+    i0 = _mm256_packs_epi32(i0, i1);
+    i2 = _mm256_packs_epi32(i2, i3);
+    i0 = _mm256_packs_epi16(i0, i2);
+    i0 = _mm256_permutevar8x32_epi32(i0, perm);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + b * kQBlock), i0);
+    if (a != nullptr) _mm256_storeu_si256(reinterpret_cast<__m256i*>(a + b * kQBlock), _mm256_abs_epi8(i0));
+    if (c != nullptr) {
+      const __m256i sum4 = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(8), i0), _mm256_set1_epi16(1));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(c + b * 8), _mm256_sub_epi32(_mm256_setzero_si256(), sum4));
+    }
+  }
+}
+
+}  // namespace gb::ops::avx2
+#endif

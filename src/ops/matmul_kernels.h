@@ -1,0 +1,66 @@
+// Internal interface between the matmul dispatcher (matmul.cc) and the per-ISA kernel files
+// (matmul_avx2.cc, matmul_avx512.cc). Plain functions over plain data only: the ISA files are
+// compiled with wider -m flags, so they must not instantiate std templates that the linker
+// could merge with baseline copies.
+#pragma once
+
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace gb::ops {
+
+inline constexpr int64_t kQBlock = 32;  // elements per Q8_0 / Q4_0 block
+
+// One matmul call as the kernels see it: compute y[t, r] for every token t < n and a range of
+// weight rows r.
+struct KernelArgs {
+  const float* x = nullptr;   // [n, cols] f32 activations
+  const float* xp = nullptr;  // [n, cols] f32 activations de-interleaved for BF16 weights: in each
+                              // group of KernelSet::bf16_group elements, the even ones then the odd
+                              // ones (a bf16 pair widens to f32 with one shift and one and)
+  const float* xd = nullptr;  // [n, cols/32] f32 scales of the Q8_0-rounded activations (Q8_0/Q4_0)
+  const int8_t* xq = nullptr; // [n, cols] int8 codes of the Q8_0-rounded activations (Q8_0/Q4_0)
+  const uint8_t* xa = nullptr; // [n, cols] |xq|: the unsigned maddubs operand for Q8_0 weights
+  const int32_t* xc = nullptr; // [n, cols/4] -8·(sum of each 4 consecutive codes): Q4_0's offset
+                               // per maddubs/madd lane, so its nibbles need no sign fix-up
+  int64_t n = 0;
+  const uint8_t* w = nullptr;  // [rows, w_stride bytes] weights in `dtype`
+  DType dtype = DType::kF32;   // F32, F16, BF16, Q8_0 or Q4_0
+  int64_t cols = 0;
+  int64_t w_stride = 0;  // bytes per weight row
+  float* y = nullptr;    // [n, y_stride] f32 outputs; column r holds weight row r
+  int64_t y_stride = 0;
+};
+
+// Computes y for rows [r0, r1) of every token.
+using RowsKernel = void (*)(const KernelArgs& a, int64_t r0, int64_t r1);
+// ggml's activation rounding: x [cols] f32 -> d [cols/32] f32 (fp16-rounded), q [cols] int8,
+// and the derived a [cols] = |q|, c [cols/4] (see KernelArgs); a and c may be null.
+using QuantizeKernel = void (*)(const float* x, int64_t cols, float* d, int8_t* q, uint8_t* a, int32_t* c);
+
+struct KernelSet {
+  RowsKernel rows;
+  QuantizeKernel quantize;
+  int bf16_group;  // group size of KernelArgs::xp (2 x vector lanes); 0: the kernel reads x
+};
+
+// Experimental switches for A/B benchmarks (bench/ops_matmul --variant); 0 = the default.
+extern int g_kernel_variant;
+
+namespace scalar {
+void rows(const KernelArgs& a, int64_t r0, int64_t r1);
+void quantize(const float* x, int64_t cols, float* d, int8_t* q, uint8_t* a, int32_t* c);
+}  // namespace scalar
+
+#if defined(__x86_64__)
+namespace avx2 {
+void rows(const KernelArgs& a, int64_t r0, int64_t r1);
+void quantize(const float* x, int64_t cols, float* d, int8_t* q, uint8_t* a, int32_t* c);
+}  // namespace avx2
+namespace avx512 {
+void rows(const KernelArgs& a, int64_t r0, int64_t r1);
+}  // namespace avx512
+#endif
+
+}  // namespace gb::ops

@@ -1,0 +1,409 @@
+// Matmul kernels against the scalar references: every weight dtype, every ISA level this CPU
+// runs (others skip), odd shapes, thread and batch invariance; dequantize_row on hand-built
+// blocks; CPU dispatch; Q8_0 conversion.
+#include "ops/matmul.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/fp16.h"
+#include "ops/cpu_features.h"
+#include "ops/matmul_kernels.h"
+
+namespace gb::ops {
+namespace {
+
+// Weight bytes of a random matrix in `dtype`; values ~ N(0, 0.05) like trained weights.
+std::vector<uint8_t> random_weight_bytes(DType dtype, int64_t rows, int64_t cols, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 0.05f);
+  const int64_t stride = row_bytes(dtype, cols);
+  std::vector<uint8_t> bytes(static_cast<size_t>(stride * rows));
+  std::vector<float> row(cols);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (auto& v : row) v = normal(rng);
+    uint8_t* out = bytes.data() + r * stride;
+    switch (dtype) {
+      case DType::kF32:
+        std::memcpy(out, row.data(), cols * 4);
+        break;
+      case DType::kF16:
+        for (int64_t i = 0; i < cols; ++i) {
+          const uint16_t h = f32_to_f16(row[i]);
+          std::memcpy(out + 2 * i, &h, 2);
+        }
+        break;
+      case DType::kBF16:
+        for (int64_t i = 0; i < cols; ++i) {
+          const uint16_t h = f32_to_bf16(row[i]);
+          std::memcpy(out + 2 * i, &h, 2);
+        }
+        break;
+      case DType::kQ8_0:
+        quantize_row_q8_0(row.data(), cols, out);
+        break;
+      default:  // Q4_0, Q4_K, Q6_K: random codes, then sane f16 scales
+        for (int64_t i = 0; i < stride; ++i) out[i] = static_cast<uint8_t>(rng());
+        for (int64_t b = 0; b < cols / dtype_info(dtype).block_elems; ++b) {
+          uint8_t* blk = out + b * dtype_info(dtype).block_bytes;
+          const uint16_t d = f32_to_f16(0.002f + 0.01f * (rng() % 100) / 100.0f);
+          const uint16_t dmin = f32_to_f16(0.001f * (rng() % 100) / 100.0f);
+          if (dtype == DType::kQ4_0) std::memcpy(blk, &d, 2);
+          if (dtype == DType::kQ4_K) {
+            std::memcpy(blk, &d, 2);
+            std::memcpy(blk + 2, &dmin, 2);
+          }
+          if (dtype == DType::kQ6_K) std::memcpy(blk + 208, &d, 2);
+        }
+        break;
+    }
+  }
+  return bytes;
+}
+
+// Activations ~ N(0, 1) with a few large outliers (massive activations exist in real models).
+std::vector<float> random_acts(int64_t n, int64_t cols, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(n * cols);
+  for (auto& v : x) v = normal(rng);
+  for (int64_t t = 0; t < n; ++t) x[t * cols + (t * 7) % cols] *= 50.0f;
+  return x;
+}
+
+bool quantized_acts(DType t) { return t == DType::kQ8_0 || t == DType::kQ4_0; }
+
+// Σ_i |x̃_i · w_i| per output: the scale of the f32 rounding error of any summation order
+// (x̃ = the Q8_0-rounded activations for Q8_0/Q4_0 weights).
+std::vector<double> magnitudes(const std::vector<float>& x, int64_t n, const Weight& w) {
+  std::vector<float> xe = x;
+  if (quantized_acts(w.dtype)) {
+    const int64_t nb = w.cols / 32;
+    std::vector<float> d(nb);
+    std::vector<int8_t> q(w.cols);
+    for (int64_t t = 0; t < n; ++t) {
+      quantize_activations_q8(&x[t * w.cols], w.cols, d.data(), q.data());
+      for (int64_t i = 0; i < w.cols; ++i) xe[t * w.cols + i] = d[i / 32] * q[i];
+    }
+  }
+  std::vector<double> mag(n * w.rows);
+  std::vector<float> row(w.cols);
+  for (int64_t r = 0; r < w.rows; ++r) {
+    dequantize_row(w, r, row.data());
+    for (int64_t t = 0; t < n; ++t) {
+      double s = 0;
+      for (int64_t i = 0; i < w.cols; ++i) s += std::fabs(static_cast<double>(xe[t * w.cols + i]) * row[i]);
+      mag[t * w.rows + r] = s;
+    }
+  }
+  return mag;
+}
+
+// f32 accumulation of up to 4096 terms in any order the kernels use (lane chains of cols/8 or
+// cols/16, or one sequential chain in the scalar path) stays far inside 2e-6 · Σ|terms| for
+// random data; the Q8_0/Q4_0 path has exact integer block sums, so only the f32 sum over
+// blocks rounds and the same bound holds.
+double tolerance_factor(DType t) {
+  switch (t) {
+    case DType::kF32:
+    case DType::kF16:
+    case DType::kBF16:
+    case DType::kQ4_K:
+    case DType::kQ6_K:
+      return 2e-6;
+    default:
+      return 2e-6;
+  }
+}
+
+const Isa kAllIsas[] = {Isa::kScalar, Isa::kAvx2, Isa::kAvx512};
+const DType kKernelDTypes[] = {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0};
+
+struct Case {
+  DType dtype;
+  int64_t rows, cols;
+};
+
+std::vector<Case> shape_cases() {
+  std::vector<Case> cases;
+  for (DType dt : kKernelDTypes)
+    for (int64_t rows : {1, 3, 33, 257})
+      for (int64_t cols : {32, 64, 96, 4096}) cases.push_back({dt, rows, cols});
+  // Row lengths that are not a multiple of the vector width (plain float dtypes only).
+  for (DType dt : {DType::kF32, DType::kF16, DType::kBF16})
+    for (int64_t cols : {1, 7, 40, 100}) cases.push_back({dt, 33, cols});
+  for (DType dt : {DType::kQ4_K, DType::kQ6_K})
+    for (int64_t rows : {1, 3, 33}) cases.push_back({dt, rows, 512});
+  return cases;
+}
+
+class MatmulIsaTest : public ::testing::TestWithParam<Isa> {};
+
+TEST_P(MatmulIsaTest, MatchesScalarReferenceOnOddShapes) {
+  const Isa isa = GetParam();
+  ScopedIsa scoped(isa);
+  if (!scoped.ok()) GTEST_SKIP() << "CPU lacks " << isa_name(isa) << "; its kernels are not run here";
+  ThreadPool pool(2);
+  const int64_t kNs[] = {1, 2, 3, 5, 17, 64};
+  uint32_t seed = 1;
+  for (const Case& c : shape_cases()) {
+    const auto bytes = random_weight_bytes(c.dtype, c.rows, c.cols, seed++);
+    const Weight w{bytes.data(), c.dtype, c.rows, c.cols};
+    for (int64_t n : kNs) {
+      if (c.cols * c.rows * n > (int64_t{1} << 24)) continue;  // keep the scalar reference fast
+      const auto x = random_acts(n, c.cols, seed++);
+      std::vector<float> y(n * c.rows, NAN), ref(n * c.rows);
+      matmul(pool, x.data(), n, w, y.data());
+      matmul_ref_quantized_acts(x.data(), n, w, ref.data());
+      const auto mag = magnitudes(x, n, w);
+      const double f = tolerance_factor(c.dtype);
+      for (int64_t i = 0; i < n * c.rows; ++i) {
+        ASSERT_NEAR(y[i], ref[i], f * mag[i] + 1e-30)
+            << isa_name(isa) << " " << dtype_name(c.dtype) << " rows=" << c.rows << " cols=" << c.cols
+            << " n=" << n << " at token " << i / c.rows << " row " << i % c.rows;
+      }
+    }
+  }
+}
+
+// One or two threads, one token alone or inside a batch: bitwise the same result.
+TEST_P(MatmulIsaTest, ThreadAndBatchInvariantBitwise) {
+  const Isa isa = GetParam();
+  ScopedIsa scoped(isa);
+  if (!scoped.ok()) GTEST_SKIP() << "CPU lacks " << isa_name(isa) << "; its kernels are not run here";
+  ThreadPool one(1), two(2);
+  const int64_t rows = 77, cols = 256, n = 17;
+  uint32_t seed = 100;
+  for (DType dt : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ6_K}) {
+    const auto bytes = random_weight_bytes(dt, rows, cols, seed++);
+    const Weight w{bytes.data(), dt, rows, cols};
+    const auto x = random_acts(n, cols, seed++);
+    std::vector<float> y1(n * rows), y2(n * rows), single(rows);
+    matmul(one, x.data(), n, w, y1.data());
+    matmul(two, x.data(), n, w, y2.data());
+    ASSERT_EQ(0, std::memcmp(y1.data(), y2.data(), y1.size() * 4)) << dtype_name(dt) << " threads 1 vs 2";
+    for (int64_t t = 0; t < n; ++t) {
+      matmul(two, &x[t * cols], 1, w, single.data());
+      ASSERT_EQ(0, std::memcmp(single.data(), &y2[t * rows], rows * 4))
+          << dtype_name(dt) << " token " << t << " alone vs in a batch of " << n;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllIsas, MatmulIsaTest, ::testing::ValuesIn(kAllIsas),
+                         [](const ::testing::TestParamInfo<Isa>& info) {
+                           return std::string(isa_name(info.param));
+                         });
+
+// The SIMD activation quantizer rounds exactly like the scalar one (and so like ggml).
+TEST(QuantizeActivations, SimdMatchesScalarBitwise) {
+  if (!isa_supported(Isa::kAvx2)) GTEST_SKIP() << "CPU lacks avx2";
+  const int64_t cols = 4096;
+  auto x = random_acts(1, cols, 7);
+  // Ties: amax 127 gives scale 1, so 2.5 -> 2 and -3.5 -> -4 (half to even), 0.5 -> 0.
+  x[0] = 127.0f, x[1] = 2.5f, x[2] = -3.5f, x[3] = 0.5f;
+  for (int i = 32; i < 64; ++i) x[i] = 0.0f;          // an all-zero block
+  for (int i = 64; i < 96; ++i) x[i] = 1e-30f * i;     // subnormal-scale block
+  std::vector<float> d1(cols / 32), d2(cols / 32);
+  std::vector<int8_t> q1(cols), q2(cols);
+  std::vector<uint8_t> a1(cols), a2(cols);
+  std::vector<int32_t> c1(cols / 4), c2(cols / 4);
+  scalar::quantize(x.data(), cols, d1.data(), q1.data(), a1.data(), c1.data());
+#if defined(__x86_64__)
+  avx2::quantize(x.data(), cols, d2.data(), q2.data(), a2.data(), c2.data());
+#endif
+  EXPECT_EQ(0, std::memcmp(d1.data(), d2.data(), d1.size() * 4));
+  EXPECT_EQ(0, std::memcmp(q1.data(), q2.data(), q1.size()));
+  EXPECT_EQ(0, std::memcmp(a1.data(), a2.data(), a1.size()));
+  EXPECT_EQ(0, std::memcmp(c1.data(), c2.data(), c1.size() * 4));
+  EXPECT_EQ(a1[2], 4);
+  EXPECT_EQ(c1[0], -8 * (127 + 2 - 4 + 0));
+  EXPECT_EQ(q1[0], 127);
+  EXPECT_EQ(q1[1], 2);
+  EXPECT_EQ(q1[2], -4);
+  EXPECT_EQ(q1[3], 0);
+  EXPECT_EQ(d1[0], f16_to_f32(f32_to_f16(1.0f)));
+  EXPECT_EQ(d1[1], 0.0f);
+  EXPECT_EQ(q1[40], 0);
+}
+
+// Rounding the activations moves results by far more than f32 rounding does (the reason the
+// quantized references need matmul_ref_quantized_acts), but stays within ~1% of the scale.
+TEST(MatmulReference, QuantizedActivationsStayCloseToExact) {
+  const int64_t rows = 16, cols = 1024, n = 3;
+  for (DType dt : {DType::kQ8_0, DType::kQ4_0}) {
+    const auto bytes = random_weight_bytes(dt, rows, cols, 11);
+    const Weight w{bytes.data(), dt, rows, cols};
+    const auto x = random_acts(n, cols, 12);
+    std::vector<float> exact(n * rows), rounded(n * rows);
+    matmul_ref(x.data(), n, w, exact.data());
+    matmul_ref_quantized_acts(x.data(), n, w, rounded.data());
+    const auto mag = magnitudes(x, n, w);
+    double worst = 0;
+    for (int64_t i = 0; i < n * rows; ++i) worst = std::max(worst, std::fabs(exact[i] - rounded[i]) / mag[i]);
+    EXPECT_LT(worst, 1e-2) << dtype_name(dt);
+    EXPECT_GT(worst, 1e-6) << dtype_name(dt) << ": activations were not rounded";
+  }
+}
+
+// ---- dequantize_row against hand-built blocks ----
+
+void put16(uint8_t* p, uint16_t v) { std::memcpy(p, &v, 2); }
+
+TEST(DequantizeRow, PlainFloatTypes) {
+  float f[2] = {1.5f, -2.25f};
+  std::vector<float> out(2);
+  dequantize_row(Weight{reinterpret_cast<uint8_t*>(f), DType::kF32, 1, 2}, 0, out.data());
+  EXPECT_EQ(out[0], 1.5f);
+  EXPECT_EQ(out[1], -2.25f);
+  uint8_t h[4];
+  put16(h, 0x3c00), put16(h + 2, 0xc000);  // f16 1.0, -2.0
+  dequantize_row(Weight{h, DType::kF16, 1, 2}, 0, out.data());
+  EXPECT_EQ(out[0], 1.0f);
+  EXPECT_EQ(out[1], -2.0f);
+  put16(h, 0x3f80), put16(h + 2, 0xc0a0);  // bf16 1.0, -5.0
+  dequantize_row(Weight{h, DType::kBF16, 1, 2}, 0, out.data());
+  EXPECT_EQ(out[0], 1.0f);
+  EXPECT_EQ(out[1], -5.0f);
+}
+
+TEST(DequantizeRow, Q8_0AndQ4_0) {
+  uint8_t q8[2 * 34] = {};
+  put16(q8, 0x3800);  // d = 0.5
+  for (int i = 0; i < 32; ++i) q8[2 + i] = static_cast<uint8_t>(static_cast<int8_t>(i - 16));
+  put16(q8 + 34, 0x4000);  // second row d = 2
+  q8[36] = static_cast<uint8_t>(-127);
+  std::vector<float> out(32);
+  dequantize_row(Weight{q8, DType::kQ8_0, 2, 32}, 0, out.data());
+  for (int i = 0; i < 32; ++i) EXPECT_EQ(out[i], 0.5f * (i - 16));
+  dequantize_row(Weight{q8, DType::kQ8_0, 2, 32}, 1, out.data());
+  EXPECT_EQ(out[0], -254.0f);
+  EXPECT_EQ(out[1], 0.0f);
+
+  uint8_t q4[18] = {};
+  put16(q4, 0x4000);  // d = 2
+  q4[2] = 0x1f;       // element 0 = low nibble 15, element 16 = high nibble 1
+  q4[3] = 0x88;       // elements 1 and 17 = 8 - 8 = 0
+  dequantize_row(Weight{q4, DType::kQ4_0, 1, 32}, 0, out.data());
+  EXPECT_EQ(out[0], 14.0f);
+  EXPECT_EQ(out[16], -14.0f);
+  EXPECT_EQ(out[1], 0.0f);
+  EXPECT_EQ(out[17], 0.0f);
+  EXPECT_EQ(out[2], -16.0f);  // nibble 0
+}
+
+TEST(DequantizeRow, Q4_K) {
+  uint8_t b[144] = {};
+  put16(b, 0x3c00);      // d = 1
+  put16(b + 2, 0x3800);  // dmin = 0.5
+  uint8_t* sc = b + 4;
+  sc[0] = 0x43;  // sub-block 0 scale 3; its top bits (1) are bits 4-5 of sub-block 4's scale
+  sc[4] = 2;     // sub-block 0 min 2
+  sc[8] = 0x51;  // sub-block 4: scale low bits 1, min low bits 5
+  uint8_t* qs = b + 16;
+  qs[0] = 0x75;   // element 0 (sub-block 0) = 5, element 32 (sub-block 1) = 7
+  qs[64] = 0x0a;  // element 128 (sub-block 4) = 10
+  std::vector<float> out(256);
+  dequantize_row(Weight{b, DType::kQ4_K, 1, 256}, 0, out.data());
+  EXPECT_EQ(out[0], 1.0f * 3 * 5 - 0.5f * 2);     // 14
+  EXPECT_EQ(out[1], -1.0f);                       // q = 0: -dmin·min
+  EXPECT_EQ(out[32], 0.0f);                       // sub-block 1: scale 0, min 0
+  EXPECT_EQ(out[128], 1.0f * 17 * 10 - 0.5f * 5);  // 167.5
+  EXPECT_EQ(out[129], -2.5f);
+}
+
+TEST(DequantizeRow, Q6_K) {
+  uint8_t b[210] = {};
+  uint8_t* ql = b;
+  uint8_t* qh = b + 128;
+  int8_t* sc = reinterpret_cast<int8_t*>(b + 192);
+  put16(b + 208, 0x3800);  // d = 0.5
+  sc[0] = 3, sc[6] = -2, sc[8] = 4;
+  ql[0] = 0x07;   // element 0 low 4 bits 7; element 64 low bits 0
+  qh[0] = 0x81;   // element 0 high bits 01 -> q = 23; element 96 high bits 10
+  ql[32] = 0xf0;  // element 96 low bits 15 -> q = 47
+  std::vector<float> out(256);
+  dequantize_row(Weight{b, DType::kQ6_K, 1, 256}, 0, out.data());
+  EXPECT_EQ(out[0], 0.5f * 3 * (23 - 32));    // -13.5
+  EXPECT_EQ(out[96], 0.5f * -2 * (47 - 32));  // -15
+  EXPECT_EQ(out[128], 0.5f * 4 * -32);        // -64: second half uses scales 8..15
+  EXPECT_EQ(out[1], 0.5f * 3 * -32);          // -48
+  EXPECT_EQ(out[16], 0.0f);                   // sub-block 1, scale 0
+}
+
+// ---- dispatch ----
+
+TEST(CpuFeatures, DispatchLevels) {
+  EXPECT_TRUE(isa_supported(Isa::kScalar));
+  EXPECT_EQ(isa_supported(Isa::kAvx2), cpu_features().avx2);
+  EXPECT_EQ(isa_supported(Isa::kAvx512), cpu_features().avx512 && cpu_features().avx512_vnni);
+  Isa parsed;
+  EXPECT_TRUE(parse_isa("avx2", &parsed));
+  EXPECT_EQ(parsed, Isa::kAvx2);
+  EXPECT_FALSE(parse_isa("sse9", &parsed));
+  {
+    ScopedIsa s(Isa::kScalar);
+    EXPECT_TRUE(s.ok());
+    EXPECT_EQ(active_isa(), Isa::kScalar);
+  }
+  if (!isa_supported(Isa::kAvx512)) {
+    const Isa before = active_isa();
+    EXPECT_FALSE(set_isa(Isa::kAvx512));
+    EXPECT_EQ(active_isa(), before);
+  }
+}
+
+// ---- load-time conversion ----
+
+TEST(ConvertToQ8, MatchesLlamaQuantizeAndStaysAccurate) {
+  const int64_t rows = 40, cols = 1024, n = 2;
+  const auto bytes = random_weight_bytes(DType::kBF16, rows, cols, 21);
+  const Weight w{bytes.data(), DType::kBF16, rows, cols};
+  auto q = convert_to_q8(w);
+  ASSERT_TRUE(q.is_ok()) << q.message();
+  ASSERT_EQ(q->weight.dtype, DType::kQ8_0);
+  ASSERT_EQ(q->weight.data, q->bytes.data());
+  // Same bytes as quantizing the f32 values directly.
+  std::vector<float> row(cols);
+  std::vector<uint8_t> blocks(row_bytes(DType::kQ8_0, cols));
+  dequantize_row(w, 5, row.data());
+  quantize_row_q8_0(row.data(), cols, blocks.data());
+  EXPECT_EQ(0, std::memcmp(blocks.data(), q->bytes.data() + 5 * blocks.size(), blocks.size()));
+  // Each weight within half a step of its bf16 value, plus the fp16 rounding of the scale
+  // (|q| ≤ 127 times a relative 2^-11): |error| ≤ d·(0.5 + 127/2048) < 0.57·d.
+  std::vector<float> back(cols);
+  for (int64_t r = 0; r < rows; ++r) {
+    dequantize_row(w, r, row.data());
+    dequantize_row(q->weight, r, back.data());
+    for (int64_t i = 0; i < cols; ++i) {
+      float amax = 0;
+      for (int64_t j = i / 32 * 32; j < i / 32 * 32 + 32; ++j) amax = std::max(amax, std::fabs(row[j]));
+      ASSERT_LE(std::fabs(back[i] - row[i]), amax / 127.f * 0.57f + 1e-7f);
+    }
+  }
+  ThreadPool pool(2);
+  const auto x = random_acts(n, cols, 22);
+  std::vector<float> y(n * rows), ref(n * rows);
+  matmul(pool, x.data(), n, q->weight, y.data());
+  matmul_ref(x.data(), n, w, ref.data());
+  const auto mag = magnitudes(x, n, w);
+  for (int64_t i = 0; i < n * rows; ++i) ASSERT_NEAR(y[i], ref[i], 2e-2 * mag[i]);
+}
+
+TEST(ConvertToQ8, RejectsWhatItCannotConvert) {
+  uint8_t dummy[64] = {};
+  auto a = convert_to_q8(Weight{dummy, DType::kQ4_0, 1, 32});
+  ASSERT_FALSE(a.is_ok());
+  EXPECT_NE(a.message().find("q4_0"), std::string::npos);
+  auto b = convert_to_q8(Weight{dummy, DType::kF32, 1, 8});
+  ASSERT_FALSE(b.is_ok());
+  EXPECT_NE(b.message().find("multiple of 32"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace gb::ops
