@@ -136,9 +136,7 @@ Result<bool> Engine::step() {
   reap_cancelled();
   const auto& scheduled = scheduler_.schedule();
   if (scheduled.empty()) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stats_.running = static_cast<int64_t>(scheduler_.running().size());
-    stats_.waiting = static_cast<int64_t>(scheduler_.waiting().size());
+    publish_stats(-1);
     return false;
   }
   const Clock::time_point t0 = Clock::now();
@@ -207,6 +205,11 @@ Result<bool> Engine::step() {
   scheduler_.commit();
   for (auto [s, r] : done) finish(s, r);
 
+  publish_stats(std::chrono::duration<double>(Clock::now() - t0).count());
+  return true;
+}
+
+void Engine::publish_stats(double step_seconds) {
   std::lock_guard<std::mutex> lock(mutex_);
   stats_.running = static_cast<int64_t>(scheduler_.running().size());
   stats_.waiting = static_cast<int64_t>(scheduler_.waiting().size());
@@ -214,8 +217,7 @@ Result<bool> Engine::step() {
   stats_.prefix_cache_queries = scheduler_.prefix_queries();
   stats_.prefix_cache_hits = scheduler_.prefix_hits();
   stats_.preemptions = scheduler_.preemptions();
-  stats_.last_step_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-  return true;
+  if (step_seconds >= 0) stats_.last_step_seconds = step_seconds;
 }
 
 Status Engine::run_until_idle() {

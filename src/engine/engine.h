@@ -56,6 +56,8 @@ class Engine : public EngineApi {
   void reap_cancelled();
   void finish(Sequence* seq, FinishReason reason, const std::string& error = {});
   void loop();
+  // Copies the scheduler's counters into stats_ (step_seconds < 0: keep the last step's time).
+  void publish_stats(double step_seconds);
 
   Model* model_;
   EngineConfig config_;

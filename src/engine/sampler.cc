@@ -4,6 +4,8 @@
 #include <cmath>
 #include <limits>
 
+#include "ops/argmax.h"
+
 namespace gb {
 
 Status SamplingParams::validate(int32_t vocab_size) const {
@@ -26,14 +28,6 @@ Status SamplingParams::validate(int32_t vocab_size) const {
       return bad("logit_bias", "values must be in [-100, 100]");
   }
   return Status::ok();
-}
-
-int32_t argmax(std::span<const float> logits) {
-  int32_t best = 0;
-  for (size_t i = 1; i < logits.size(); ++i) {
-    if (logits[i] > logits[best]) best = static_cast<int32_t>(i);
-  }
-  return best;
 }
 
 void log_softmax(std::span<const float> logits, std::span<float> out) {
@@ -87,7 +81,7 @@ int32_t Sampler::sample(float* logits) {
 
   int32_t token;
   if (params_.is_greedy()) {
-    token = argmax({logits, static_cast<size_t>(vocab_size_)});
+    token = ops::argmax({logits, static_cast<size_t>(vocab_size_)});
   } else {
     // Candidates as (logit / T, id), then truncated by top-k, min-p and top-p in that order.
     const float inv_t = 1.0f / params_.temperature;

@@ -60,9 +60,6 @@ class Sampler {
   std::vector<std::pair<float, int32_t>> candidates_;  // [vocab] scratch: (logit, id)
 };
 
-// Greedy choice: the highest logit, lowest id on ties.
-int32_t argmax(std::span<const float> logits);
-
 // log-softmax of logits into out (both [vocab]); used for logprobs.
 void log_softmax(std::span<const float> logits, std::span<float> out);
 

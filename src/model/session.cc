@@ -57,12 +57,4 @@ Status Session::feed(std::span<const int32_t> ids, const Hooks* hooks, bool all_
   return Status::ok();
 }
 
-int32_t argmax(std::span<const float> v) {
-  int32_t best = 0;
-  for (size_t i = 1; i < v.size(); ++i) {
-    if (v[i] > v[best]) best = static_cast<int32_t>(i);
-  }
-  return best;
-}
-
 }  // namespace gb

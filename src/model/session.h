@@ -41,7 +41,5 @@ class Session {
   std::vector<float> logits_;  // [n_rows, vocab] f32
 };
 
-// Index of the largest value; the lowest index on ties (greedy decoding as llama2.c / llama.cpp).
-int32_t argmax(std::span<const float> v);
 
 }  // namespace gb

@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 
+#include "formats/quantize.h"
 #include "core/fp16.h"
 #include "ops/cpu_features.h"
 #include "ops/matmul_kernels.h"
@@ -304,19 +305,6 @@ void quantize_activations_q8(const float* x, int64_t cols, float* d, int8_t* q) 
   scalar::quantize(x, cols, d, q, nullptr, nullptr);
 }
 
-void quantize_row_q8_0(const float* x, int64_t cols, uint8_t* out) {
-  for (int64_t b = 0; b < cols / 32; ++b) {
-    const float* xb = x + b * 32;
-    float amax = 0.0f;
-    for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(xb[i]));
-    const float d = amax / 127.f;
-    const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    uint8_t* blk = out + b * 34;
-    const uint16_t d16 = f32_to_f16(d);
-    std::memcpy(blk, &d16, 2);
-    for (int i = 0; i < 32; ++i) blk[2 + i] = static_cast<uint8_t>(static_cast<int8_t>(std::roundf(xb[i] * id)));
-  }
-}
 
 Result<OwnedWeight> convert_to_q8(const Weight& w) {
   if (w.dtype != DType::kF32 && w.dtype != DType::kF16 && w.dtype != DType::kBF16) {
@@ -333,7 +321,7 @@ Result<OwnedWeight> convert_to_q8(const Weight& w) {
   std::vector<float> row(w.cols);
   for (int64_t r = 0; r < w.rows; ++r) {
     dequantize_row(w, r, row.data());
-    quantize_row_q8_0(row.data(), w.cols, o.bytes.data() + r * stride);
+    gb::quantize_row_q8_0(row.data(), w.cols, o.bytes.data() + r * stride);
   }
   o.weight = Weight{o.bytes.data(), DType::kQ8_0, w.rows, w.cols};
   return o;

@@ -53,10 +53,6 @@ void dequantize_row(const Weight& w, int64_t r, float* out);
 // d[cols/32] = fp16-rounded scales as f32, q[cols] int8 codes. cols % 32 == 0.
 void quantize_activations_q8(const float* x, int64_t cols, float* d, int8_t* q);
 
-// Weight quantization to GGML Q8_0 blocks exactly as llama-quantize does
-// (quantize_row_q8_0_ref: d = amax/127, q = roundf(x/d)); out holds row_bytes(kQ8_0, cols).
-void quantize_row_q8_0(const float* x, int64_t cols, uint8_t* out);
-
 // A weight that owns its bytes (weight.data points into bytes; moving keeps it valid).
 struct OwnedWeight {
   std::vector<uint8_t> bytes;

@@ -1,6 +1,8 @@
 // Sampling: greedy ties, seeds, truncation rules, penalties and bias against hand-computed values.
 #include <gtest/gtest.h>
 
+#include "ops/argmax.h"
+
 #include <cmath>
 #include <set>
 #include <vector>
@@ -17,7 +19,7 @@ std::vector<float> logits_of_probs(const std::vector<double>& p) {
 }
 
 TEST(Sampler, GreedyPicksLowestIdOnTies) {
-  EXPECT_EQ(argmax(std::vector<float>{1, 3, 3, 2}), 1);
+  EXPECT_EQ(ops::argmax(std::vector<float>{1, 3, 3, 2}), 1);
   SamplingParams p;
   p.temperature = 0;
   Sampler s(p, 4);

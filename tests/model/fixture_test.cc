@@ -3,6 +3,8 @@
 // the F32 GGUF, each sequence alone and the three in one batch; the Q8_0 / Q4_0 GGUFs' logits.
 #include <gtest/gtest.h>
 
+#include "ops/argmax.h"
+
 #include <cstdio>
 
 #include "model/observers.h"
@@ -76,7 +78,7 @@ void check_greedy(const SeqResult& r, const std::vector<int32_t>& greedy, const 
     if (margins[k] < tol) break;
     if (k > 0 && (k - 1) * vocab >= r.decode_logits.size()) break;
     const float* row = k == 0 ? r.prompt_logits.data() + (n - 1) * vocab : r.decode_logits.data() + (k - 1) * vocab;
-    EXPECT_EQ(argmax(std::span<const float>(row, vocab)), greedy[k]) << "greedy step " << k;
+    EXPECT_EQ(ops::argmax(std::span<const float>(row, vocab)), greedy[k]) << "greedy step " << k;
   }
 }
 

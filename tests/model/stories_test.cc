@@ -1,6 +1,8 @@
 // stories260K (real weights) against llama2.c's run.c: greedy ids, step-0 logits, top-5 at steps 0-2.
 #include <gtest/gtest.h>
 
+#include "ops/argmax.h"
+
 #include <algorithm>
 #include <cmath>
 #include <fstream>
@@ -59,7 +61,7 @@ TEST(Stories260K, GreedyIdsLogitsAndTop5MatchLlama2c) {
         const auto ids = t["ids"].get<std::vector<int32_t>>();
         for (size_t k = 0; k < ids.size(); ++k) EXPECT_NEAR(logits[ids[k]], values[k], 1e-4) << "step " << step;
       }
-      const int32_t next = argmax(logits);
+      const int32_t next = ops::argmax(logits);
       got.push_back(next);
       if (step + 1 < static_cast<int>(want.size())) {
         const int32_t one[] = {next};

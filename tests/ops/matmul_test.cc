@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include "formats/quantize.h"
+
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -45,7 +47,7 @@ std::vector<uint8_t> random_weight_bytes(DType dtype, int64_t rows, int64_t cols
         }
         break;
       case DType::kQ8_0:
-        quantize_row_q8_0(row.data(), cols, out);
+        gb::quantize_row_q8_0(row.data(), cols, out);
         break;
       default:  // Q4_0, Q4_K, Q6_K: random codes, then sane f16 scales
         for (int64_t i = 0; i < stride; ++i) out[i] = static_cast<uint8_t>(rng());
@@ -372,7 +374,7 @@ TEST(ConvertToQ8, MatchesLlamaQuantizeAndStaysAccurate) {
   std::vector<float> row(cols);
   std::vector<uint8_t> blocks(row_bytes(DType::kQ8_0, cols));
   dequantize_row(w, 5, row.data());
-  quantize_row_q8_0(row.data(), cols, blocks.data());
+  gb::quantize_row_q8_0(row.data(), cols, blocks.data());
   EXPECT_EQ(0, std::memcmp(blocks.data(), q->bytes.data() + 5 * blocks.size(), blocks.size()));
   // Each weight within half a step of its bf16 value, plus the fp16 rounding of the scale
   // (|q| ≤ 127 times a relative 2^-11): |error| ≤ d·(0.5 + 127/2048) < 0.57·d.
