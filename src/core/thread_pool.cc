@@ -1,15 +1,23 @@
 #include "core/thread_pool.h"
 
+#if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
+#endif
 
 namespace gb {
 namespace {
+
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
   _mm_pause();
 #endif
 }
-constexpr int kSpinIterations = 1 << 15;
+
+// Spin this many rounds for the next job before sleeping; yield every kYieldEvery rounds so a
+// spinning thread does not starve the one it waits for when the host is oversubscribed.
+constexpr int kSpinRounds = 1 << 14;
+constexpr int kYieldEvery = 64;
+
 }  // namespace
 
 ThreadPool::ThreadPool(int n_threads) {
@@ -17,17 +25,33 @@ ThreadPool::ThreadPool(int n_threads) {
   if (n_threads <= 0) n_threads = 1;
   n_threads_ = n_threads;
   workers_.reserve(n_threads_ - 1);
-  for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
+  for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this] { worker_loop(); });
 }
 
 ThreadPool::~ThreadPool() {
+  stop_.store(true);
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    stop_.store(true);
-    generation_.fetch_add(1);
+    published_.fetch_add(1);
   }
   wake_.notify_all();
   for (auto& t : workers_) t.join();
+}
+
+void ThreadPool::participate(uint32_t gen) {
+  uint64_t t = ticket_.load(std::memory_order_acquire);
+  for (;;) {
+    if (static_cast<uint32_t>(t >> 32) != gen) return;
+    const uint32_t task = static_cast<uint32_t>(t);
+    if (task >= static_cast<uint32_t>(n_threads_)) return;
+    if (ticket_.compare_exchange_weak(t, t + 1, std::memory_order_acq_rel, std::memory_order_acquire)) {
+      // The claim succeeded while gen was current, so run() cannot return (and job_ cannot
+      // change) before this task reports done.
+      (*job_)(static_cast<int>(task));
+      done_.fetch_add(1, std::memory_order_release);
+      t = ticket_.load(std::memory_order_acquire);
+    }
+  }
 }
 
 void ThreadPool::run(const std::function<void(int)>& fn) {
@@ -36,34 +60,47 @@ void ThreadPool::run(const std::function<void(int)>& fn) {
     return;
   }
   job_ = &fn;
-  pending_.store(n_threads_ - 1, std::memory_order_relaxed);
-  {
+  done_.store(0, std::memory_order_relaxed);
+  const uint32_t gen = ++generation_;
+  ticket_.store(static_cast<uint64_t>(gen) << 32, std::memory_order_release);
+  published_.store(gen, std::memory_order_seq_cst);
+  if (sleepers_.load(std::memory_order_seq_cst) > 0) {
     std::lock_guard<std::mutex> lock(mutex_);
-    generation_.fetch_add(1, std::memory_order_release);
+    wake_.notify_all();
   }
-  wake_.notify_all();
-  fn(0);
-  while (pending_.load(std::memory_order_acquire) != 0) cpu_relax();
+  participate(gen);
+  for (int spin = 0; done_.load(std::memory_order_acquire) < n_threads_; ++spin) {
+    if (spin % kYieldEvery == kYieldEvery - 1) {
+      std::this_thread::yield();
+    } else {
+      cpu_relax();
+    }
+  }
   job_ = nullptr;
 }
 
-void ThreadPool::worker_loop(int index) {
-  uint64_t seen = 0;
+void ThreadPool::worker_loop() {
+  uint32_t seen = 0;
   for (;;) {
-    uint64_t gen = generation_.load(std::memory_order_acquire);
-    for (int spin = 0; gen == seen && spin < kSpinIterations; ++spin) {
-      cpu_relax();
-      gen = generation_.load(std::memory_order_acquire);
+    uint32_t gen = published_.load(std::memory_order_acquire);
+    for (int spin = 0; gen == seen && spin < kSpinRounds; ++spin) {
+      if (spin % kYieldEvery == kYieldEvery - 1) {
+        std::this_thread::yield();
+      } else {
+        cpu_relax();
+      }
+      gen = published_.load(std::memory_order_acquire);
     }
     if (gen == seen) {
       std::unique_lock<std::mutex> lock(mutex_);
-      wake_.wait(lock, [&] { return generation_.load(std::memory_order_acquire) != seen; });
-      gen = generation_.load(std::memory_order_acquire);
+      sleepers_.fetch_add(1, std::memory_order_seq_cst);
+      wake_.wait(lock, [&] { return published_.load(std::memory_order_seq_cst) != seen; });
+      sleepers_.fetch_sub(1, std::memory_order_relaxed);
+      gen = published_.load(std::memory_order_acquire);
     }
     seen = gen;
     if (stop_.load()) return;
-    (*job_)(index);
-    pending_.fetch_sub(1, std::memory_order_acq_rel);
+    participate(gen);
   }
 }
 

@@ -1,6 +1,9 @@
-// A fixed pool of worker threads for data-parallel kernels. The calling thread takes part, so
-// a pool of n threads starts n-1 workers. Workers spin briefly between jobs (a decode step
-// issues hundreds of small parallel regions) and then sleep, so an idle server costs nothing.
+// A fixed pool of worker threads for data-parallel kernels. run(fn) executes the tasks
+// fn(0) .. fn(size() - 1), each exactly once, on whichever threads claim them first; the
+// calling thread claims tasks too. On a shared host a descheduled worker therefore delays a
+// step by at most the task it already holds, never by a task it has not started: tasks it did
+// not claim are run by the others. Workers spin briefly between jobs (a decode step issues
+// hundreds of small parallel regions) and then sleep, so an idle server costs nothing.
 #pragma once
 
 #include <atomic>
@@ -23,32 +26,39 @@ class ThreadPool {
 
   int size() const { return n_threads_; }
 
-  // Runs fn(thread_index) once on each of the size() threads and waits for all of them.
-  // fn must split its work by thread_index itself (see split_range). Not re-entrant.
+  // Runs fn(i) for every task index i in [0, size()) and returns when all have finished. Task i
+  // is a share of the work (see split_range), not a thread identity: two tasks may run one after
+  // the other on the same thread, never two at once on different threads with the same i.
+  // Not re-entrant.
   void run(const std::function<void(int)>& fn);
 
  private:
-  void worker_loop(int index);
+  void worker_loop();
+  // Claims and runs tasks of generation gen until none is left.
+  void participate(uint32_t gen);
 
   int n_threads_;
   std::vector<std::thread> workers_;
   const std::function<void(int)>* job_ = nullptr;
-  std::atomic<uint64_t> generation_{0};
-  std::atomic<int> pending_{0};
+  uint32_t generation_ = 0;            // of the job being run (caller thread only)
+  std::atomic<uint64_t> ticket_{0};    // (generation << 32) | next task index to claim
+  std::atomic<int> done_{0};           // tasks of the current generation finished
+  std::atomic<uint32_t> published_{0};  // generation workers should join
+  std::atomic<int> sleepers_{0};
   std::atomic<bool> stop_{false};
   std::mutex mutex_;
   std::condition_variable wake_;
 };
 
-// The half-open range [begin, end) of n items that thread `index` of `n_threads` owns, with
+// The half-open range [begin, end) of n items that share `index` of `n_shares` owns, with
 // boundaries rounded to multiples of `align` (except the last).
 struct Range {
   int64_t begin, end;
 };
-inline Range split_range(int64_t n, int index, int n_threads, int64_t align = 1) {
+inline Range split_range(int64_t n, int index, int n_shares, int64_t align = 1) {
   const int64_t n_blocks = (n + align - 1) / align;
-  const int64_t b0 = n_blocks * index / n_threads;
-  const int64_t b1 = n_blocks * (index + 1) / n_threads;
+  const int64_t b0 = n_blocks * index / n_shares;
+  const int64_t b1 = n_blocks * (index + 1) / n_shares;
   Range r{b0 * align, b1 * align};
   if (r.end > n) r.end = n;
   if (r.begin > n) r.begin = n;
