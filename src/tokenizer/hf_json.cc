@@ -1,6 +1,7 @@
 // Loads a Hugging Face tokenizer.json (+ tokenizer_config.json). Only the component types
 // the supported model families use are accepted; any other type is an error naming it.
 #include <nlohmann/json.hpp>
+#include <unordered_set>
 
 #include "tokenizer/builder.h"
 #include "tokenizer/tokenizer.h"
@@ -304,7 +305,10 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::Builder::parse_hf(std::string_view
     return Status::error("'added_tokens' must be an array");
   }
   const size_t n_added = added_it != j.end() && added_it->is_array() ? added_it->size() : 0;
-  const int64_t id_limit = std::min<int64_t>(kMaxVocab, static_cast<int64_t>(vocab_it->size() + n_added));
+  // Ids may leave gaps (some files reserve ranges), but not so large that a corrupt id makes
+  // the id -> piece table allocate gigabytes.
+  const int64_t entries = static_cast<int64_t>(vocab_it->size() + n_added);
+  const int64_t id_limit = std::min<int64_t>(kMaxVocab, std::max<int64_t>(2 * entries, entries + 65536));
   for (auto it = vocab_it->begin(); it != vocab_it->end(); ++it) {
     if (!it.value().is_number_integer()) return Status::error("model.vocab: id of '" + it.key() + "' must be an integer");
     const int64_t id = it.value().get<int64_t>();
@@ -361,6 +365,8 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::Builder::parse_hf(std::string_view
 
   // Added tokens.
   if (n_added > 0) {
+    int32_t max_added = -1;
+    std::unordered_set<std::string> seen;
     for (const json& a : *added_it) {
       if (!a.is_object()) return Status::error("added_tokens: entries must be objects");
       AddedToken tk;
@@ -368,8 +374,17 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::Builder::parse_hf(std::string_view
       if (id == a.end() || !id->is_number_integer()) return Status::error("added_tokens: 'id' must be an integer");
       const int64_t v = id->get<int64_t>();
       if (v < 0 || v >= id_limit) return Status::error("added_tokens: id " + std::to_string(v) + " is out of range");
-      tk.id = static_cast<int32_t>(v);
       GB_ASSIGN_OR_RETURN(tk.content, get_string(a, "content", "added_tokens"));
+      // HF ignores the written id: an added token takes its model id when the model has the
+      // string, else the next id after the vocabulary and the previous added tokens.
+      if (auto it = b.piece_lookup.find(tk.content); it != b.piece_lookup.end()) {
+        tk.id = it->second;
+      } else {
+        const int32_t n_model = static_cast<int32_t>(b.piece_lookup.size());
+        tk.id = max_added >= n_model ? max_added + 1 : n_model;
+      }
+      if (!seen.insert(tk.content).second) continue;  // HF keeps the first of duplicates
+      max_added = std::max(max_added, tk.id);
       tk.special = get_bool(a, "special", false);
       tk.lstrip = get_bool(a, "lstrip", false);
       tk.rstrip = get_bool(a, "rstrip", false);
