@@ -3,11 +3,39 @@
 #include "tokenizer/bpe.h"
 
 #include <algorithm>
+#include <cstring>
 #include <queue>
 
 #include "tokenizer/unicode.h"
 
 namespace gb::tok {
+
+void StringTable::rehash(size_t cap) {
+  std::vector<Slot> old;
+  old.swap(slots_);
+  slots_.assign(cap, Slot{0, 0, 0, 0});
+  mask_ = cap - 1;
+  for (const Slot& s : old) {
+    if (s.hash == 0) continue;
+    size_t i = s.hash & mask_;
+    while (slots_[i].hash != 0) i = (i + 1) & mask_;
+    slots_[i] = s;
+  }
+}
+
+void StringTable::insert(std::string_view key, int32_t id) {
+  if ((size_ + 1) * 2 > slots_.size()) rehash(slots_.empty() ? 64 : slots_.size() * 2);
+  const uint64_t h = hash_bytes(key);
+  size_t i = h & mask_;
+  for (;; i = (i + 1) & mask_) {
+    const Slot& s = slots_[i];
+    if (s.hash == 0) break;
+    if (s.hash == h && s.len == key.size() && std::memcmp(arena_.data() + s.offset, key.data(), key.size()) == 0) return;
+  }
+  slots_[i] = Slot{h, static_cast<uint32_t>(arena_.size()), static_cast<uint32_t>(key.size()), id};
+  arena_.append(key);
+  ++size_;
+}
 
 void PairMap::reserve(size_t n) {
   size_t cap = 16;
@@ -43,17 +71,35 @@ void PairMap::insert(int32_t a, int32_t b, Value v) {
 
 namespace {
 
-constexpr size_t kMaxCachedWord = 64;
-constexpr size_t kMaxCacheEntries = 1 << 16;
+// The word cache is per thread, so encode stays lock-free, and direct-mapped with the key
+// and ids stored inline in one 64-byte slot: a hit costs one hash and one cache line, a
+// miss just overwrites the slot. It belongs to one BpeModel at a time and is reset when the
+// thread switches models. Words longer than kMaxCachedWord bytes or with more than
+// kMaxCachedIds ids are not cached (they are rare; their merging is cheap relative to length).
+constexpr size_t kMaxCachedWord = 22;
+constexpr size_t kMaxCachedIds = 8;
+constexpr size_t kCacheSlots = 1 << 15;  // 2 MiB per thread
 
-// The word cache is per thread, so encode stays lock-free; it belongs to one BpeModel at a
-// time and is dropped when the thread switches models.
+struct CacheSlot {
+  uint64_t hash;
+  uint8_t key_len;
+  uint8_t n_ids;
+  char key[kMaxCachedWord];
+  int32_t ids[kMaxCachedIds];
+};
+static_assert(sizeof(CacheSlot) == 64);
+
 struct WordCache {
   uint64_t owner = 0;
-  std::unordered_map<std::string, std::vector<int32_t>, StringHash, std::equal_to<>> map;
+  std::vector<CacheSlot> slots;
 };
-WordCache& word_cache() {
+
+WordCache& word_cache(uint64_t owner) {
   thread_local WordCache cache;
+  if (cache.owner != owner) {
+    cache.slots.assign(kCacheSlots, CacheSlot{});
+    cache.owner = owner;
+  }
   return cache;
 }
 
@@ -63,24 +109,38 @@ void BpeModel::merge_symbols(std::vector<int32_t>* ids_ptr) const {
   std::vector<int32_t>& ids = *ids_ptr;
   const size_t n = ids.size();
   if (n < 2) return;
-  if (n <= 48) {
+  if (n <= 32) {
+    // rank[i] / merged[i]: the merge of symbols i and i+1, recomputed only next to a merge,
+    // so a word of n symbols costs n + 2 * merges lookups and a scan of small ints per merge.
+    thread_local std::vector<int32_t> rank, merged;
+    rank.resize(n);
+    merged.resize(n);
+    auto lookup = [&](size_t i) {
+      const PairMap::Value* v = merges.find(ids[i], ids[i + 1]);
+      rank[i] = v != nullptr ? v->rank : INT32_MAX;
+      merged[i] = v != nullptr ? v->id : -1;
+    };
     size_t len = n;
-    for (;;) {
-      int32_t best_rank = INT32_MAX;
+    for (size_t i = 0; i + 1 < len; ++i) lookup(i);
+    while (len > 1) {
       size_t best = 0;
-      int32_t best_id = -1;
-      for (size_t i = 0; i + 1 < len; ++i) {
-        const PairMap::Value* v = merges.find(ids[i], ids[i + 1]);
-        if (v != nullptr && v->rank < best_rank) {
-          best_rank = v->rank;
+      int32_t best_rank = rank[0];
+      for (size_t i = 1; i + 1 < len; ++i) {
+        if (rank[i] < best_rank) {
+          best_rank = rank[i];
           best = i;
-          best_id = v->id;
         }
       }
-      if (best_id < 0) break;
-      ids[best] = best_id;
-      std::copy(ids.begin() + best + 2, ids.begin() + len, ids.begin() + best + 1);
+      if (best_rank == INT32_MAX) break;
+      ids[best] = merged[best];
+      for (size_t i = best + 1; i + 1 < len; ++i) {
+        ids[i] = ids[i + 1];
+        rank[i] = rank[i + 1];
+        merged[i] = merged[i + 1];
+      }
       --len;
+      if (best + 1 < len) lookup(best);
+      if (best > 0) lookup(best - 1);
     }
     ids.resize(len);
     return;
@@ -127,22 +187,20 @@ void BpeModel::merge_symbols(std::vector<int32_t>* ids_ptr) const {
 void BpeModel::encode_word(std::string_view word, std::vector<int32_t>* out) const {
   if (word.empty()) return;
   if (ignore_merges) {
-    auto it = vocab.find(word);
-    if (it != vocab.end()) {
-      out->push_back(it->second);
+    const int32_t id = vocab.find(word);
+    if (id >= 0) {
+      out->push_back(id);
       return;
     }
   }
   const bool cacheable = word.size() <= kMaxCachedWord;
-  WordCache& cache = word_cache();
+  CacheSlot* slot = nullptr;
+  uint64_t h = 0;
   if (cacheable) {
-    if (cache.owner != instance_id) {
-      cache.map.clear();
-      cache.owner = instance_id;
-    }
-    auto it = cache.map.find(word);
-    if (it != cache.map.end()) {
-      out->insert(out->end(), it->second.begin(), it->second.end());
+    h = hash_bytes(word);
+    slot = &word_cache(instance_id).slots[h & (kCacheSlots - 1)];
+    if (slot->hash == h && slot->key_len == word.size() && std::memcmp(slot->key, word.data(), word.size()) == 0) {
+      out->insert(out->end(), slot->ids, slot->ids + slot->n_ids);
       return;
     }
   }
@@ -159,9 +217,9 @@ void BpeModel::encode_word(std::string_view word, std::vector<int32_t>* out) con
       const size_t len = std::min<size_t>(utf8_len(static_cast<unsigned char>(word[i])), word.size() - i);
       const std::string_view ch = word.substr(i, len);
       i += len;
-      auto it = vocab.find(ch);
-      if (it != vocab.end()) {
-        ids.push_back(it->second);
+      const int32_t id = vocab.find(ch);
+      if (id >= 0) {
+        ids.push_back(id);
         last_unk = false;
         continue;
       }
@@ -182,9 +240,12 @@ void BpeModel::encode_word(std::string_view word, std::vector<int32_t>* out) con
   }
   merge_symbols(&ids);
   out->insert(out->end(), ids.begin(), ids.end());
-  if (cacheable) {
-    if (cache.map.size() >= kMaxCacheEntries) cache.map.clear();
-    cache.map.emplace(std::string(word), ids);
+  if (slot != nullptr && ids.size() <= kMaxCachedIds) {
+    slot->hash = h;
+    slot->key_len = static_cast<uint8_t>(word.size());
+    std::memcpy(slot->key, word.data(), word.size());
+    slot->n_ids = static_cast<uint8_t>(ids.size());
+    std::copy(ids.begin(), ids.end(), slot->ids);
   }
 }
 

@@ -19,6 +19,58 @@ struct StringHash {
 };
 using StringIdMap = std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>>;
 
+inline uint64_t hash_bytes(std::string_view w) {
+  const char* p = w.data();
+  size_t n = w.size();
+  uint64_t h = 0x9E3779B97F4A7C15ull ^ n;
+  while (n >= 8) {
+    uint64_t x;
+    __builtin_memcpy(&x, p, 8);
+    h = (h ^ x) * 0xBF58476D1CE4E5B9ull;
+    h ^= h >> 31;
+    p += 8;
+    n -= 8;
+  }
+  uint64_t x = 0;
+  __builtin_memcpy(&x, p, n);
+  h = (h ^ x) * 0x94D049BB133111EBull;
+  h ^= h >> 29;
+  return h | 1;  // never 0, which marks an empty slot
+}
+
+// Open-addressing string -> id table with the keys in one arena: a lookup touches one slot
+// and one key, where std::unordered_map chases two pointers (the vocabulary lookup of
+// ignore_merges and SentencePiece characters is on the hot path).
+class StringTable {
+ public:
+  // Keeps the first id when a key is inserted twice.
+  void insert(std::string_view key, int32_t id);
+  int32_t find(std::string_view key) const {
+    if (slots_.empty()) return -1;
+    const uint64_t h = hash_bytes(key);
+    for (size_t i = h & mask_;; i = (i + 1) & mask_) {
+      const Slot& s = slots_[i];
+      if (s.hash == 0) return -1;
+      if (s.hash == h && s.len == key.size() && __builtin_memcmp(arena_.data() + s.offset, key.data(), key.size()) == 0) {
+        return s.id;
+      }
+    }
+  }
+  size_t size() const { return size_; }
+
+ private:
+  struct Slot {
+    uint64_t hash;
+    uint32_t offset, len;
+    int32_t id;
+  };
+  void rehash(size_t cap);
+  std::vector<Slot> slots_;
+  std::string arena_;
+  size_t mask_ = 0;
+  size_t size_ = 0;
+};
+
 // Open-addressing map (a, b) -> {rank, merged id}; the hottest lookup in encoding.
 class PairMap {
  public:
@@ -66,7 +118,7 @@ class BpeModel {
   bool fuse_unk = false;       // consecutive unknown characters give one unk
   bool ignore_merges = false;  // a word that is itself in the vocabulary is one token
   int32_t unk_id = -1;
-  StringIdMap vocab;           // model vocabulary, keyed as the symbols are (raw bytes if byte_level)
+  StringTable vocab;           // model vocabulary, keyed as the symbols are (raw bytes if byte_level)
   std::array<int32_t, 256> byte_ids{};  // byte -> id (byte_level) or <0xNN> id (fallback), -1 if none
   PairMap merges;
   uint64_t instance_id = 0;    // keys the per-thread word cache

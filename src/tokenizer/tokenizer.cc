@@ -192,13 +192,11 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::Builder::finish() {
   for (const AddedToken& a : k.added_) k.piece_ids_[a.content] = a.id;
 
   // The model's lookup table is keyed like the symbols it sees: raw bytes for byte-level BPE.
-  m.vocab.clear();
-  m.vocab.reserve(model_pieces.size());
   std::string raw;
   for (size_t i = 0; i < model_pieces.size(); ++i) {
     if (!in_model[i]) continue;
-    if (m.byte_level && tok::byte_level_decode(model_pieces[i], &raw)) m.vocab.emplace(raw, static_cast<int32_t>(i));
-    else m.vocab.emplace(model_pieces[i], static_cast<int32_t>(i));
+    if (m.byte_level && tok::byte_level_decode(model_pieces[i], &raw)) m.vocab.insert(raw, static_cast<int32_t>(i));
+    else m.vocab.insert(model_pieces[i], static_cast<int32_t>(i));
   }
   m.byte_ids.fill(-1);
   for (int b = 0; b < 256; ++b) {
@@ -212,8 +210,7 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::Builder::finish() {
     } else {
       break;
     }
-    auto it = m.vocab.find(key);
-    if (it != m.vocab.end()) m.byte_ids[b] = it->second;
+    m.byte_ids[b] = m.vocab.find(key);
   }
   m.instance_id = next_instance_id.fetch_add(1);
 
