@@ -73,9 +73,9 @@ namespace {
 
 // The word cache is per thread, so encode stays lock-free, and direct-mapped with the key
 // and ids stored inline in one 64-byte slot: a hit costs one hash and one cache line, a
-// miss just overwrites the slot. It belongs to one BpeModel at a time and is reset when the
-// thread switches models. Words longer than kMaxCachedWord bytes or with more than
-// kMaxCachedIds ids are not cached (they are rare; their merging is cheap relative to length).
+// miss just overwrites the slot. Each cache belongs to one BpeModel; a thread keeps a few.
+// Words longer than kMaxCachedWord bytes or with more than kMaxCachedIds ids are not cached
+// (rare, and their merging is cheap relative to their length).
 constexpr size_t kMaxCachedWord = 22;
 constexpr size_t kMaxCachedIds = 8;
 constexpr size_t kCacheSlots = 1 << 15;  // 2 MiB per thread
@@ -91,16 +91,27 @@ static_assert(sizeof(CacheSlot) == 64);
 
 struct WordCache {
   uint64_t owner = 0;
+  uint64_t last_use = 0;
   std::vector<CacheSlot> slots;
 };
 
+// A few caches per thread so a thread serving several models does not wipe one per call.
 WordCache& word_cache(uint64_t owner) {
-  thread_local WordCache cache;
-  if (cache.owner != owner) {
-    cache.slots.assign(kCacheSlots, CacheSlot{});
-    cache.owner = owner;
+  thread_local std::array<WordCache, 4> caches;
+  thread_local uint64_t clock = 0;
+  ++clock;
+  WordCache* victim = &caches[0];
+  for (WordCache& c : caches) {
+    if (c.owner == owner) {
+      c.last_use = clock;
+      return c;
+    }
+    if (c.last_use < victim->last_use) victim = &c;
   }
-  return cache;
+  victim->slots.assign(kCacheSlots, CacheSlot{});
+  victim->owner = owner;
+  victim->last_use = clock;
+  return *victim;
 }
 
 }  // namespace
