@@ -131,6 +131,21 @@ TEST(Api, OutOfRangeIdsDecodeToNothing) {
   EXPECT_EQ(t.decode(ids, false), "Hello");
 }
 
+// Long runs that stress the regex (\s+(?!\S) backtracking) and the heap merge path.
+TEST(Api, LongInputsRoundTrip) {
+  std::string cjk;
+  for (int i = 0; i < 20000; ++i) tok::append_utf8(0x4E00 + (i * 7919) % 20000, &cjk);
+  for (const char* path : {kLlama3, kLlama2, kQwen2}) {
+    const Tokenizer& t = load_cached(path);
+    for (const std::string& s : {std::string(200000, ' '), std::string(200000, 'a'), std::string(100000, '\n') + "x", cjk,
+                                 std::string(50000, '7')}) {
+      const auto ids = t.encode(s, false);
+      EXPECT_FALSE(ids.empty());
+      EXPECT_EQ(t.decode(ids, false), path == kQwen2 ? tok::normalize(s, tok::NormForm::kNfc) : s) << path;
+    }
+  }
+}
+
 // --- streaming -------------------------------------------------------------------------------
 
 // Streams ids one by one and checks: every chunk is valid UTF-8; whenever decode(ids so far)
