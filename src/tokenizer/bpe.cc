@@ -23,6 +23,12 @@ void StringTable::rehash(size_t cap) {
   }
 }
 
+void StringTable::reserve(size_t n) {
+  size_t cap = 64;
+  while (cap < n * 2) cap <<= 1;
+  if (cap > slots_.size()) rehash(cap);
+}
+
 void StringTable::insert(std::string_view key, int32_t id) {
   if ((size_ + 1) * 2 > slots_.size()) rehash(slots_.empty() ? 64 : slots_.size() * 2);
   const uint64_t h = hash_bytes(key);

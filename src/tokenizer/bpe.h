@@ -45,6 +45,7 @@ class StringTable {
  public:
   // Keeps the first id when a key is inserted twice.
   void insert(std::string_view key, int32_t id);
+  void reserve(size_t n);
   int32_t find(std::string_view key) const {
     if (slots_.empty()) return -1;
     const uint64_t h = hash_bytes(key);

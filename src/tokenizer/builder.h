@@ -13,7 +13,7 @@ struct Tokenizer::Builder {
   std::vector<uint8_t> in_model;  // [model_pieces.size()] 1 where the id is a model token
 
   // Model piece string -> id, built on demand for merges.
-  tok::StringIdMap piece_lookup;
+  tok::StringTable piece_lookup;
   void build_piece_lookup();
   // Adds one merge given as two vocabulary strings; rank = order in the file.
   Status add_merge(std::string_view a, std::string_view b, int32_t rank);

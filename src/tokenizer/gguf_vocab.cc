@@ -142,10 +142,10 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::Builder::build_gguf(const GgufFile
       while (k < p.size()) {
         k += tok::utf8_len(static_cast<unsigned char>(p[k]));
         if (k >= p.size()) break;
-        auto l = b.piece_lookup.find(std::string_view(p).substr(0, k));
-        auto r = b.piece_lookup.find(std::string_view(p).substr(k));
-        if (l != b.piece_lookup.end() && r != b.piece_lookup.end() && type[l->second] != kByte && type[r->second] != kByte) {
-          m.merges.insert(l->second, r->second, {rank, static_cast<int32_t>(i)});
+        const int32_t l = b.piece_lookup.find(std::string_view(p).substr(0, k));
+        const int32_t r = b.piece_lookup.find(std::string_view(p).substr(k));
+        if (l >= 0 && r >= 0 && type[l] != kByte && type[r] != kByte) {
+          m.merges.insert(l, r, {rank, static_cast<int32_t>(i)});
         }
       }
     }

@@ -333,9 +333,8 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::Builder::parse_hf(std::string_view
   // Merges: "a b" strings or ["a", "b"] pairs; rank = position.
   b.build_piece_lookup();
   if (auto unk = model.find("unk_token"); unk != model.end() && unk->is_string()) {
-    auto it = b.piece_lookup.find(unk->get<std::string>());
-    if (it == b.piece_lookup.end()) return Status::error("model: unk_token '" + unk->get<std::string>() + "' is not in the vocabulary");
-    m.unk_id = it->second;
+    m.unk_id = b.piece_lookup.find(unk->get<std::string>());
+    if (m.unk_id < 0) return Status::error("model: unk_token '" + unk->get<std::string>() + "' is not in the vocabulary");
   }
   auto merges_it = model.find("merges");
   if (merges_it != model.end() && !merges_it->is_null()) {
@@ -377,8 +376,8 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::Builder::parse_hf(std::string_view
       GB_ASSIGN_OR_RETURN(tk.content, get_string(a, "content", "added_tokens"));
       // HF ignores the written id: an added token takes its model id when the model has the
       // string, else the next id after the vocabulary and the previous added tokens.
-      if (auto it = b.piece_lookup.find(tk.content); it != b.piece_lookup.end()) {
-        tk.id = it->second;
+      if (const int32_t model_id = b.piece_lookup.find(tk.content); model_id >= 0) {
+        tk.id = model_id;
       } else {
         const int32_t n_model = static_cast<int32_t>(b.piece_lookup.size());
         tk.id = max_added >= n_model ? max_added + 1 : n_model;

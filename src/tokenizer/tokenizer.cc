@@ -96,8 +96,7 @@ const std::string& Tokenizer::token_to_piece(int32_t id) const {
 }
 
 int32_t Tokenizer::find_token(std::string_view piece) const {
-  auto it = piece_ids_.find(std::string(piece));
-  return it == piece_ids_.end() ? -1 : it->second;
+  return piece_ids_.find(piece);
 }
 
 bool Tokenizer::is_special(int32_t id) const { return id >= 0 && id < vocab_size() && special_[id] != 0; }
@@ -148,27 +147,29 @@ std::string StreamDecoder::flush() {
 // --- Builder ---------------------------------------------------------------------------------
 
 void Tokenizer::Builder::build_piece_lookup() {
-  piece_lookup.clear();
+  piece_lookup = {};
   piece_lookup.reserve(model_pieces.size());
   for (size_t i = 0; i < model_pieces.size(); ++i) {
-    if (in_model[i]) piece_lookup.emplace(model_pieces[i], static_cast<int32_t>(i));
+    if (in_model[i]) piece_lookup.insert(model_pieces[i], static_cast<int32_t>(i));
   }
 }
 
 Status Tokenizer::Builder::add_merge(std::string_view a, std::string_view b, int32_t rank) {
-  auto ia = piece_lookup.find(a);
-  auto ib = piece_lookup.find(b);
-  if (ia == piece_lookup.end() || ib == piece_lookup.end()) {
+  const int32_t ia = piece_lookup.find(a);
+  const int32_t ib = piece_lookup.find(b);
+  if (ia < 0 || ib < 0) {
     return Status::error("merge " + std::to_string(rank) + " ('" + std::string(a) + " " + std::string(b) +
                          "') uses a token that is not in the vocabulary");
   }
-  std::string ab = std::string(a) + std::string(b);
-  auto iab = piece_lookup.find(ab);
-  if (iab == piece_lookup.end()) {
+  thread_local std::string ab;
+  ab.assign(a);
+  ab.append(b);
+  const int32_t iab = piece_lookup.find(ab);
+  if (iab < 0) {
     return Status::error("merge " + std::to_string(rank) + " ('" + std::string(a) + " " + std::string(b) +
                          "') gives '" + ab + "', which is not in the vocabulary");
   }
-  t->model_.merges.insert(ia->second, ib->second, {rank, iab->second});
+  t->model_.merges.insert(ia, ib, {rank, iab});
   return Status::ok();
 }
 
@@ -185,14 +186,16 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::Builder::finish() {
     k.pieces_[a.id] = a.content;
     if (a.special) k.special_[a.id] = 1;
   }
+  // Added tokens first: the table keeps the first id for a string, and an added token wins.
   k.piece_ids_.reserve(n);
+  for (const AddedToken& a : k.added_) k.piece_ids_.insert(a.content, a.id);
   for (size_t i = 0; i < n; ++i) {
-    if (i < in_model.size() && in_model[i]) k.piece_ids_.emplace(k.pieces_[i], static_cast<int32_t>(i));
+    if (i < in_model.size() && in_model[i]) k.piece_ids_.insert(k.pieces_[i], static_cast<int32_t>(i));
   }
-  for (const AddedToken& a : k.added_) k.piece_ids_[a.content] = a.id;
 
   // The model's lookup table is keyed like the symbols it sees: raw bytes for byte-level BPE.
   std::string raw;
+  m.vocab.reserve(model_pieces.size());
   for (size_t i = 0; i < model_pieces.size(); ++i) {
     if (!in_model[i]) continue;
     if (m.byte_level && tok::byte_level_decode(model_pieces[i], &raw)) m.vocab.insert(raw, static_cast<int32_t>(i));

@@ -89,7 +89,7 @@ class Tokenizer {
   void split_added(std::string_view text, bool normalized_pass, std::vector<TextPiece>* out) const;
 
   std::vector<std::string> pieces_;                     // [vocab_size] id -> vocabulary string
-  std::unordered_map<std::string, int32_t> piece_ids_;  // vocabulary string -> id
+  tok::StringTable piece_ids_;                          // vocabulary string -> id
   std::vector<uint8_t> special_;                        // [vocab_size] 1 for special added tokens
   std::vector<AddedToken> added_;
   tok::AddedMatcher raw_matcher_;         // added tokens with normalized = false
