@@ -84,7 +84,7 @@ namespace {
 // (rare, and their merging is cheap relative to their length).
 constexpr size_t kMaxCachedWord = 22;
 constexpr size_t kMaxCachedIds = 8;
-constexpr size_t kCacheSlots = 1 << 15;  // 2 MiB per thread
+constexpr size_t kCacheSlots = 1 << 14;  // 1 MiB per cache
 
 struct CacheSlot {
   uint64_t hash;
@@ -103,7 +103,7 @@ struct WordCache {
 
 // A few caches per thread so a thread serving several models does not wipe one per call.
 WordCache& word_cache(uint64_t owner) {
-  thread_local std::array<WordCache, 4> caches;
+  thread_local std::array<WordCache, 2> caches;
   thread_local uint64_t clock = 0;
   ++clock;
   WordCache* victim = &caches[0];

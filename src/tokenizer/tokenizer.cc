@@ -112,14 +112,20 @@ bool ends_with_replacement(const std::string& s) {
 std::string StreamDecoder::push(int32_t id) {
   ids_.push_back(id);
   std::string text = tokenizer_->decode(ids_, skip_special_);
-  // An incomplete UTF-8 sequence decodes to U+FFFD at the end: wait for more bytes.
-  if (text.size() <= prefix_.size() || ends_with_replacement(text)) return {};
-  if (text.compare(0, prefix_.size(), prefix_) != 0) {
-    // The context decoded differently once followed by more tokens (cannot happen with the
-    // supported decoders); restart the window at the new token rather than emit garbage.
-    ids_.assign(1, id);
+  // An incomplete UTF-8 sequence decodes to U+FFFD at the end: wait for more bytes. A
+  // character is at most 4 bytes, so after kMaxPending tokens without complete text the
+  // U+FFFDs are real (invalid bytes) and are emitted; this also bounds the window, which
+  // keeps a stream of garbage bytes or skipped specials linear instead of quadratic.
+  constexpr size_t kMaxPending = 16;
+  const bool force = ids_.size() - prefix_index_ >= kMaxPending;
+  if (!force && (text.size() <= prefix_.size() || ends_with_replacement(text))) return {};
+  if (text.size() < prefix_.size() || text.compare(0, prefix_.size(), prefix_) != 0) {
+    // The context decoded differently once followed by more tokens: only when a forced emit
+    // meets ByteFallback's all-or-nothing byte groups. Emit the pending tokens on their own
+    // and make them the new context (best effort on garbage bytes).
+    ids_.erase(ids_.begin(), ids_.begin() + static_cast<std::ptrdiff_t>(prefix_index_));
     prefix_ = tokenizer_->decode(ids_, skip_special_);
-    prefix_index_ = 1;
+    prefix_index_ = ids_.size();
     return prefix_;
   }
   std::string fresh = text.substr(prefix_.size());

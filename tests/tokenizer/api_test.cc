@@ -225,6 +225,28 @@ TEST(Stream, SkipsSpecialTokens) {
   EXPECT_EQ(out, "assistant\n\nHi there");
 }
 
+TEST(Stream, GarbageBytesStayLinearAndComplete) {
+  // 5000 byte tokens that never form valid UTF-8 (0xFF): emitted in bounded windows as
+  // U+FFFD, never all held back until the end.
+  const Tokenizer& t = load_cached(kLlama2);
+  const int32_t ff = t.find_token("<0xFF>");
+  ASSERT_GE(ff, 0);
+  StreamDecoder stream(t, false);
+  std::string out;
+  size_t max_gap = 0, gap = 0;
+  for (int i = 0; i < 5000; ++i) {
+    const std::string c = stream.push(ff);
+    gap = c.empty() ? gap + 1 : 0;
+    max_gap = std::max(max_gap, gap);
+    out += c;
+  }
+  out += stream.flush();
+  EXPECT_LE(max_gap, 16u);
+  std::string want;
+  for (int i = 0; i < 5000; ++i) want += "\xEF\xBF\xBD";
+  EXPECT_EQ(out, want);
+}
+
 // --- concurrency -----------------------------------------------------------------------------
 
 TEST(Concurrency, ManyThreadsSameResults) {
