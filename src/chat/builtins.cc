@@ -447,7 +447,7 @@ Result<Value> f_items(Interpreter& in, const Value& v, CallArgs&) {
   if (!v.is_dict()) return error(std::string("can only get item pairs from a mapping, not ") + type_name(v));
   std::vector<Value> out;
   out.reserve(v.dict_ref().items.size());
-  for (const auto& [k, item] : v.dict_ref().items) out.push_back(Value::list({Value(k), item}));
+  for (const auto& [k, item] : v.dict_ref().items) out.push_back(Value::tuple({Value(k), item}));
   GB_RETURN_IF_ERROR(in.charge(static_cast<int64_t>(out.size())));
   return Value::list(std::move(out));
 }
@@ -732,7 +732,7 @@ Result<Value> f_dictsort(Interpreter& in, const Value& v, CallArgs& a) {
   const bool by_value = by != nullptr && by->is_string() && by->str() == "value";
   const bool reverse = arg_bool(a, 2, "reverse", false);
   std::vector<Value> pairs;
-  for (const auto& [k, item] : v.dict_ref().items) pairs.push_back(Value::list({Value(k), item}));
+  for (const auto& [k, item] : v.dict_ref().items) pairs.push_back(Value::tuple({Value(k), item}));
   const Value attribute(static_cast<int64_t>(by_value ? 1 : 0));
   GB_ASSIGN_OR_RETURN(pairs, sorted(in, std::move(pairs), reverse, case_sensitive, &attribute));
   return Value::list(std::move(pairs));
@@ -790,7 +790,8 @@ Result<Value> f_round(Interpreter&, const Value& v, CallArgs& a) {
   const double scale = std::pow(10.0, static_cast<double>(precision));
   const double x = v.to_double() * scale;
   double r;
-  if (method == "common") r = std::round(x);  // half away from zero, as Jinja's "common"
+  // "common" is Python's round(): ties go to the even neighbour (nearbyint's default mode).
+  if (method == "common") r = std::nearbyint(x);
   else if (method == "ceil") r = std::ceil(x);
   else if (method == "floor") r = std::floor(x);
   else return error("method must be common, ceil or floor");

@@ -56,4 +56,35 @@ Result<std::string> apply_chat_template(const ChatTemplate& tmpl, const nlohmann
   return tmpl.render(context, options.render);
 }
 
+Result<std::string> chat_template_from_config(const nlohmann::json& config, std::string_view name) {
+  if (!config.is_object() || !config.contains("chat_template") || config["chat_template"].is_null()) {
+    return Status::error("tokenizer_config.json has no chat_template");
+  }
+  const auto& t = config["chat_template"];
+  if (t.is_string()) return t.get<std::string>();
+  if (t.is_array()) {
+    std::string available;
+    for (const auto& entry : t) {
+      if (!entry.is_object() || !entry.contains("name") || !entry.contains("template") ||
+          !entry["name"].is_string() || !entry["template"].is_string()) {
+        return Status::error("tokenizer_config.json: chat_template list entries need string 'name' and 'template'");
+      }
+      if (entry["name"].get<std::string>() == name) return entry["template"].get<std::string>();
+      available += (available.empty() ? "" : ", ") + entry["name"].get<std::string>();
+    }
+    return Status::error("tokenizer_config.json has no chat template named '" + std::string(name) +
+                         "' (available: " + available + ")");
+  }
+  return Status::error("tokenizer_config.json: chat_template must be a string or a list");
+}
+
+std::string special_token_from_config(const nlohmann::json& config, std::string_view key) {
+  if (!config.is_object()) return "";
+  const auto it = config.find(std::string(key));
+  if (it == config.end()) return "";
+  if (it->is_string()) return it->get<std::string>();
+  if (it->is_object() && it->contains("content") && (*it)["content"].is_string()) return (*it)["content"].get<std::string>();
+  return "";
+}
+
 }  // namespace gb::chat

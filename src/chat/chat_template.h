@@ -66,4 +66,14 @@ struct ChatTemplateOptions {
 Result<std::string> apply_chat_template(const ChatTemplate& tmpl, const nlohmann::ordered_json& messages,
                                         const ChatTemplateOptions& options);
 
+// The chat_template of a parsed tokenizer_config.json: either a string, or a list of
+// {"name": ..., "template": ...} entries from which `name` is chosen ("default" unless the
+// caller wants e.g. "tool_use"). Fails when the config has none.
+Result<std::string> chat_template_from_config(const nlohmann::json& tokenizer_config,
+                                              std::string_view name = "default");
+
+// A special token (bos_token, eos_token, ...) of a tokenizer_config.json, given either as a
+// string or as an AddedToken object {"content": ...}; empty when absent or null.
+std::string special_token_from_config(const nlohmann::json& tokenizer_config, std::string_view key);
+
 }  // namespace gb::chat

@@ -494,6 +494,7 @@ Result<Value> Interpreter::eval_collection(const Expr& e) {
     GB_ASSIGN_OR_RETURN(Value v, eval(*a));
     items.push_back(std::move(v));
   }
+  if (e.kind == ExprKind::kTuple) return Value::tuple(std::move(items));
   return Value::list(std::move(items));
 }
 

@@ -56,14 +56,16 @@ Status append_str(const Value& v, std::string& out, int depth, size_t max) {
     case Value::Type::kFloat: out += format_float(v.as_float()); return Status::ok();
     case Value::Type::kString: out += v.str(); return Status::ok();
     case Value::Type::kList: {
-      out += '[';
+      const bool tuple = v.list_ptr()->is_tuple;
+      out += tuple ? '(' : '[';
       bool first = true;
       for (const Value& item : v.items()) {
         if (!first) out += ", ";
         first = false;
         GB_RETURN_IF_ERROR(append_repr(item, out, depth + 1, max));
       }
-      out += ']';
+      if (tuple && v.items().size() == 1) out += ',';
+      out += tuple ? ')' : ']';
       return Status::ok();
     }
     case Value::Type::kDict: {

@@ -30,6 +30,7 @@ struct NoneValue {};
 
 struct ValueList {
   std::vector<Value> items;
+  bool is_tuple = false;  // only changes printing: "(1, 2)" as Python prints tuples
 };
 
 // Insertion-ordered like a Python dict (tojson and `items` keep the caller's key order).
@@ -80,6 +81,9 @@ class Value {
   static Value none() { return Value(NoneValue{}); }
   static Value list(std::vector<Value> items) {
     return Value(std::make_shared<ValueList>(ValueList{std::move(items)}));
+  }
+  static Value tuple(std::vector<Value> items) {
+    return Value(std::make_shared<ValueList>(ValueList{std::move(items), true}));
   }
   static Value dict() { return Value(std::make_shared<ValueDict>()); }
 

@@ -65,7 +65,7 @@ TEST(JinjaExpr, Literals) {
   EXPECT_EQ(render("{{ true }} {{ False }} {{ none }} {{ None }}"), "True False None None");
   EXPECT_EQ(render("{{ [1, 'a', none, true] }}"), "[1, 'a', None, True]");
   EXPECT_EQ(render("{{ {'a': 1, 'b': [2]} }}"), "{'a': 1, 'b': [2]}");
-  EXPECT_EQ(render("{{ (1, 2) }}"), "[1, 2]");
+  EXPECT_EQ(render("{{ (1, 2) }} {{ (1,) }} {{ () }}"), "(1, 2) (1,) ()");
   EXPECT_EQ(render("{{ \"it's\" }} {{ [\"it's\"] }}"), "it's [\"it's\"]");
 }
 
@@ -178,7 +178,7 @@ TEST(JinjaFilters, Strings) {
   EXPECT_EQ(render("{{ 'a\\nb\\n\\nc'|indent(2) }}|{{ 'a\\nb'|indent(2, true) }}|{{ 'a\\n\\nb'|indent(2, blank=true) }}"),
             "a\n  b\n\n  c|  a\n  b|a\n  \n  b");
   EXPECT_EQ(render("{{ u|default('d') }} {{ ''|default('d') }} {{ ''|default('d', true) }} {{ u|d('x') }}"), "d  d x");
-  EXPECT_EQ(render("{{ -3|abs }} {{ 2.5|round }} {{ 2.345|round(2) }} {{ 2.7|round(0, 'floor') }}"), "3 3.0 2.35 2.0");
+  EXPECT_EQ(render("{{ -3|abs }} {{ 2.5|round }} {{ 2.345|round(2) }} {{ 2.7|round(0, 'floor') }}"), "3 2.0 2.35 2.0");
 }
 
 TEST(JinjaFilters, Sequences) {
@@ -196,7 +196,7 @@ TEST(JinjaFilters, Sequences) {
                    ctx),
             "2 [1] system,user [1, 3] ['A', 'B'] []");
   EXPECT_EQ(render("{{ {'b': 1, 'a': 2}|items|list }} {{ {'b': 1, 'a': 2}|dictsort }} {{ 'ab'|list }}"),
-            "[['b', 1], ['a', 2]] [['a', 2], ['b', 1]] ['a', 'b']");
+            "[('b', 1), ('a', 2)] [('a', 2), ('b', 1)] ['a', 'b']");
   EXPECT_EQ(render("{{ [3, 1, 2]|min }} {{ [3, 1, 2]|max }} {{ ms|sort(attribute='c', reverse=true)|map(attribute='c')|list }}", ctx),
             "1 3 [3, 2, 1]");
 }
@@ -358,6 +358,26 @@ TEST(ChatTemplateApi, ConcurrentRenders) {
   }
   for (auto& th : threads) th.join();
   for (int i = 0; i < 8; ++i) EXPECT_EQ(ok[i], 200);
+}
+
+}  // namespace
+}  // namespace gb::chat
+
+namespace gb::chat {
+namespace {
+
+TEST(ChatTemplateConfig, ReadsTemplateAndSpecialTokens) {
+  nlohmann::json cfg = nlohmann::json::parse(R"({
+    "chat_template": [{"name": "default", "template": "D"}, {"name": "tool_use", "template": "T"}],
+    "bos_token": {"content": "<s>", "lstrip": false}, "eos_token": "</s>", "pad_token": null})");
+  EXPECT_EQ(*chat_template_from_config(cfg), "D");
+  EXPECT_EQ(*chat_template_from_config(cfg, "tool_use"), "T");
+  EXPECT_NE(chat_template_from_config(cfg, "rag").message().find("available: default, tool_use"), std::string::npos);
+  EXPECT_EQ(special_token_from_config(cfg, "bos_token"), "<s>");
+  EXPECT_EQ(special_token_from_config(cfg, "eos_token"), "</s>");
+  EXPECT_EQ(special_token_from_config(cfg, "pad_token"), "");
+  EXPECT_FALSE(chat_template_from_config(nlohmann::json::object()).is_ok());
+  EXPECT_EQ(*chat_template_from_config(nlohmann::json{{"chat_template", "S"}}), "S");
 }
 
 }  // namespace
