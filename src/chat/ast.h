@@ -101,6 +101,9 @@ struct Program {
 FilterFn find_filter(std::string_view name);
 TestFn find_test(std::string_view name);
 bool is_known_method(std::string_view name);
+// Argument count and keyword names of a filter / test call, checked at parse time.
+Status check_filter_args(std::string_view name, size_t positional, const std::vector<std::string_view>& keywords);
+Status check_test_args(std::string_view name, size_t positional, const std::vector<std::string_view>& keywords);
 
 struct ParseLimits {
   int max_expr_depth = 96;   // height of one expression tree

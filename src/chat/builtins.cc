@@ -1,6 +1,7 @@
 // Builtin filters, tests, string/dict/list methods and globals (range, namespace, dict,
 // raise_exception, strftime_now), each following Jinja 3 / Python 3 / transformers semantics.
 #include <algorithm>
+#include <initializer_list>
 #include <cmath>
 #include <cstring>
 #include <ctime>
@@ -882,6 +883,30 @@ Result<Value> f_batch(Interpreter& in, const Value& v, CallArgs& a) {
   return Value::list(std::move(out));
 }
 
+// Parameter names of each builtin, in positional order (checked when the template is parsed).
+// A null list means variadic (select/map/...: test or filter arguments follow).
+struct Signature {
+  std::string_view name;
+  std::initializer_list<std::string_view> params;
+  bool variadic = false;
+};
+
+const Signature kFilterSignatures[] = {
+    {"abs", {}}, {"attr", {"name"}}, {"batch", {"linecount", "fill_with"}}, {"capitalize", {}},
+    {"center", {"width"}}, {"count", {}}, {"d", {"default_value", "boolean"}},
+    {"default", {"default_value", "boolean"}}, {"dictsort", {"case_sensitive", "by", "reverse"}}, {"e", {}},
+    {"escape", {}}, {"first", {}}, {"float", {"default"}}, {"forceescape", {}},
+    {"indent", {"width", "first", "blank"}}, {"int", {"default", "base"}}, {"items", {}},
+    {"join", {"d", "attribute"}}, {"last", {}}, {"length", {}}, {"list", {}}, {"lower", {}},
+    {"map", {"attribute", "default"}, true}, {"max", {"case_sensitive", "attribute"}},
+    {"min", {"case_sensitive", "attribute"}}, {"reject", {}, true}, {"rejectattr", {}, true},
+    {"replace", {"old", "new", "count"}}, {"reverse", {}}, {"round", {"precision", "method"}}, {"safe", {}},
+    {"select", {}, true}, {"selectattr", {}, true}, {"sort", {"reverse", "case_sensitive", "attribute"}},
+    {"string", {}}, {"sum", {"attribute", "start"}}, {"title", {}},
+    {"tojson", {"ensure_ascii", "indent", "separators", "sort_keys"}}, {"trim", {"chars"}},
+    {"unique", {"case_sensitive", "attribute"}}, {"upper", {}}, {"wordcount", {}},
+};
+
 constexpr std::pair<std::string_view, FilterFn> kFilters[] = {
     {"abs", f_abs},
     {"attr", f_attr},
@@ -951,6 +976,8 @@ Result<bool> t_callable(Interpreter&, const Value& v, CallArgs&) { return v.is_c
 
 Result<const Value*> other(const CallArgs& a) {
   const Value* o = arg(a, 0, "other");
+  if (o == nullptr) o = arg(a, 0, "num");
+  if (o == nullptr) o = arg(a, 0, "seq");
   if (o == nullptr) return error("missing argument");
   return o;
 }
@@ -1044,6 +1071,31 @@ Result<bool> t_upper(Interpreter&, const Value& v, CallArgs&) {
 Result<bool> t_escaped(Interpreter&, const Value&, CallArgs&) { return false; }
 Result<bool> t_filter(Interpreter&, const Value& v, CallArgs&) { return v.is_string() && find_filter(v.str()) != nullptr; }
 Result<bool> t_test(Interpreter&, const Value& v, CallArgs&) { return v.is_string() && find_test(v.str()) != nullptr; }
+
+const Signature kTestSignatures[] = {
+    {"divisibleby", {"num"}}, {"in", {"seq"}}, {"sameas", {"other"}}, {"eq", {"other"}}, {"equalto", {"other"}},
+    {"==", {"other"}}, {"ne", {"other"}}, {"!=", {"other"}}, {"lt", {"other"}}, {"<", {"other"}},
+    {"lessthan", {"other"}}, {"le", {"other"}}, {"<=", {"other"}}, {"gt", {"other"}}, {">", {"other"}},
+    {"greaterthan", {"other"}}, {"ge", {"other"}}, {">=", {"other"}},
+};
+
+Status check_signature(const Signature* sig, std::string_view kind, std::string_view name, size_t positional,
+                       const std::vector<std::string_view>& keywords) {
+  static const std::initializer_list<std::string_view> kNone = {};
+  const auto& params = sig != nullptr ? sig->params : kNone;
+  if (sig != nullptr && sig->variadic) return Status::ok();
+  if (positional > params.size()) {
+    return error(std::string(kind) + " '" + std::string(name) + "' takes at most " + std::to_string(params.size()) +
+                 " argument(s), got " + std::to_string(positional));
+  }
+  for (std::string_view k : keywords) {
+    if (std::find(params.begin(), params.end(), k) == params.end()) {
+      return error(std::string(kind) + " '" + std::string(name) + "' got an unexpected keyword argument '" +
+                   std::string(k) + "'");
+    }
+  }
+  return Status::ok();
+}
 
 constexpr std::pair<std::string_view, TestFn> kTests[] = {
     {"!=", t_ne},
@@ -1360,6 +1412,20 @@ TestFn find_test(std::string_view name) {
     if (n == name) return fn;
   }
   return nullptr;
+}
+
+Status check_filter_args(std::string_view name, size_t positional, const std::vector<std::string_view>& keywords) {
+  for (const Signature& sig : kFilterSignatures) {
+    if (sig.name == name) return check_signature(&sig, "filter", name, positional, keywords);
+  }
+  return Status::ok();
+}
+
+Status check_test_args(std::string_view name, size_t positional, const std::vector<std::string_view>& keywords) {
+  for (const Signature& sig : kTestSignatures) {
+    if (sig.name == name) return check_signature(&sig, "test", name, positional, keywords);
+  }
+  return check_signature(nullptr, "test", name, positional, keywords);
 }
 
 bool is_known_method(std::string_view name) {

@@ -139,9 +139,26 @@ class Lexer {
     return pos;
   }
 
+  // Jinja normalizes "\r\n" and "\r" to "\n" in template text and string literals.
+  static std::string normalize_newlines(std::string_view s) {
+    std::string out;
+    out.reserve(s.size());
+    for (size_t i = 0; i < s.size(); ++i) {
+      if (s[i] != '\r') {
+        out += s[i];
+        continue;
+      }
+      out += '\n';
+      if (i + 1 < s.size() && s[i + 1] == '\n') ++i;
+    }
+    return out;
+  }
+
   void emit_text(size_t begin, size_t end) {
     if (end <= begin) return;
-    Token t{TokenType::kText, line_at(begin), std::string(src_.substr(begin, end - begin))};
+    const std::string_view text = src_.substr(begin, end - begin);
+    Token t{TokenType::kText, line_at(begin),
+            text.find('\r') == std::string_view::npos ? std::string(text) : normalize_newlines(text)};
     tokens_.push_back(std::move(t));
   }
 
@@ -249,6 +266,11 @@ class Lexer {
       if (c == quote) {
         ++p;
         break;
+      }
+      if (c == '\r') {  // a raw newline inside the literal, normalized like template text
+        out += '\n';
+        p += (p + 1 < src_.size() && src_[p + 1] == '\n') ? 2 : 1;
+        continue;
       }
       if (c != '\\' || p + 1 >= src_.size()) {
         out += c;

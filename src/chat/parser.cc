@@ -488,6 +488,7 @@ class Parser {
     e->name = std::move(name);
     e->filter = fn;
     if (is_op("(")) GB_RETURN_IF_ERROR(parse_call_args(*e));
+    GB_RETURN_IF_ERROR(check_args(*e, line, true));
     return e;
   }
 
@@ -514,11 +515,21 @@ class Parser {
           t->args.push_back(std::move(arg));
           GB_RETURN_IF_ERROR(refresh_depth(*t));
         }
+        GB_RETURN_IF_ERROR(check_args(*t, line, false));
         e = std::move(t);
       } else {
         return e;
       }
     }
+  }
+
+  Status check_args(const Expr& e, int line, bool is_filter) {
+    std::vector<std::string_view> keywords;
+    for (const auto& [k, v] : e.kwargs) keywords.push_back(k);
+    const size_t positional = e.args.size() - 1;  // args[0] is the input
+    Status st = is_filter ? check_filter_args(e.name, positional, keywords) : check_test_args(e.name, positional, keywords);
+    if (!st.is_ok()) return error(line, st.message());
+    return Status::ok();
   }
 
   // `x is divisibleby 3`: a test may take one argument without parentheses.

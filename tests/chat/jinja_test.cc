@@ -41,6 +41,8 @@ TEST(JinjaText, PlainTextAndComments) {
   EXPECT_EQ(render("x\n"), "x");  // keep_trailing_newline=False drops one final newline
   EXPECT_EQ(render("x\n\n"), "x\n");
   EXPECT_EQ(render("{% raw %}{{ not parsed }}{% endraw %}"), "{{ not parsed }}");
+  // Jinja normalizes \r\n and \r to \n in template text and string literals.
+  EXPECT_EQ(render("a\r\nb\rc{{ 'x\r\ny' }}"), "a\nb\ncx\ny");
 }
 
 TEST(JinjaText, WhitespaceControl) {
@@ -281,6 +283,12 @@ TEST(JinjaErrors, NamesConstructAndLine) {
   EXPECT_TRUE(has(e, "'break' outside of a 'for' loop")) << e;
   e = parse_error("{{ x ! y }}");
   EXPECT_TRUE(has(e, "unexpected character '!'")) << e;
+  e = parse_error("{{ x|tojson(indnet=2) }}");
+  EXPECT_TRUE(has(e, "filter 'tojson' got an unexpected keyword argument 'indnet'")) << e;
+  e = parse_error("{{ x|trim(1, 2) }}");
+  EXPECT_TRUE(has(e, "filter 'trim' takes at most 1 argument(s), got 2")) << e;
+  e = parse_error("{% if x is string(1) %}{% endif %}");
+  EXPECT_TRUE(has(e, "test 'string' takes at most 0 argument(s), got 1")) << e;
   e = render_error("\n\n{{ nosuchfn(1) }}");
   EXPECT_TRUE(has(e, "unknown function 'nosuchfn'") && has(e, "line 3")) << e;
   e = render_error("{{ 'a'.keys() }}");
