@@ -9,14 +9,9 @@ namespace gb::chat {
 namespace {
 
 template <class Json>
-Result<std::string> render_json(const Program& program, const Json& context, const RenderOptions& options) {
+Result<std::string> render_json(const ChatTemplate& tmpl, const Json& context, const RenderOptions& options) {
   if (!context.is_object()) return Status::error("chat template context must be a JSON object");
-  RenderLimits limits;
-  limits.max_output_bytes = options.max_output_bytes;
-  limits.max_steps = options.max_steps;
-  limits.max_depth = options.max_depth;
-  Interpreter interpreter(limits, options.now);
-  return interpreter.render(program, from_json(context));
+  return tmpl.render_values(from_json(context), options);
 }
 
 }  // namespace
@@ -29,12 +24,21 @@ Result<ChatTemplate> ChatTemplate::parse(std::string_view source) {
   return t;
 }
 
+Result<std::string> ChatTemplate::render_values(const Value& context, const RenderOptions& options) const {
+  RenderLimits limits;
+  limits.max_output_bytes = options.max_output_bytes;
+  limits.max_steps = options.max_steps;
+  limits.max_depth = options.max_depth;
+  Interpreter interpreter(limits, options.now);
+  return interpreter.render(*program_, context);
+}
+
 Result<std::string> ChatTemplate::render(const nlohmann::ordered_json& context, const RenderOptions& options) const {
-  return render_json(*program_, context, options);
+  return render_json(*this, context, options);
 }
 
 Result<std::string> ChatTemplate::render(const nlohmann::json& context, const RenderOptions& options) const {
-  return render_json(*program_, context, options);
+  return render_json(*this, context, options);
 }
 
 Result<std::string> apply_chat_template(const ChatTemplate& tmpl, const nlohmann::ordered_json& messages,
@@ -43,17 +47,18 @@ Result<std::string> apply_chat_template(const ChatTemplate& tmpl, const nlohmann
   if (!options.kwargs.is_object() && !options.kwargs.is_null()) {
     return Status::error("chat template kwargs must be a JSON object");
   }
-  nlohmann::ordered_json context = nlohmann::ordered_json::object();
-  // Same variables, same order of precedence as transformers: kwargs cannot replace messages.
+  // The variables transformers passes; kwargs cannot replace messages, tools or the flag.
+  // Built as Values directly: no intermediate copy of the (possibly long) conversation.
+  auto ctx = std::make_shared<ValueDict>();
   if (options.kwargs.is_object()) {
-    for (auto it = options.kwargs.begin(); it != options.kwargs.end(); ++it) context[it.key()] = it.value();
+    for (auto it = options.kwargs.begin(); it != options.kwargs.end(); ++it) ctx->set(it.key(), from_json(it.value()));
   }
-  context["messages"] = messages;
-  context["tools"] = options.tools;
-  context["add_generation_prompt"] = options.add_generation_prompt;
-  if (!context.contains("bos_token")) context["bos_token"] = options.bos_token;
-  if (!context.contains("eos_token")) context["eos_token"] = options.eos_token;
-  return tmpl.render(context, options.render);
+  ctx->set("messages", from_json(messages));
+  ctx->set("tools", from_json(options.tools));
+  ctx->set("add_generation_prompt", Value(options.add_generation_prompt));
+  if (ctx->find("bos_token") == nullptr) ctx->set("bos_token", Value(options.bos_token));
+  if (ctx->find("eos_token") == nullptr) ctx->set("eos_token", Value(options.eos_token));
+  return tmpl.render_values(Value(std::move(ctx)), options.render);
 }
 
 Result<std::string> chat_template_from_config(const nlohmann::json& config, std::string_view name) {

@@ -16,6 +16,7 @@ namespace gb::chat {
 
 struct Program;
 struct RenderLimits;
+class Value;
 
 // Used when a model ships no chat template (e.g. stories260K): one "role: content" line per
 // message, then "assistant:" when a generation prompt is asked for. No special tokens.
@@ -46,6 +47,9 @@ class ChatTemplate {
   Result<std::string> render(const nlohmann::json& context, const RenderOptions& options = {}) const;
 
   const std::string& source() const { return *source_; }
+
+  // Renders with an already-converted context (a dict Value); what apply_chat_template uses.
+  Result<std::string> render_values(const Value& context, const RenderOptions& options) const;
 
  private:
   std::shared_ptr<const std::string> source_;

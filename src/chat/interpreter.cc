@@ -28,6 +28,23 @@ struct Restore {
 bool is_intlike(const Value& v) { return v.is_int() || v.is_bool(); }
 int64_t int_of(const Value& v) { return v.is_bool() ? (v.as_bool() ? 1 : 0) : v.as_int(); }
 
+// a + b for strings. A left operand that nothing else references (the result of the previous
+// `+` in a chain like 'x' + a + 'y' + b) is extended in place instead of copied, so chains cost
+// O(total length) rather than O(length x terms).
+Value concat(Value a, const std::string& b) {
+  StringPtr p = a.str_ptr();
+  a = Value();
+  if (p.use_count() == 1) {
+    const_cast<std::string&>(*p) += b;  // sole owner: no one can observe the mutation
+    return Value(std::move(p));
+  }
+  std::string out;
+  out.reserve(p->size() + b.size());
+  out += *p;
+  out += b;
+  return Value(std::move(out));
+}
+
 Status undefined_error(const Value& v, int line) {
   if (v.undefined_name().empty()) return render_error(line, "value is undefined");
   return render_error(line, "'" + std::string(v.undefined_name()) + "' is undefined");
@@ -638,6 +655,7 @@ Result<Value> Interpreter::eval_binary(const Expr& e) {
     auto sb = to_display_string(b, limits_.max_output_bytes);
     if (!sb.is_ok()) return render_error(line, sb.message());
     GB_RETURN_IF_ERROR(check_size(sa->size() + sb->size()));
+    if (a.is_string()) return concat(std::move(a), *sb);
     return Value(*sa + *sb);
   }
   if (a.is_undefined()) return undefined_error(a, line);
@@ -654,7 +672,7 @@ Result<Value> Interpreter::eval_binary(const Expr& e) {
       if (nums) return Value(a.to_double() + b.to_double());
       if (a.is_string() && b.is_string()) {
         GB_RETURN_IF_ERROR(check_size(a.str().size() + b.str().size()));
-        return Value(a.str() + b.str());
+        return concat(std::move(a), b.str());
       }
       if (a.is_list() && b.is_list()) {
         std::vector<Value> items = a.items();
