@@ -54,7 +54,7 @@ void ThreadPool::participate(uint32_t gen) {
   }
 }
 
-void ThreadPool::run(const std::function<void(int)>& fn) {
+void ThreadPool::run(JobRef fn) {
   if (n_threads_ == 1) {
     fn(0);
     return;

@@ -9,12 +9,30 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
-#include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 namespace gb {
+
+// A non-owning reference to a callable `void(int)`. ThreadPool::run is synchronous, so the
+// callable outlives the call; unlike std::function, wrapping a lambda with many captures never
+// allocates (a decode step issues hundreds of parallel regions and must not touch the heap).
+class JobRef {
+ public:
+  template <class F>
+    requires(!std::is_same_v<std::decay_t<F>, JobRef> && std::is_invocable_v<F&, int>)
+  JobRef(F&& f)  // NOLINT: implicit by design, pool.run([&](int i) { ... })
+      : obj_(const_cast<void*>(static_cast<const void*>(std::addressof(f)))),
+        call_([](void* obj, int i) { (*static_cast<std::remove_reference_t<F>*>(obj))(i); }) {}
+  void operator()(int i) const { call_(obj_, i); }
+
+ private:
+  void* obj_;
+  void (*call_)(void*, int);
+};
 
 class ThreadPool {
  public:
@@ -30,7 +48,7 @@ class ThreadPool {
   // is a share of the work (see split_range), not a thread identity: two tasks may run one after
   // the other on the same thread, never two at once on different threads with the same i.
   // Not re-entrant.
-  void run(const std::function<void(int)>& fn);
+  void run(JobRef fn);
 
  private:
   void worker_loop();
@@ -39,7 +57,7 @@ class ThreadPool {
 
   int n_threads_;
   std::vector<std::thread> workers_;
-  const std::function<void(int)>* job_ = nullptr;
+  const JobRef* job_ = nullptr;
   uint32_t generation_ = 0;            // of the job being run (caller thread only)
   std::atomic<uint64_t> ticket_{0};    // (generation << 32) | next task index to claim
   std::atomic<int> done_{0};           // tasks of the current generation finished
