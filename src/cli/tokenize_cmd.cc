@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "core/mapped_file.h"
+#include "engine/chat_prompt.h"
 #include "tokenizer/tokenizer.h"
 
 namespace gb::cli {
@@ -19,6 +21,8 @@ struct TokenizeOptions {
   std::string tokenizer_path;
   std::string text;
   std::string decode_ids;
+  std::string chat_file;
+  std::string chat_template_file;
   bool json = false;
   bool add_special = true;
   bool skip_special = false;
@@ -53,6 +57,51 @@ bool parse_ids(const std::string& s, std::vector<int32_t>* out, std::string* err
 
 std::string dump(const nlohmann::json& j) { return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace); }
 
+// --chat FILE.json: a messages array, or {"messages": [...], "add_generation_prompt": bool,
+// "tools": [...], any other template variables}. Prints the rendered prompt (with --json also
+// its ids, encoded without added special tokens as transformers' apply_chat_template does).
+int run_chat(const Tokenizer& tok, const TokenizeOptions& o) {
+  auto fail = [](const std::string& m) {
+    std::fprintf(stderr, "glassbox tokenize: --chat: %s\n", m.c_str());
+    return 2;
+  };
+  auto src = read_file(o.chat_file);
+  if (!src.is_ok()) return fail(src.message());
+  nlohmann::ordered_json doc = nlohmann::ordered_json::parse(*src, nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded()) return fail(o.chat_file + " is not valid JSON");
+  nlohmann::ordered_json messages, tools, extra = nlohmann::ordered_json::object();
+  bool add_generation_prompt = true;
+  if (doc.is_array()) {
+    messages = doc;
+  } else if (doc.is_object() && doc.contains("messages") && doc["messages"].is_array()) {
+    for (auto it = doc.begin(); it != doc.end(); ++it) {
+      if (it.key() == "messages") messages = it.value();
+      else if (it.key() == "tools") tools = it.value();
+      else if (it.key() == "add_generation_prompt" && it.value().is_boolean()) add_generation_prompt = it.value().get<bool>();
+      else extra[it.key()] = it.value();
+    }
+  } else {
+    return fail(o.chat_file + ": expected a messages array or an object with \"messages\"");
+  }
+  std::string tmpl;
+  if (!o.chat_template_file.empty()) {
+    auto t = read_file(o.chat_template_file);
+    if (!t.is_ok()) return fail(t.message());
+    tmpl = *t;
+  }
+  auto prompter = ChatPrompter::create(tok, tmpl);
+  if (!prompter.is_ok()) return fail(prompter.message());
+  auto prompt = prompter->render(messages, add_generation_prompt, tools, extra);
+  if (!prompt.is_ok()) return fail(prompt.message());
+  if (o.json) {
+    std::printf("%s\n", dump({{"prompt", *prompt}, {"ids", tok.encode(*prompt, /*add_special=*/false)}}).c_str());
+  } else {
+    std::fwrite(prompt->data(), 1, prompt->size(), stdout);
+    if (prompt->empty() || prompt->back() != '\n') std::printf("\n");
+  }
+  return 0;
+}
+
 int run(const TokenizeOptions& o) {
   auto loaded = Tokenizer::load(o.tokenizer_path);
   if (!loaded.is_ok()) {
@@ -79,6 +128,7 @@ int run(const TokenizeOptions& o) {
     else std::printf("%s\n", text.c_str());
     return 0;
   }
+  if (!o.chat_file.empty()) return run_chat(tok, o);
   std::string text = o.text;
   if (text.empty()) {
     // No TEXT argument: read standard input (lets whole files be tokenized).
@@ -113,6 +163,10 @@ void register_tokenize(CLI::App& app, Action* action) {
   cmd->add_flag("--add-special,!--no-add-special", opts->add_special,
                 "Add BOS/EOS as the tokenizer's post-processor says (default: add, like Hugging Face)");
   cmd->add_flag("--skip-special", opts->skip_special, "With --decode: drop special tokens from the text");
+  cmd->add_option("--chat", opts->chat_file,
+                  "Render this JSON chat (messages array, or {\"messages\", \"tools\", \"add_generation_prompt\", ...}) "
+                  "with the tokenizer's chat template and print the prompt");
+  cmd->add_option("--chat-template", opts->chat_template_file, "With --chat: a Jinja template file to use instead");
   cmd->callback([opts, action] { *action = [opts] { return run(*opts); }; });
 }
 

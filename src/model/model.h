@@ -33,6 +33,8 @@ class Model {
   ThreadPool& pool() { return *pool_; }
   // "llama (hf, f32): 5 layers, hidden 64, 8/4 heads × 8, ffn 172, vocab 512"
   std::string describe() const;
+  // The memory-mapped weight files (for prefetching them with progress).
+  const std::vector<std::shared_ptr<MappedFile>>& files() const { return files_; }
 
   // One step: writes every token's k/v into its cache slot, attends each token over its own
   // sequence's cache up to its position, and writes logits[n_out, vocab] f32 for

@@ -2,6 +2,7 @@
 // streaming decoder, and the shared part of loading (Builder::finish, Tokenizer::load).
 #include "tokenizer/tokenizer.h"
 
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
 
@@ -108,6 +109,14 @@ bool ends_with_replacement(const std::string& s) {
   return s.size() >= 3 && s.compare(s.size() - 3, 3, "\xEF\xBF\xBD") == 0;
 }
 }  // namespace
+
+void StreamDecoder::prime(std::span<const int32_t> context) {
+  constexpr size_t kContext = 4;  // enough for any decoder's look-behind
+  const size_t n = std::min(context.size(), kContext);
+  ids_.assign(context.end() - static_cast<std::ptrdiff_t>(n), context.end());
+  prefix_ = tokenizer_->decode(ids_, skip_special_);
+  prefix_index_ = ids_.size();
+}
 
 std::string StreamDecoder::push(int32_t id) {
   ids_.push_back(id);

@@ -121,6 +121,10 @@ class StreamDecoder {
  public:
   StreamDecoder(const Tokenizer& tokenizer, bool skip_special)
       : tokenizer_(&tokenizer), skip_special_(skip_special) {}
+  // Sets the tokens already shown (e.g. the end of the prompt) as context without emitting
+  // them, so the first generated token decodes as it would inside the whole text (a
+  // SentencePiece "▁word" keeps its space after a prompt, and is stripped only after BOS).
+  void prime(std::span<const int32_t> context);
   std::string push(int32_t id);
   std::string flush();
 

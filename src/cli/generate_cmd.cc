@@ -1,0 +1,166 @@
+// `glassbox generate`: load a model, run one prompt through the engine and stream the text as
+// it is produced, then report token counts and prefill / decode speed.
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "cli/commands.h"
+#include "core/mapped_file.h"
+#include "core/progress.h"
+#include "engine/chat_prompt.h"
+#include "engine/engine.h"
+#include "tokenizer/tokenizer.h"
+
+namespace gb::cli {
+namespace {
+
+struct GenerateOptions {
+  std::string model, tokenizer, prompt, system, chat_template_file;
+  bool chat = false, ignore_eos = false, show_ids = false;
+  int max_tokens = 128, threads = 0, top_k = 40;
+  float temperature = 0.8f, top_p = 0.95f, min_p = 0.05f;
+  float repetition_penalty = 1.0f, presence_penalty = 0.0f, frequency_penalty = 0.0f;
+  int64_t seed = -1;
+};
+
+int fail(const std::string& msg) {
+  std::fprintf(stderr, "glassbox generate: %s\n", msg.c_str());
+  return 1;
+}
+
+int run_generate(const GenerateOptions& o) {
+  using clock = std::chrono::steady_clock;
+  const auto t_load = clock::now();
+  auto tok = Tokenizer::load(o.tokenizer.empty() ? o.model : o.tokenizer);
+  if (!tok.is_ok()) return fail(tok.message());
+  LoadOptions lo;
+  lo.n_threads = o.threads;
+  auto model = load_model(o.model, lo);
+  if (!model.is_ok()) return fail(model.message());
+  Model& m = **model;
+  {
+    size_t total = 0;
+    for (const auto& f : m.files()) total += f->size();
+    ProgressBar bar("loading " + o.model, total);
+    size_t before = 0;
+    for (const auto& f : m.files()) {
+      f->prefetch([&](size_t done) { bar.update(before + done); });
+      before += f->size();
+    }
+  }
+  const double load_s = std::chrono::duration<double>(clock::now() - t_load).count();
+
+  std::string text = o.prompt;
+  bool add_special = true;
+  if (o.chat) {
+    std::string tmpl;
+    if (!o.chat_template_file.empty()) {
+      auto src = read_file(o.chat_template_file);
+      if (!src.is_ok()) return fail(src.message());
+      tmpl = *src;
+    }
+    auto prompter = ChatPrompter::create(**tok, tmpl);
+    if (!prompter.is_ok()) return fail(prompter.message());
+    nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+    if (!o.system.empty()) messages.push_back({{"role", "system"}, {"content", o.system}});
+    messages.push_back({{"role", "user"}, {"content", o.prompt}});
+    auto rendered = prompter->render(messages, /*add_generation_prompt=*/true);
+    if (!rendered.is_ok()) return fail(rendered.message());
+    text = *rendered;
+    add_special = false;  // the template places BOS itself, as transformers' apply_chat_template
+  }
+
+  GenerationRequest req;
+  req.id = "cli";
+  req.prompt = (*tok)->encode(text, add_special);
+  req.max_tokens = o.max_tokens;
+  req.ignore_eos = o.ignore_eos;
+  req.sampling.temperature = o.temperature;
+  req.sampling.top_k = o.top_k;
+  req.sampling.top_p = o.top_p;
+  req.sampling.min_p = o.min_p;
+  req.sampling.repetition_penalty = o.repetition_penalty;
+  req.sampling.presence_penalty = o.presence_penalty;
+  req.sampling.frequency_penalty = o.frequency_penalty;
+  if (o.seed >= 0) {
+    req.sampling.seed = static_cast<uint64_t>(o.seed);
+    req.sampling.has_seed = true;
+  }
+  if (req.prompt.empty()) return fail("the prompt encodes to no tokens");
+
+  EngineConfig ec;
+  ec.scheduler.max_num_seqs = 1;
+  ec.scheduler.max_num_batched_tokens = m.max_batch_tokens();
+  ec.max_model_len = static_cast<int32_t>(std::min<int64_t>(m.config().max_pos, static_cast<int64_t>(req.prompt.size()) + o.max_tokens));
+  auto engine = Engine::create(&m, ec);
+  if (!engine.is_ok()) return fail(engine.message());
+  auto channel = std::make_shared<RequestChannel>();
+  const int32_t n_prompt = static_cast<int32_t>(req.prompt.size());
+  const std::vector<int32_t> prompt_ids = req.prompt;
+  const Status submitted = (*engine)->submit(std::move(req), channel);
+  if (!submitted.is_ok()) return fail(submitted.message());
+
+  StreamDecoder decoder(**tok, /*skip_special=*/true);
+  decoder.prime(prompt_ids);
+  const auto t0 = clock::now();
+  clock::time_point t_first{};
+  int32_t n_gen = 0;
+  FinishReason finish = FinishReason::kNone;
+  while (finish == FinishReason::kNone) {
+    auto worked = (*engine)->step();
+    if (!worked.is_ok()) return fail(worked.message());
+    GenerationEvent ev;
+    while (channel->pop(&ev, std::chrono::milliseconds(0))) {
+      for (const auto& t : ev.tokens) {
+        if (n_gen++ == 0) t_first = clock::now();
+        const std::string piece = o.show_ids ? "[" + std::to_string(t.token) + "]" : decoder.push(t.token);
+        std::fwrite(piece.data(), 1, piece.size(), stdout);
+        std::fflush(stdout);
+      }
+      if (ev.finish != FinishReason::kNone) {
+        finish = ev.finish;
+        if (finish == FinishReason::kError) return fail(ev.error);
+      }
+    }
+  }
+  const std::string rest = o.show_ids ? "" : decoder.flush();
+  std::fwrite(rest.data(), 1, rest.size(), stdout);
+  std::printf("\n");
+  const auto t_end = clock::now();
+  const double prefill_s = std::chrono::duration<double>(t_first - t0).count();
+  const double decode_s = std::chrono::duration<double>(t_end - t_first).count();
+  std::fprintf(stderr,
+               "\n%s\nload %.2f s | prompt %d tokens, prefill %.1f t/s | generated %d tokens (%s), decode %.1f t/s\n",
+               m.describe().c_str(), load_s, n_prompt, n_prompt / std::max(prefill_s, 1e-9), n_gen,
+               finish_reason_name(finish), n_gen > 1 ? (n_gen - 1) / std::max(decode_s, 1e-9) : 0.0);
+  return 0;
+}
+
+}  // namespace
+
+void register_generate(CLI::App& app, Action* action) {
+  auto o = std::make_shared<GenerateOptions>();
+  CLI::App* cmd = app.add_subcommand("generate", "Generate text from a prompt, streamed as it is produced");
+  cmd->add_option("--model,-m", o->model, "model directory (Hugging Face) or .gguf file")->required();
+  cmd->add_option("--prompt,-p", o->prompt, "prompt text")->required();
+  cmd->add_option("--tokenizer", o->tokenizer, "tokenizer (default: the model's own)");
+  cmd->add_flag("--chat", o->chat, "render the prompt as a user message with the model's chat template");
+  cmd->add_option("--system", o->system, "system message (with --chat)");
+  cmd->add_option("--chat-template", o->chat_template_file, "Jinja chat template file overriding the model's");
+  cmd->add_option("--max-tokens,-n", o->max_tokens, "tokens to generate at most")->capture_default_str()->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--temperature", o->temperature, "0 = greedy")->capture_default_str();
+  cmd->add_option("--top-k", o->top_k, "0 = off")->capture_default_str();
+  cmd->add_option("--top-p", o->top_p, "1 = off")->capture_default_str();
+  cmd->add_option("--min-p", o->min_p, "0 = off")->capture_default_str();
+  cmd->add_option("--repetition-penalty", o->repetition_penalty)->capture_default_str();
+  cmd->add_option("--presence-penalty", o->presence_penalty)->capture_default_str();
+  cmd->add_option("--frequency-penalty", o->frequency_penalty)->capture_default_str();
+  cmd->add_option("--seed", o->seed, "random seed (same seed and settings: same tokens)");
+  cmd->add_option("--threads,-t", o->threads, "threads (0: all CPUs)")->capture_default_str();
+  cmd->add_flag("--ignore-eos", o->ignore_eos, "keep generating past end-of-sequence tokens");
+  cmd->add_flag("--show-ids", o->show_ids, "print token ids instead of text");
+  cmd->callback([action, o] { *action = [o] { return run_generate(*o); }; });
+}
+
+}  // namespace gb::cli
