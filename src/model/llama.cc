@@ -1,7 +1,6 @@
 // The Llama-family layer loop: Llama 2/3, Mistral, TinyLlama, SmolLM, Qwen2 (q/k/v bias) and
 // Qwen3 (per-head q/k RMSNorm before RoPE). Pre-norm blocks: x += attn(norm(x)); x += mlp(norm(x)).
 #include <cmath>
-#include <functional>
 
 #include "model/arch.h"
 #include "ops/activation.h"
@@ -15,8 +14,7 @@ namespace gb {
 namespace {
 
 // Runs fn(begin, end) over [0, n) split across the pool when there is enough work to pay for the
-// fork/join (a decode step is ~10 regions per layer), inline otherwise. std::ref keeps
-// std::function from allocating.
+// fork/join (a decode step is ~10 regions per layer), inline otherwise.
 template <class F>
 void parallel_for(ThreadPool& pool, int64_t n, int64_t work, F&& fn) {
   if (pool.size() == 1 || work < (1 << 15)) {
@@ -27,7 +25,7 @@ void parallel_for(ThreadPool& pool, int64_t n, int64_t work, F&& fn) {
     const Range r = split_range(n, ti, pool.size());
     if (r.begin < r.end) fn(r.begin, r.end, ti);
   };
-  pool.run(std::ref(body));
+  pool.run(body);
 }
 
 }  // namespace

@@ -63,21 +63,11 @@ class Binder {
 
   Result<ops::Weight> matrix(const std::string& name, int64_t rows, int64_t cols) {
     GB_ASSIGN_OR_RETURN(const TensorView* t, get(name, {rows, cols}));
-    switch (t->dtype) {
-      case DType::kF32:
-      case DType::kF16:
-      case DType::kBF16:
-        break;
-      case DType::kQ8_0:
-      case DType::kQ4_0:
-      case DType::kQ4_K:
-      case DType::kQ6_K:
-        if (ts_.quantized_ok) break;
-        [[fallthrough]];
-      default:
-        return Status::error(ts_.where + ": tensor '" + name + "' has dtype " + std::string(dtype_name(t->dtype)) +
-                             ", which is not supported for weight matrices (f32, f16, bf16" +
-                             (ts_.quantized_ok ? ", q8_0, q4_0, q4_k, q6_k)" : ")"));
+    const bool plain = t->dtype == DType::kF32 || t->dtype == DType::kF16 || t->dtype == DType::kBF16;
+    if (!ops::matmul_supported(t->dtype) || (!plain && !ts_.quantized_ok)) {
+      return Status::error(ts_.where + ": tensor '" + name + "' has dtype " + std::string(dtype_name(t->dtype)) +
+                           ", which is not supported for weight matrices (f32, f16, bf16" +
+                           (ts_.quantized_ok ? ", q8_0, q4_0, q4_k, q6_k)" : ")"));
     }
     return ops::Weight{t->data, t->dtype, rows, cols};
   }
@@ -265,6 +255,31 @@ bool is_gguf_file(const std::string& path) {
   return n == 4 && std::memcmp(magic, "GGUF", 4) == 0;
 }
 
+// Load-time conversion of every f32/f16/bf16 matrix (embedding included, as llama-quantize does)
+// to Q8_0: half the bytes of bf16 per decode step. Matrices whose rows are not whole Q8_0 blocks
+// stay as they are.
+Status convert_matrices_to_q8(const ModelConfig& c, ModelWeights* w, std::vector<ops::OwnedWeight>* store) {
+  auto convert = [&](ops::Weight* m) -> Status {
+    if ((m->dtype != DType::kF32 && m->dtype != DType::kF16 && m->dtype != DType::kBF16) || m->cols % 32 != 0) {
+      return Status::ok();
+    }
+    GB_ASSIGN_OR_RETURN(ops::OwnedWeight o, ops::convert_to_q8(*m));
+    store->push_back(std::move(o));
+    *m = store->back().weight;  // points into bytes, which moving the vector keeps in place
+    return Status::ok();
+  };
+  GB_RETURN_IF_ERROR(convert(&w->token_embd));
+  if (c.tied_embeddings) {
+    w->output = w->token_embd;
+  } else {
+    GB_RETURN_IF_ERROR(convert(&w->output));
+  }
+  for (LayerWeights& L : w->layers) {
+    for (ops::Weight* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) GB_RETURN_IF_ERROR(convert(m));
+  }
+  return Status::ok();
+}
+
 }  // namespace
 
 Model::Model(ModelConfig config, const LoadOptions& options)
@@ -294,9 +309,12 @@ Result<std::unique_ptr<Model>> load_model(const std::string& path, const LoadOpt
   ModelWeights weights;
   std::vector<std::vector<float>> store;
   GB_RETURN_IF_ERROR(bind_weights(loaded.config, loaded.tensors, loaded.gguf, &weights, &store));
+  std::vector<ops::OwnedWeight> converted;
+  if (options.convert_to_q8) GB_RETURN_IF_ERROR(convert_matrices_to_q8(loaded.config, &weights, &converted));
   std::unique_ptr<Model> m(new Model(std::move(loaded.config), options));
   m->weights_ = std::move(weights);
   m->f32_store_ = std::move(store);
+  m->owned_weights_ = std::move(converted);
   m->files_ = std::move(loaded.files);
   m->format_ = format;
   return m;

@@ -23,6 +23,9 @@ struct LoadOptions {
   int32_t max_batch_tokens = 512;  // Activations are sized for this many tokens per forward
   int32_t n_threads = 0;           // size of the model's own pool when `pool` is null (0: all CPUs)
   ThreadPool* pool = nullptr;      // a pool owned by the caller, shared with other work
+  // Convert F32/F16/BF16 weight matrices to Q8_0 at load (llama-quantize's blocks; activations
+  // then rounded to Q8_0 like any Q8_0 weight): about half of bf16's bytes per decoded token.
+  bool convert_to_q8 = false;
 };
 
 class Model {
@@ -54,6 +57,7 @@ class Model {
   std::string format_;                                 // "hf" or "gguf"
   std::vector<std::shared_ptr<MappedFile>> files_;     // keep the weight mappings alive
   std::vector<std::vector<float>> f32_store_;          // f32 copies of norm weights / biases / rope factors
+  std::vector<ops::OwnedWeight> owned_weights_;        // matrices converted at load (convert_to_q8)
   std::unique_ptr<ThreadPool> own_pool_;
   ThreadPool* pool_;
   Activations acts_;

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <fstream>
 #include <sstream>
 
 #include "reference_util.h"
@@ -82,6 +83,27 @@ TEST(DumpCliArgs, SelectsPointsAndLayersAndRejectsBadInput) {
   EXPECT_NE(run("--model " + model + " --prompt-ids \"1 x\" -o " + out), 0);
   EXPECT_NE(run("--model " + model + " --prompt-ids \"1 99999\" -o " + out), 0);
   EXPECT_NE(run("--model /nonexistent --prompt-ids \"1\" -o " + out), 0);
+}
+
+// --prompt tokenizes with the model's tokenizer when the build has the tokenizer library.
+TEST(DumpCliArgs, PromptTextIsTokenizedWhenTheTokenizerIsBuiltIn) {
+  const std::string dir = test::temp_dir(), out = dir + "/text.safetensors", err = dir + "/stderr.txt";
+  const std::string cmd = std::string(GB_GLASSBOX_BIN) + " dump --model " + test::shared_path("models/stories260K") +
+                          " --prompt \"Once upon a time\" --points embed -o " + out + " 2>" + err;
+  if (std::system(cmd.c_str()) != 0) {
+    std::ifstream in(err);
+    const std::string msg(std::istreambuf_iterator<char>(in), {});
+    if (msg.find("needs the tokenizer library") != std::string::npos) GTEST_SKIP() << msg;
+    FAIL() << msg;
+  }
+  auto st = read_safetensors(out);
+  ASSERT_TRUE(st.is_ok());
+  for (const auto& t : st->tensors) {
+    if (t.name != "ids") continue;
+    std::vector<int32_t> ids(t.numel());
+    std::memcpy(ids.data(), t.data, t.nbytes);
+    EXPECT_EQ(ids, (std::vector<int32_t>{1, 403, 407, 261, 378}));  // <s> ▁Once ▁upon ▁a ▁time
+  }
 }
 
 #else

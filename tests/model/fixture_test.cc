@@ -222,5 +222,42 @@ INSTANTIATE_TEST_SUITE_P(Reference, QuantFixture,
                            return n;
                          });
 
+// HF f32 weights converted to Q8_0 at load are the blocks llama-quantize writes into the Q8_0
+// GGUF, so they reproduce its reference logits.
+class ConvertedQ8 : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(ConvertedQ8, HfConvertedAtLoadMatchesTheQ8Gguf) {
+  const Reference ref = test::load_reference(GetParam());
+  auto model = load_model(ref.dir + "/hf", {.max_batch_tokens = 64, .n_threads = 1, .convert_to_q8 = true});
+  ASSERT_TRUE(model.is_ok()) << model.message();
+  EXPECT_EQ((*model)->weights().layers[0].wq.dtype, DType::kQ8_0);
+  std::vector<std::vector<int32_t>> seqs, greedy;
+  for (int s = 0; s < ref.n_seqs(); ++s) {
+    seqs.push_back(ref.ids(s));
+    greedy.push_back(ref.at("q8_0.seq" + std::to_string(s) + ".greedy").i);
+  }
+  const auto results = run_batched(**model, seqs, greedy, 23, nullptr);
+  double worst = 0;
+  for (int s = 0; s < ref.n_seqs(); ++s) {
+    const std::string pre = "q8_0.seq" + std::to_string(s) + ".";
+    worst = std::max(worst, max_abs_diff(results[s].prompt_logits.data(), ref.at(pre + "logits").f.data(),
+                                         ref.at(pre + "logits").f.size()));
+    worst = std::max(worst, max_abs_diff(results[s].decode_logits.data(), ref.at(pre + "decode_logits").f.data(),
+                                         ref.at(pre + "decode_logits").f.size()));
+  }
+  EXPECT_LE(worst, ref.qtol("q8_0"));
+  std::printf("%s hf converted to q8_0 at load: max abs logit error vs the q8_0 GGUF reference %.3g\n", GetParam(), worst);
+}
+
+INSTANTIATE_TEST_SUITE_P(Reference, ConvertedQ8,
+                         ::testing::Values("llama-gqa", "llama3-untied", "qwen2-bias", "qwen3-qknorm"),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           for (char& ch : n) {
+                             if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                           }
+                           return n;
+                         });
+
 }  // namespace
 }  // namespace gb
