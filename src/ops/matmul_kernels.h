@@ -45,7 +45,9 @@ struct KernelSet {
   int bf16_group;  // group size of KernelArgs::xp (2 x vector lanes); 0: the kernel reads x
 };
 
-// Experimental switches for A/B benchmarks (bench/ops_matmul --variant); 0 = the default.
+// Switches for A/B benchmarks only (bench/ops_matmul --variant); 0 = the shipped kernels.
+// Bit 0: no software prefetch. Bit 1: BF16 widened by zero-extension instead of even/odd.
+// Results are the same either way except bit 1 (another f32 summation order for BF16).
 extern int g_kernel_variant;
 
 namespace scalar {

@@ -105,8 +105,10 @@ inline void tile_float(const KernelArgs& a, int64_t t0, int64_t r0) {
   for (int t = 0; t < T; ++t)
     for (int r = 0; r < R; ++r) acc[t][r] = V::zero();
   if constexpr (D == DType::kBF16) {
-    tile_bf16<T, R>(a, t0, r0);
-    return;
+    if ((g_kernel_variant & 2) == 0) {
+      tile_bf16<T, R>(a, t0, r0);
+      return;
+    }
   }
   const int64_t cv = cols / V::kLanes * V::kLanes;
   constexpr int64_t kEsize = D == DType::kF32 ? 4 : 2;
