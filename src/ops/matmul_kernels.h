@@ -39,10 +39,15 @@ using RowsKernel = void (*)(const KernelArgs& a, int64_t r0, int64_t r1);
 // and the derived a [cols] = |q|, c [cols/4] (see KernelArgs); a and c may be null.
 using QuantizeKernel = void (*)(const float* x, int64_t cols, float* d, int8_t* q, uint8_t* a, int32_t* c);
 
+// Dequantizes one row of Q4_K / Q6_K super-blocks: row [cols/256 blocks] -> out [cols] f32,
+// bitwise equal to dequantize_row (same f32 operations in the same order as ggml's).
+using DequantKernel = void (*)(DType dtype, const uint8_t* row, int64_t cols, float* out);
+
 struct KernelSet {
   RowsKernel rows;
   QuantizeKernel quantize;
   int bf16_group;  // group size of KernelArgs::xp (2 x vector lanes); 0: the kernel reads x
+  DequantKernel dequant_k;
 };
 
 // Switches for A/B benchmarks only (bench/ops_matmul --variant); 0 = the shipped kernels.
@@ -52,12 +57,14 @@ extern int g_kernel_variant;
 
 namespace scalar {
 void rows(const KernelArgs& a, int64_t r0, int64_t r1);
+void dequant_k(DType dtype, const uint8_t* row, int64_t cols, float* out);
 void quantize(const float* x, int64_t cols, float* d, int8_t* q, uint8_t* a, int32_t* c);
 }  // namespace scalar
 
 #if defined(__x86_64__)
 namespace avx2 {
 void rows(const KernelArgs& a, int64_t r0, int64_t r1);
+void dequant_k(DType dtype, const uint8_t* row, int64_t cols, float* out);
 void quantize(const float* x, int64_t cols, float* d, int8_t* q, uint8_t* a, int32_t* c);
 }  // namespace avx2
 namespace avx512 {

@@ -230,6 +230,24 @@ TEST(QuantizeActivations, SimdMatchesScalarBitwise) {
   EXPECT_EQ(q1[40], 0);
 }
 
+// The SIMD K-quant dequantizers produce exactly the scalar (ggml) values.
+TEST(DequantizeKQuants, SimdMatchesScalarBitwise) {
+  if (!isa_supported(Isa::kAvx2)) GTEST_SKIP() << "CPU lacks avx2";
+  const int64_t rows = 5, cols = 1024;
+  for (DType dt : {DType::kQ4_K, DType::kQ6_K}) {
+    const auto bytes = random_weight_bytes(dt, rows, cols, 31);
+    const Weight w{bytes.data(), dt, rows, cols};
+    std::vector<float> a(cols), b(cols);
+    for (int64_t r = 0; r < rows; ++r) {
+      dequantize_row(w, r, a.data());
+#if defined(__x86_64__)
+      avx2::dequant_k(dt, bytes.data() + r * row_bytes(dt, cols), cols, b.data());
+#endif
+      ASSERT_EQ(0, std::memcmp(a.data(), b.data(), cols * 4)) << dtype_name(dt) << " row " << r;
+    }
+  }
+}
+
 // Rounding the activations moves results by far more than f32 rounding does (the reason the
 // quantized references need matmul_ref_quantized_acts), but stays within ~1% of the scale.
 TEST(MatmulReference, QuantizedActivationsStayCloseToExact) {
