@@ -350,6 +350,7 @@ void matmul(ThreadPool& pool, const float* x, int64_t n, const Weight& w, float*
   a.n = n;
   a.w = w.data;
   a.dtype = w.dtype;
+  a.rows = w.rows;
   a.cols = w.cols;
   a.w_stride = row_bytes(w.dtype, w.cols);
   a.y = y;
@@ -429,6 +430,7 @@ void matmul(ThreadPool& pool, const float* x, int64_t n, const Weight& w, float*
         f.dtype = DType::kF32;
         f.w = reinterpret_cast<const uint8_t*>(buf);
         f.w_stride = w.cols * 4;
+        f.rows = m;
         f.y = y + r;
         k.rows(f, 0, m);
       }

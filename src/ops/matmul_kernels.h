@@ -27,6 +27,7 @@ struct KernelArgs {
   int64_t n = 0;
   const uint8_t* w = nullptr;  // [rows, w_stride bytes] weights in `dtype`
   DType dtype = DType::kF32;   // F32, F16, BF16, Q8_0 or Q4_0
+  int64_t rows = 0;      // rows of w: kernels prefetch ahead but never past the last row
   int64_t cols = 0;
   int64_t w_stride = 0;  // bytes per weight row
   float* y = nullptr;    // [n, y_stride] f32 outputs; column r holds weight row r
