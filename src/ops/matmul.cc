@@ -125,14 +125,14 @@ struct Scratch {
 KernelSet kernel_set(Isa isa) {
 #if defined(__x86_64__)
   switch (isa) {
-    case Isa::kAvx512: return {avx512::rows, avx2::quantize, 32};
-    case Isa::kAvx2: return {avx2::rows, avx2::quantize, 16};
+    case Isa::kAvx512: return {avx512::rows, avx2::quantize, 32, avx2::dequant_k};
+    case Isa::kAvx2: return {avx2::rows, avx2::quantize, 16, avx2::dequant_k};
     case Isa::kScalar: break;
   }
 #else
   (void)isa;
 #endif
-  return {scalar::rows, scalar::quantize, 0};
+  return {scalar::rows, scalar::quantize, 0, scalar::dequant_k};
 }
 
 // Rows per chunk when K-quant rows are dequantized to f32 before the F32 kernel.
@@ -172,6 +172,16 @@ void quantize(const float* x, int64_t cols, float* d, int8_t* q, uint8_t* a, int
   }
   if (c != nullptr) {
     for (int64_t i = 0; i < cols / 4; ++i) c[i] = -8 * (q[4 * i] + q[4 * i + 1] + q[4 * i + 2] + q[4 * i + 3]);
+  }
+}
+
+void dequant_k(DType dtype, const uint8_t* row, int64_t cols, float* out) {
+  for (int64_t b = 0; b < cols / 256; ++b) {
+    if (dtype == DType::kQ4_K) {
+      dequantize_q4_k(row + b * 144, out + b * 256);
+    } else {
+      dequantize_q6_k(row + b * 210, out + b * 256);
+    }
   }
 }
 
@@ -340,6 +350,7 @@ void matmul(ThreadPool& pool, const float* x, int64_t n, const Weight& w, float*
   a.n = n;
   a.w = w.data;
   a.dtype = w.dtype;
+  a.rows = w.rows;
   a.cols = w.cols;
   a.w_stride = row_bytes(w.dtype, w.cols);
   a.y = y;
@@ -414,11 +425,12 @@ void matmul(ThreadPool& pool, const float* x, int64_t n, const Weight& w, float*
       const int64_t end = std::min(w.rows, (c + 1) * chunk);
       for (int64_t r = c * chunk; r < end; r += kDequantRows) {
         const int64_t m = std::min(kDequantRows, end - r);
-        for (int64_t i = 0; i < m; ++i) dequantize_row(w, r + i, buf + i * w.cols);
+        for (int64_t i = 0; i < m; ++i) k.dequant_k(w.dtype, w.data + (r + i) * a.w_stride, w.cols, buf + i * w.cols);
         KernelArgs f = a;
         f.dtype = DType::kF32;
         f.w = reinterpret_cast<const uint8_t*>(buf);
         f.w_stride = w.cols * 4;
+        f.rows = m;
         f.y = y + r;
         k.rows(f, 0, m);
       }

@@ -87,5 +87,102 @@ void quantize(const float* x, int64_t cols, float* d, int8_t* q, uint8_t* a, int
   }
 }
 
+namespace {
+
+// 8 bytes at p (unsigned or signed) -> 8 f32.
+inline __m256 u8_to_f32(const uint8_t* p) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
+inline __m256 i8_to_f32(const int8_t* p) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
+
+// ggml's get_scale_min_k4 (6-bit scales and mins of Q4_K).
+inline void q4k_scale_min(int j, const uint8_t* q, int* d, int* m) {
+  if (j < 4) {
+    *d = q[j] & 63;
+    *m = q[j + 4] & 63;
+  } else {
+    *d = (q[j + 4] & 0xf) | ((q[j - 4] >> 6) << 4);
+    *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+  }
+}
+
+// y = (d·sc)·q - dmin·m per element, as two roundings (mul, then sub) like the scalar code.
+void dequant_q4_k_block(const uint8_t* blk, float* out) {
+  const float d = _cvtsh_ss(static_cast<uint16_t>(blk[0] | blk[1] << 8));
+  const float dmin = _cvtsh_ss(static_cast<uint16_t>(blk[2] | blk[3] << 8));
+  const uint8_t* scales = blk + 4;
+  const uint8_t* q = blk + 16;
+  const __m256i low = _mm256_set1_epi8(0x0f);
+  alignas(32) uint8_t nib[64];
+  for (int j = 0; j < 4; ++j) {
+    int sc, m;
+    q4k_scale_min(2 * j, scales, &sc, &m);
+    const __m256 d1 = _mm256_set1_ps(d * static_cast<float>(sc)), m1 = _mm256_set1_ps(dmin * static_cast<float>(m));
+    q4k_scale_min(2 * j + 1, scales, &sc, &m);
+    const __m256 d2 = _mm256_set1_ps(d * static_cast<float>(sc)), m2 = _mm256_set1_ps(dmin * static_cast<float>(m));
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 32 * j));
+    _mm256_store_si256(reinterpret_cast<__m256i*>(nib), _mm256_and_si256(v, low));
+    _mm256_store_si256(reinterpret_cast<__m256i*>(nib + 32), _mm256_and_si256(_mm256_srli_epi16(v, 4), low));
+    float* o = out + 64 * j;
+    for (int k = 0; k < 4; ++k) {
+      _mm256_storeu_ps(o + 8 * k, _mm256_sub_ps(_mm256_mul_ps(d1, u8_to_f32(nib + 8 * k)), m1));
+      _mm256_storeu_ps(o + 32 + 8 * k, _mm256_sub_ps(_mm256_mul_ps(d2, u8_to_f32(nib + 32 + 8 * k)), m2));
+    }
+  }
+}
+
+// y = (d·scale)·(q6 - 32); q6 = 4 low bits from ql, 2 high bits from qh.
+void dequant_q6_k_block(const uint8_t* blk, float* out) {
+  const uint8_t* ql = blk;
+  const uint8_t* qh = blk + 128;
+  const int8_t* sc = reinterpret_cast<const int8_t*>(blk + 192);
+  const float d = _cvtsh_ss(static_cast<uint16_t>(blk[208] | blk[209] << 8));
+  const __m256i low = _mm256_set1_epi8(0x0f), two = _mm256_set1_epi8(3), off = _mm256_set1_epi8(32);
+  alignas(32) int8_t q[128];
+  for (int half = 0; half < 2; ++half) {
+    const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql));
+    const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 32));
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh));
+    auto hi2 = [&](int shift) {  // bits shift..shift+1 of qh, moved to bits 4..5
+      return _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, shift), two), 4);
+    };
+    const __m256i q1 = _mm256_or_si256(_mm256_and_si256(l0, low), hi2(0));
+    const __m256i q2 = _mm256_or_si256(_mm256_and_si256(l1, low), hi2(2));
+    const __m256i q3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low), hi2(4));
+    const __m256i q4 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low), hi2(6));
+    _mm256_store_si256(reinterpret_cast<__m256i*>(q), _mm256_sub_epi8(q1, off));
+    _mm256_store_si256(reinterpret_cast<__m256i*>(q + 32), _mm256_sub_epi8(q2, off));
+    _mm256_store_si256(reinterpret_cast<__m256i*>(q + 64), _mm256_sub_epi8(q3, off));
+    _mm256_store_si256(reinterpret_cast<__m256i*>(q + 96), _mm256_sub_epi8(q4, off));
+    // Element 32·k + l uses scale sc[2k + l/16].
+    for (int k = 0; k < 4; ++k) {
+      for (int g = 0; g < 2; ++g) {
+        const __m256 s = _mm256_set1_ps(d * static_cast<float>(sc[2 * k + g]));
+        const int e = 32 * k + 16 * g;
+        _mm256_storeu_ps(out + e, _mm256_mul_ps(s, i8_to_f32(q + e)));
+        _mm256_storeu_ps(out + e + 8, _mm256_mul_ps(s, i8_to_f32(q + e + 8)));
+      }
+    }
+    out += 128;
+    ql += 64;
+    qh += 32;
+    sc += 8;
+  }
+}
+
+}  // namespace
+
+void dequant_k(DType dtype, const uint8_t* row, int64_t cols, float* out) {
+  for (int64_t b = 0; b < cols / 256; ++b) {
+    if (dtype == DType::kQ4_K) {
+      dequant_q4_k_block(row + b * 144, out + b * 256);
+    } else {
+      dequant_q6_k_block(row + b * 210, out + b * 256);
+    }
+  }
+}
+
 }  // namespace gb::ops::avx2
 #endif

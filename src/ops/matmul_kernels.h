@@ -27,6 +27,7 @@ struct KernelArgs {
   int64_t n = 0;
   const uint8_t* w = nullptr;  // [rows, w_stride bytes] weights in `dtype`
   DType dtype = DType::kF32;   // F32, F16, BF16, Q8_0 or Q4_0
+  int64_t rows = 0;      // rows of w: kernels prefetch ahead but never past the last row
   int64_t cols = 0;
   int64_t w_stride = 0;  // bytes per weight row
   float* y = nullptr;    // [n, y_stride] f32 outputs; column r holds weight row r
@@ -39,23 +40,32 @@ using RowsKernel = void (*)(const KernelArgs& a, int64_t r0, int64_t r1);
 // and the derived a [cols] = |q|, c [cols/4] (see KernelArgs); a and c may be null.
 using QuantizeKernel = void (*)(const float* x, int64_t cols, float* d, int8_t* q, uint8_t* a, int32_t* c);
 
+// Dequantizes one row of Q4_K / Q6_K super-blocks: row [cols/256 blocks] -> out [cols] f32,
+// bitwise equal to dequantize_row (same f32 operations in the same order as ggml's).
+using DequantKernel = void (*)(DType dtype, const uint8_t* row, int64_t cols, float* out);
+
 struct KernelSet {
   RowsKernel rows;
   QuantizeKernel quantize;
   int bf16_group;  // group size of KernelArgs::xp (2 x vector lanes); 0: the kernel reads x
+  DequantKernel dequant_k;
 };
 
-// Experimental switches for A/B benchmarks (bench/ops_matmul --variant); 0 = the default.
+// Switches for A/B benchmarks only (bench/ops_matmul --variant); 0 = the shipped kernels.
+// Bit 0: no software prefetch. Bit 1: BF16 widened by zero-extension instead of even/odd.
+// Results are the same either way except bit 1 (another f32 summation order for BF16).
 extern int g_kernel_variant;
 
 namespace scalar {
 void rows(const KernelArgs& a, int64_t r0, int64_t r1);
+void dequant_k(DType dtype, const uint8_t* row, int64_t cols, float* out);
 void quantize(const float* x, int64_t cols, float* d, int8_t* q, uint8_t* a, int32_t* c);
 }  // namespace scalar
 
 #if defined(__x86_64__)
 namespace avx2 {
 void rows(const KernelArgs& a, int64_t r0, int64_t r1);
+void dequant_k(DType dtype, const uint8_t* row, int64_t cols, float* out);
 void quantize(const float* x, int64_t cols, float* d, int8_t* q, uint8_t* a, int32_t* c);
 }  // namespace avx2
 namespace avx512 {

@@ -36,6 +36,16 @@ inline float weight_scalar(const uint8_t* row, int64_t i) {
 
 inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
+// How many rows of the next R-row tile exist to prefetch (0 with prefetch switched off for an
+// A/B run). Prefetching past the matrix is not just waste: addresses beyond a buffer may be
+// unmapped, and each such prefetch costs a page walk (measured: 10x slower K-quant path).
+template <int R>
+inline int prefetch_rows(const KernelArgs& a, int64_t r0) {
+  if (g_kernel_variant & 1) return 0;
+  const int64_t left = a.rows - (r0 + R);
+  return left <= 0 ? 0 : left < R ? static_cast<int>(left) : R;
+}
+
 // ggml's hsum_float_8, so that the Q8_0/Q4_0 sums reduce in the same order as llama.cpp's AVX2.
 inline float hsum8(__m256 x) {
   __m128 r = _mm256_extractf128_ps(x, 1);
@@ -59,14 +69,15 @@ inline void tile_bf16(const KernelArgs& a, int64_t t0, int64_t r0) {
   const float* x = a.x + t0 * cols;
   const float* xp = a.xp + t0 * cols;
   const uint8_t* w = a.w + r0 * a.w_stride;
+  const int pf_rows = prefetch_rows<R>(a, r0);
   F acc[T][R];
   for (int t = 0; t < T; ++t)
     for (int r = 0; r < R; ++r) acc[t][r] = V::zero();
   const int64_t cv = cols / kStep * kStep;
   constexpr int64_t kLinesEvery = 64 / (kStep * 2) > 0 ? 64 / (kStep * 2) : 1;
   for (int64_t i = 0; i < cv; i += kStep) {
-    if ((g_kernel_variant & 1) == 0 && (i / kStep) % kLinesEvery == 0) {
-      for (int r = 0; r < R; ++r) _mm_prefetch(reinterpret_cast<const char*>(w + (R + r) * a.w_stride + i * 2), _MM_HINT_T0);
+    if ((i / kStep) % kLinesEvery == 0) {
+      for (int r = 0; r < pf_rows; ++r) _mm_prefetch(reinterpret_cast<const char*>(w + (R + r) * a.w_stride + i * 2), _MM_HINT_T0);
     }
     F we[R], wo[R];
     for (int r = 0; r < R; ++r) {
@@ -101,19 +112,22 @@ inline void tile_float(const KernelArgs& a, int64_t t0, int64_t r0) {
   const int64_t cols = a.cols;
   const float* x = a.x + t0 * cols;
   const uint8_t* w = a.w + r0 * a.w_stride;
+  const int pf_rows = prefetch_rows<R>(a, r0);
   F acc[T][R];
   for (int t = 0; t < T; ++t)
     for (int r = 0; r < R; ++r) acc[t][r] = V::zero();
   if constexpr (D == DType::kBF16) {
-    tile_bf16<T, R>(a, t0, r0);
-    return;
+    if ((g_kernel_variant & 2) == 0) {
+      tile_bf16<T, R>(a, t0, r0);
+      return;
+    }
   }
   const int64_t cv = cols / V::kLanes * V::kLanes;
   constexpr int64_t kEsize = D == DType::kF32 ? 4 : 2;
   constexpr int64_t kLinesEvery = 64 / (V::kLanes * kEsize) > 0 ? 64 / (V::kLanes * kEsize) : 1;
   for (int64_t i = 0; i < cv; i += V::kLanes) {
-    if ((g_kernel_variant & 1) == 0 && (i / V::kLanes) % kLinesEvery == 0) {
-      for (int r = 0; r < R; ++r) _mm_prefetch(reinterpret_cast<const char*>(w + (R + r) * a.w_stride + i * kEsize), _MM_HINT_T0);
+    if ((i / V::kLanes) % kLinesEvery == 0) {
+      for (int r = 0; r < pf_rows; ++r) _mm_prefetch(reinterpret_cast<const char*>(w + (R + r) * a.w_stride + i * kEsize), _MM_HINT_T0);
     }
     F wv[R];
     for (int r = 0; r < R; ++r) wv[r] = V::template load_w<D>(w + r * a.w_stride, i);
@@ -173,16 +187,15 @@ inline void tile_q(const KernelArgs& a, int64_t t0, int64_t r0) {
   const int32_t* xc = a.xc + t0 * (cols / 4);
   const float* xd = a.xd + t0 * nb;
   const uint8_t* w = a.w + r0 * a.w_stride;
+  const int pf_rows = prefetch_rows<R>(a, r0);
   __m256 acc[T][R];
   for (int t = 0; t < T; ++t)
     for (int r = 0; r < R; ++r) acc[t][r] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
-    if ((g_kernel_variant & 1) == 0) {
-      // Prefetch the next tile's rows at the same column: R rows ahead (several KB) hides DRAM
-      // latency that the hardware prefetcher, juggling R interleaved streams, does not.
-      for (int r = 0; r < R; ++r)
-        _mm_prefetch(reinterpret_cast<const char*>(w + (R + r) * a.w_stride + b * block_bytes<D>()), _MM_HINT_T0);
-    }
+    // Prefetch the next tile's rows at the same column: R rows ahead (several KB) hides DRAM
+    // latency that the hardware prefetcher, juggling R interleaved streams, does not.
+    for (int r = 0; r < pf_rows; ++r)
+      _mm_prefetch(reinterpret_cast<const char*>(w + (R + r) * a.w_stride + b * block_bytes<D>()), _MM_HINT_T0);
     __m256i wq[R];
     __m256 dw[R];
     for (int r = 0; r < R; ++r) {
