@@ -23,6 +23,7 @@ struct BenchOptions {
   int batch = 512;
   double bandwidth_gbs = 0;
   bool json = false;
+  bool convert_q8 = false;
 };
 
 struct Stats {
@@ -55,6 +56,7 @@ int run_bench(const BenchOptions& o) {
   LoadOptions lo;
   lo.n_threads = o.threads;
   lo.max_batch_tokens = o.batch;
+  lo.convert_to_q8 = o.convert_q8;
   auto model = load_model(o.model, lo);
   if (!model.is_ok()) {
     std::fprintf(stderr, "glassbox bench: %s\n", model.message().c_str());
@@ -153,6 +155,7 @@ void register_bench(CLI::App& app, Action* action) {
   cmd->add_option("--batch,-b", opts->batch, "tokens per forward during prefill")->capture_default_str()->check(CLI::Range(1, 1 << 16));
   cmd->add_option("--bandwidth", opts->bandwidth_gbs, "measured memory bandwidth in GB/s, to report decode as a fraction of its limit");
   cmd->add_flag("--json", opts->json, "print one JSON object");
+  cmd->add_flag("--convert-q8", opts->convert_q8, "convert f32/f16/bf16 matrices to Q8_0 at load (faster decode)");
   cmd->callback([action, opts] { *action = [opts] { return run_bench(*opts); }; });
 }
 

@@ -17,7 +17,7 @@ namespace {
 
 struct GenerateOptions {
   std::string model, tokenizer, prompt, system, chat_template_file;
-  bool chat = false, ignore_eos = false, show_ids = false;
+  bool chat = false, ignore_eos = false, show_ids = false, convert_q8 = false;
   int max_tokens = 128, threads = 0, top_k = 40;
   float temperature = 0.8f, top_p = 0.95f, min_p = 0.05f;
   float repetition_penalty = 1.0f, presence_penalty = 0.0f, frequency_penalty = 0.0f;
@@ -36,6 +36,7 @@ int run_generate(const GenerateOptions& o) {
   if (!tok.is_ok()) return fail(tok.message());
   LoadOptions lo;
   lo.n_threads = o.threads;
+  lo.convert_to_q8 = o.convert_q8;
   auto model = load_model(o.model, lo);
   if (!model.is_ok()) return fail(model.message());
   Model& m = **model;
@@ -160,6 +161,7 @@ void register_generate(CLI::App& app, Action* action) {
   cmd->add_option("--threads,-t", o->threads, "threads (0: all CPUs)")->capture_default_str();
   cmd->add_flag("--ignore-eos", o->ignore_eos, "keep generating past end-of-sequence tokens");
   cmd->add_flag("--show-ids", o->show_ids, "print token ids instead of text");
+  cmd->add_flag("--convert-q8", o->convert_q8, "convert f32/f16/bf16 matrices to Q8_0 at load (faster decode)");
   cmd->callback([action, o] { *action = [o] { return run_generate(*o); }; });
 }
 

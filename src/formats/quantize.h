@@ -1,6 +1,7 @@
-// Row quantizers into GGUF block formats, bit-exact with GGML's reference quantizers
-// (quantize_row_q8_0_ref / quantize_row_q4_0_ref): used to write GGUF files and as the scalar
-// reference for activation quantization in the kernels.
+// Weight row quantizers into GGUF block formats, bit-exact with GGML's reference quantizers
+// (quantize_row_q8_0_ref / quantize_row_q4_0_ref, roundf): used to write GGUF files and for
+// load-time Q8_0 conversion. (Activations are rounded differently, as ggml's x86 path does:
+// ops::quantize_activations_q8.)
 #pragma once
 
 #include <cstdint>
