@@ -50,6 +50,7 @@ std::string dashed(std::string s) {
 
 std::string range_text(const FieldInfo& info) {
   auto num = [](double v) {
+    if (v == std::floor(v) && std::fabs(v) < 1e15) return std::to_string(static_cast<int64_t>(v));
     char buf[64];
     std::snprintf(buf, sizeof(buf), "%g", v);
     return std::string(buf);
@@ -286,7 +287,8 @@ void add_config_flags(CLI::App& app, ConfigOverrides* flags, std::string* config
           info.help);
     } else {
       app.add_option_function<std::string>(
-          "--" + dashed(name), [flags, name](const std::string& v) { (*flags)[name] = v; }, info.help);
+             "--" + dashed(name), [flags, name](const std::string& v) { (*flags)[name] = v; }, info.help)
+          ->type_name(std::is_same_v<T, int64_t> ? "INT" : std::is_same_v<T, double> ? "NUMBER" : "TEXT");
     }
   });
 }

@@ -367,7 +367,16 @@ Status Server::start() {
                            " (in use, or not an address of this machine)");
     port_ = static_cast<int>(cfg_.port);
   }
-  listen_thread_ = std::thread([this] { http_->listen_after_bind(); });
+  listen_thread_ = std::thread([this] {
+    http_->listen_after_bind();
+    listen_returned_.store(true);
+  });
+  // stop() is a no-op until the listen loop runs, so do not return before it does.
+  while (!http_->is_running() && !listen_returned_.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  if (listen_returned_.load()) {
+    listen_thread_.join();
+    return Status::error("cannot serve on " + cfg_.host + ":" + std::to_string(port_));
+  }
   return Status::ok();
 }
 

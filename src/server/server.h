@@ -82,6 +82,7 @@ class Server {
   std::function<void(const std::string&)> request_log_;
   std::unique_ptr<httplib::Server> http_;
   std::thread listen_thread_;
+  std::atomic<bool> listen_returned_{false};
   int port_ = 0;
   std::atomic<State> state_{State::kStarting};
 
