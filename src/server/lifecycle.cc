@@ -2,6 +2,7 @@
 #include "server/lifecycle.h"
 
 #include <signal.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include <cmath>
@@ -30,6 +31,8 @@ void block_shutdown_signals() {
 }
 
 int run_server(const ServerConfig& cfg, const BackendFactory& make_backend) {
+  // Diagnostics on stderr; stdout carries only the JSON request log, one line per request.
+  spdlog::set_default_logger(spdlog::stderr_color_mt("glassbox"));
   spdlog::set_level(spdlog::level::from_str(cfg.log_level));
   spdlog::info("effective config: {}", config_to_json(cfg).dump());
 
