@@ -127,29 +127,23 @@ struct Generation {
   void on_event(size_t i, GenerationEvent& ev, Clock::time_point now,
                 std::vector<std::pair<size_t, ChoiceDelta>>* out) {
     ChoiceState& c = choices[i];
-    auto& m = server->metrics_;
+    HotMetrics& hot = server->hot_;
     // An event with neither tokens nor a finish marks the request leaving the engine's queue.
     if (!c.queue_observed && (!ev.tokens.empty() || ev.finish == FinishReason::kNone)) {
       c.queue_observed = true;
       if (ev.tokens.empty())
-        m.histogram("glassbox_request_queue_time_seconds", "Time from submission to first scheduling",
-                    latency_buckets())
-            .observe(seconds_between(submitted, now));
+        hot.queue_time.observe(seconds_between(submitted, now));
     }
     const size_t n_tokens = ev.tokens.size();
     if (n_tokens > 0) {
       if (!c.have_first_token) {
         c.have_first_token = true;
         if (first_token == Clock::time_point{}) first_token = now;
-        m.histogram("glassbox_time_to_first_token_seconds", "Time from arrival to the first generated token",
-                    latency_buckets())
-            .observe(seconds_between(arrival, now));
+        hot.ttft.observe(seconds_between(arrival, now));
       } else {
         // Tokens that arrive together share the gap since the previous event.
-        Histogram& itl = m.histogram("glassbox_inter_token_latency_seconds", "Time between generated tokens",
-                                     token_latency_buckets());
         const double per = seconds_between(c.last_token, now) / static_cast<double>(n_tokens);
-        for (size_t k = 0; k < n_tokens; ++k) itl.observe(per);
+        for (size_t k = 0; k < n_tokens; ++k) hot.inter_token.observe(per);
       }
       c.last_token = now;
     }
@@ -275,19 +269,14 @@ struct Generation {
       m.counter("glassbox_request_finished_total", "Finished choices by finish_reason (truncation rate: length / all)",
                 {{"finish_reason", reason}})
           .inc();
-      m.histogram("glassbox_request_generation_tokens", "Generated tokens per choice", token_count_buckets())
-          .observe(c.text.completion_tokens());
+      server->hot_.generation_tokens.observe(c.text.completion_tokens());
       cached += c.text.cached_prompt_tokens();
     }
     const int64_t prompt = prompt_tokens(), completion = completion_tokens();
-    m.counter("glassbox_prompt_tokens_total", "Prompt tokens of accepted requests").inc(static_cast<double>(prompt));
-    m.counter("glassbox_generation_tokens_total", "Generated tokens").inc(static_cast<double>(completion));
-    for (const ParsedPrompt& p : req.prompts)
-      m.histogram("glassbox_request_prompt_tokens", "Prompt tokens per prompt", token_count_buckets())
-          .observe(static_cast<double>(p.tokens.size()));
-    if (status == 200)
-      m.histogram("glassbox_e2e_request_latency_seconds", "Time from arrival to the last token", latency_buckets())
-          .observe(seconds_between(arrival, now));
+    server->hot_.prompt_tokens_total.inc(static_cast<double>(prompt));
+    server->hot_.generation_tokens_total.inc(static_cast<double>(completion));
+    for (const ParsedPrompt& p : req.prompts) server->hot_.prompt_tokens.observe(static_cast<double>(p.tokens.size()));
+    if (status == 200) server->hot_.e2e.observe(seconds_between(arrival, now));
 
     json line = {{"event", "request"},
                  {"request_id", meta.id},
@@ -313,9 +302,26 @@ struct Generation {
     server->write_log(line);
     server->unregister_generation(this);
     server->in_flight_.fetch_sub(1);
-    m.gauge("glassbox_requests_in_flight", "Generation requests being served").add(-1);
+    server->hot_.in_flight.add(-1);
   }
 };
+
+HotMetrics::HotMetrics(MetricsRegistry& r)
+    : ttft(r.histogram("glassbox_time_to_first_token_seconds", "Time from arrival to the first generated token",
+                       latency_buckets())),
+      inter_token(r.histogram("glassbox_inter_token_latency_seconds", "Time between generated tokens",
+                              token_latency_buckets())),
+      e2e(r.histogram("glassbox_e2e_request_latency_seconds", "Time from arrival to the last token",
+                      latency_buckets())),
+      queue_time(r.histogram("glassbox_request_queue_time_seconds",
+                             "Time from submission until the engine first schedules the request", latency_buckets())),
+      generation_tokens(
+          r.histogram("glassbox_request_generation_tokens", "Generated tokens per choice", token_count_buckets())),
+      prompt_tokens(r.histogram("glassbox_request_prompt_tokens", "Prompt tokens per prompt", token_count_buckets())),
+      prompt_tokens_total(r.counter("glassbox_prompt_tokens_total", "Prompt tokens of accepted requests")),
+      generation_tokens_total(r.counter("glassbox_generation_tokens_total", "Generated tokens")),
+      in_flight(r.gauge("glassbox_requests_in_flight", "Generation requests being served")),
+      ready(r.gauge("glassbox_server_ready", "1 when the server accepts generation requests")) {}
 
 Server::Server(ServerConfig cfg, std::function<void(const std::string&)> request_log)
     : cfg_(std::move(cfg)),
@@ -331,19 +337,6 @@ Server::Server(ServerConfig cfg, std::function<void(const std::string&)> request
       std::fflush(stdout);
     };
   }
-  // Families that should appear in /metrics before the first request.
-  metrics_.gauge("glassbox_requests_in_flight", "Generation requests being served");
-  metrics_.gauge("glassbox_server_ready", "1 when the server accepts generation requests");
-  metrics_.counter("glassbox_prompt_tokens_total", "Prompt tokens of accepted requests");
-  metrics_.counter("glassbox_generation_tokens_total", "Generated tokens");
-  metrics_.histogram("glassbox_time_to_first_token_seconds", "Time from arrival to the first generated token",
-                     latency_buckets());
-  metrics_.histogram("glassbox_inter_token_latency_seconds", "Time between generated tokens", token_latency_buckets());
-  metrics_.histogram("glassbox_e2e_request_latency_seconds", "Time from arrival to the last token", latency_buckets());
-  metrics_.histogram("glassbox_request_queue_time_seconds", "Time from submission to first scheduling",
-                     latency_buckets());
-  metrics_.histogram("glassbox_request_generation_tokens", "Generated tokens per choice", token_count_buckets());
-  metrics_.histogram("glassbox_request_prompt_tokens", "Prompt tokens per prompt", token_count_buckets());
 }
 
 Server::~Server() { stop(); }
@@ -413,14 +406,14 @@ Status Server::self_test(std::chrono::milliseconds timeout) {
 void Server::set_ready() {
   State expected = State::kStarting;
   if (engine_ != nullptr && state_.compare_exchange_strong(expected, State::kReady))
-    metrics_.gauge("glassbox_server_ready", "1 when the server accepts generation requests").set(1);
+    hot_.ready.set(1);
 }
 
 void Server::drain(std::chrono::milliseconds deadline) {
   State s = state_.load();
   if (s == State::kStopped) return;
   state_.store(State::kDraining, std::memory_order_release);
-  metrics_.gauge("glassbox_server_ready", "1 when the server accepts generation requests").set(0);
+  hot_.ready.set(0);
   const Clock::time_point end = Clock::now() + deadline;
   while (in_flight_.load() > 0 && Clock::now() < end) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   if (in_flight_.load() > 0) {
@@ -633,7 +626,7 @@ void Server::handle_generate(Endpoint endpoint, const httplib::Request& req, htt
     e.retry_after_s = 1;
     return reject(e, "concurrency");
   }
-  metrics_.gauge("glassbox_requests_in_flight", "Generation requests being served").add(1);
+  hot_.in_flight.add(1);
   g->server = this;
   g->caller = caller;
   g->arrival = arrival;
@@ -677,7 +670,7 @@ void Server::handle_generate(Endpoint endpoint, const httplib::Request& req, htt
       g->finalized = true;
       unregister_generation(g.get());
       in_flight_.fetch_sub(1);
-      metrics_.gauge("glassbox_requests_in_flight", "Generation requests being served").add(-1);
+      hot_.in_flight.add(-1);
       return reject(e, draining ? "draining" : "queue_full");
     }
   }

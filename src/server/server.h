@@ -29,6 +29,21 @@ namespace gb::server {
 
 struct Generation;
 
+// The metrics every request touches, looked up once so the hot path is only atomics.
+struct HotMetrics {
+  explicit HotMetrics(MetricsRegistry& r);
+  Histogram& ttft;
+  Histogram& inter_token;
+  Histogram& e2e;
+  Histogram& queue_time;
+  Histogram& generation_tokens;
+  Histogram& prompt_tokens;
+  Counter& prompt_tokens_total;
+  Counter& generation_tokens_total;
+  Gauge& in_flight;
+  Gauge& ready;
+};
+
 class Server {
  public:
   // Lifecycle, in this order: start() (probes answer; inference is 503) -> attach() ->
@@ -93,6 +108,7 @@ class Server {
   KeyStore keys_;
   RateLimiter rate_limiter_;
   MetricsRegistry metrics_;
+  HotMetrics hot_{metrics_};
 
   std::atomic<int64_t> in_flight_{0};  // generation requests between admission and answer
   std::mutex generations_mutex_;
