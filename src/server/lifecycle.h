@@ -15,10 +15,11 @@ namespace gb::server {
 
 // What a loaded model gives the server. Destroyed after the server has stopped.
 struct Backend {
-  std::unique_ptr<EngineApi> engine;
+  // Declared first so it is destroyed last: what the engine or codec point into (the model).
+  std::shared_ptr<void> keep_alive;
   std::unique_ptr<TextCodec> codec;
-  int32_t max_model_len = 0;         // the effective context (config's max_model_len, or the model's)
-  std::shared_ptr<void> keep_alive;  // anything else the engine or codec point into (weights, ...)
+  std::unique_ptr<EngineApi> engine;  // destroyed first: its thread may still use the rest
+  int32_t max_model_len = 0;          // the effective context (config's max_model_len, or the model's)
 };
 
 using BackendFactory = std::function<Result<Backend>(const ServerConfig&)>;

@@ -659,11 +659,15 @@ void Server::handle_generate(Endpoint endpoint, const httplib::Request& req, htt
     Status st = engine_->submit(std::move(r), c.channel);
     if (!st.is_ok()) {
       for (ChoiceState& other : g->choices) other.channel->cancel();
-      const bool draining = st.message().rfind("draining", 0) == 0;
+      // EngineApi::submit fails for a full queue (429) or a draining engine (503); anything
+      // else is a request the engine finds invalid.
+      const std::string& why = st.message();
+      const bool draining = why.find("draining") != std::string::npos;
+      const bool full = why.find("queue") != std::string::npos && why.find("full") != std::string::npos;
       ApiError e = draining ? make_error(503, "service_unavailable", "draining", "the server is shutting down")
-                            : make_error(429, "rate_limit_error", "queue_full", "the engine refused the request: " +
-                                                                                    st.message());
-      if (!draining) e.retry_after_s = 1;
+                   : full   ? make_error(429, "rate_limit_error", "queue_full", "the engine refused the request: " + why)
+                            : invalid_field("", "the engine refused the request: " + why);
+      if (full) e.retry_after_s = 1;
       g->status = e.status;
       g->error_message = e.message;
       // Count the choices as finished so finalize() does not log a disconnect.
@@ -671,7 +675,7 @@ void Server::handle_generate(Endpoint endpoint, const httplib::Request& req, htt
       unregister_generation(g.get());
       in_flight_.fetch_sub(1);
       hot_.in_flight.add(-1);
-      return reject(e, draining ? "draining" : "queue_full");
+      return reject(e, draining ? "draining" : full ? "queue_full" : "invalid");
     }
   }
 
