@@ -4,25 +4,78 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <fstream>
+#include <iterator>
 #include <memory>
+#include <span>
 
+#include "chat/chat_template.h"
 #include "cli/commands.h"
 #include "engine/engine.h"
 #include "model/model.h"
 #include "server/config.h"
 #include "server/lifecycle.h"
+#include "tokenizer/tokenizer.h"
 
 namespace gb::cli {
 
 namespace {
 
-// The tokenizer and chat template behind server::TextCodec: encode / token_text / a
-// StreamDecoder per sequence / render_chat with the template from cfg.chat_template (a file)
-// if set, else the model's (tokenizer_config.json), else kDefaultChatTemplate. Until
-// gb_tokenizer and gb_chat are merged there is nothing to adapt.
+// The tokenizer and chat template behind server::TextCodec.
+class TokenizerCodec : public server::TextCodec {
+ public:
+  TokenizerCodec(std::unique_ptr<Tokenizer> tokenizer, chat::ChatTemplate tmpl)
+      : tokenizer_(std::move(tokenizer)), template_(std::move(tmpl)) {}
+
+  std::vector<int32_t> encode(std::string_view text, bool add_special) const override {
+    return tokenizer_->encode(text, add_special);
+  }
+  std::string token_text(int32_t id) const override {
+    return tokenizer_->decode(std::span<const int32_t>(&id, 1), /*skip_special=*/false);
+  }
+  std::unique_ptr<server::StreamDetokenizer> stream() const override {
+    return std::make_unique<Detokenizer>(*tokenizer_);
+  }
+  Result<std::string> render_chat(const nlohmann::json& messages, bool add_generation_prompt) const override {
+    chat::ChatTemplateOptions options;
+    options.add_generation_prompt = add_generation_prompt;
+    options.bos_token = tokenizer_->bos_token();
+    options.eos_token = tokenizer_->eos_token();
+    return chat::apply_chat_template(template_, nlohmann::ordered_json::parse(messages.dump()), options);
+  }
+  int32_t vocab_size() const override { return tokenizer_->vocab_size(); }
+
+ private:
+  class Detokenizer : public server::StreamDetokenizer {
+   public:
+    explicit Detokenizer(const Tokenizer& t) : decoder_(t, /*skip_special=*/true) {}
+    std::string push(int32_t id) override { return decoder_.push(id); }
+    std::string flush() override { return decoder_.flush(); }
+
+   private:
+    StreamDecoder decoder_;
+  };
+
+  std::unique_ptr<Tokenizer> tokenizer_;
+  chat::ChatTemplate template_;
+};
+
+// The chat template: --chat-template FILE, else the model's, else kDefaultChatTemplate.
 Result<std::unique_ptr<server::TextCodec>> make_codec(const server::ServerConfig& cfg) {
-  return Status::error("the tokenizer and chat templates (gb_tokenizer, gb_chat) are not in this build yet; "
-                       "make_codec in src/cli/serve_cmd.cc adapts them to server::TextCodec");
+  GB_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer, Tokenizer::load(cfg.model));
+  std::string source;
+  if (!cfg.chat_template.empty()) {
+    std::ifstream in(cfg.chat_template, std::ios::binary);
+    if (!in) return Status::error("chat_template: cannot read " + cfg.chat_template);
+    source.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  } else if (!tokenizer->chat_template().empty()) {
+    source = tokenizer->chat_template();
+  } else {
+    source = std::string(chat::kDefaultChatTemplate);
+  }
+  auto tmpl = chat::ChatTemplate::parse(source);
+  if (!tmpl.is_ok()) return tmpl.status().with_context("chat template");
+  return std::unique_ptr<server::TextCodec>(new TokenizerCodec(std::move(tokenizer), std::move(tmpl.value())));
 }
 
 int64_t kv_cache_bytes(const server::ServerConfig& cfg) {
