@@ -1,0 +1,296 @@
+// Parsing, validation and masking of ServerConfig: the one place config text becomes values.
+#include "server/config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <CLI/CLI.hpp>
+#include <cctype>
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
+#include <set>
+
+namespace gb::server {
+
+const char* role_name(Role role) {
+  switch (role) {
+    case Role::kUser: return "user";
+    case Role::kResearcher: return "researcher";
+    case Role::kAdmin: return "admin";
+  }
+  return "?";
+}
+
+std::optional<Role> parse_role(std::string_view name) {
+  if (name == "user") return Role::kUser;
+  if (name == "researcher") return Role::kResearcher;
+  if (name == "admin") return Role::kAdmin;
+  return std::nullopt;
+}
+
+EnvLookup process_env() {
+  return [](const std::string& name) -> std::optional<std::string> {
+    const char* v = std::getenv(name.c_str());
+    if (v == nullptr) return std::nullopt;
+    return std::string(v);
+  };
+}
+
+namespace {
+
+std::string upper(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return s;
+}
+
+std::string dashed(std::string s) {
+  for (char& c : s) c = c == '_' ? '-' : c;
+  return s;
+}
+
+std::string range_text(const FieldInfo& info) {
+  auto num = [](double v) {
+    if (v == std::floor(v) && std::fabs(v) < 1e15) return std::to_string(static_cast<int64_t>(v));
+    char buf[64];
+    std::snprintf(buf, sizeof(buf), "%g", v);
+    return std::string(buf);
+  };
+  return "[" + num(info.min) + ", " + num(info.max) + "]";
+}
+
+// Parses the string form of a value into a field; `where` names the key in messages.
+Status parse_value(const FieldInfo& info, const std::string& where, const std::string& text, int64_t* out) {
+  int64_t v = 0;
+  const char* end = text.data() + text.size();
+  auto [p, ec] = std::from_chars(text.data(), end, v);
+  if (ec != std::errc() || p != end || text.empty())
+    return Status::error(where + ": expected an integer, got '" + text + "'");
+  if (static_cast<double>(v) < info.min || static_cast<double>(v) > info.max)
+    return Status::error(where + ": " + text + " is out of range " + range_text(info));
+  *out = v;
+  return Status::ok();
+}
+
+Status parse_value(const FieldInfo& info, const std::string& where, const std::string& text, double* out) {
+  char* end = nullptr;
+  const double v = text.empty() ? 0 : std::strtod(text.c_str(), &end);
+  if (text.empty() || end != text.c_str() + text.size() || !std::isfinite(v))
+    return Status::error(where + ": expected a number, got '" + text + "'");
+  if (v < info.min || v > info.max) return Status::error(where + ": " + text + " is out of range " + range_text(info));
+  *out = v;
+  return Status::ok();
+}
+
+Status parse_value(const FieldInfo&, const std::string& where, const std::string& text, bool* out) {
+  if (text == "true" || text == "1") {
+    *out = true;
+  } else if (text == "false" || text == "0") {
+    *out = false;
+  } else {
+    return Status::error(where + ": expected true or false, got '" + text + "'");
+  }
+  return Status::ok();
+}
+
+Status parse_value(const FieldInfo&, const std::string&, const std::string& text, std::string* out) {
+  *out = text;
+  return Status::ok();
+}
+
+// Applies name=value pairs; `where(name)` says how an error names the key.
+Status apply_strings(const std::map<std::string, std::string>& values,
+                     const std::function<std::string(const std::string&)>& where, ServerConfig* cfg) {
+  std::set<std::string> known;
+  Status status;
+  visit_fields(*cfg, [&](const FieldInfo& info, auto& field) {
+    known.insert(info.name);
+    if (!status.is_ok()) return;
+    auto it = values.find(info.name);
+    if (it == values.end()) return;
+    status = parse_value(info, where(info.name), it->second, &field);
+  });
+  GB_RETURN_IF_ERROR(status);
+  for (const auto& [name, value] : values) {
+    if (!known.count(name)) return Status::error(where(name) + ": unknown setting");
+  }
+  return Status::ok();
+}
+
+std::string node_text(const YAML::Node& node) { return node.IsScalar() ? node.Scalar() : std::string(); }
+
+Status parse_keys(const YAML::Node& node, std::vector<KeyConfig>* keys) {
+  if (!node.IsSequence()) return Status::error("config key 'keys': expected a list of {id, key | key_env, role}");
+  keys->clear();
+  for (size_t i = 0; i < node.size(); ++i) {
+    const std::string where = "config key 'keys[" + std::to_string(i) + "]";
+    const YAML::Node& item = node[i];
+    if (!item.IsMap()) return Status::error(where + "': expected a map with id, key or key_env, role");
+    KeyConfig key;
+    for (const auto& kv : item) {
+      const std::string name = kv.first.as<std::string>();
+      const YAML::Node& v = kv.second;
+      if (!v.IsScalar()) return Status::error(where + "." + name + "': expected a scalar");
+      if (name == "id") {
+        key.id = v.Scalar();
+      } else if (name == "key") {
+        key.key = v.Scalar();
+      } else if (name == "key_env") {
+        key.key_env = v.Scalar();
+      } else if (name == "role") {
+        auto role = parse_role(v.Scalar());
+        if (!role) return Status::error(where + ".role': must be user, researcher or admin, got '" + v.Scalar() + "'");
+        key.role = *role;
+      } else if (name == "rate_limit_rpm") {
+        FieldInfo info{"rate_limit_rpm", "", 0, 1e9};
+        GB_RETURN_IF_ERROR(parse_value(info, where + ".rate_limit_rpm'", v.Scalar(), &key.rate_limit_rpm));
+      } else {
+        return Status::error(where + "." + name + "': unknown key (expected id, key, key_env, role, rate_limit_rpm)");
+      }
+    }
+    keys->push_back(std::move(key));
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+Status apply_yaml(std::string_view yaml_text, ServerConfig* cfg) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(std::string(yaml_text));
+  } catch (const YAML::Exception& e) {
+    return Status::error(std::string("config file is not valid YAML: ") + e.what());
+  }
+  if (root.IsNull()) return Status::ok();
+  if (!root.IsMap()) return Status::error("config file: expected a map of settings at the top level");
+  std::map<std::string, std::string> values;
+  try {
+    for (const auto& kv : root) {
+      const std::string name = kv.first.as<std::string>();
+      if (name == "keys") {
+        GB_RETURN_IF_ERROR(parse_keys(kv.second, &cfg->keys));
+        continue;
+      }
+      if (!kv.second.IsScalar())
+        return Status::error("config key '" + name + "': expected a single value, not a list or map");
+      values[name] = node_text(kv.second);
+    }
+  } catch (const YAML::Exception& e) {
+    return Status::error(std::string("config file: ") + e.what());
+  }
+  return apply_strings(values, [](const std::string& n) { return "config key '" + n + "'"; }, cfg);
+}
+
+Status apply_env(const EnvLookup& env, ServerConfig* cfg) {
+  std::map<std::string, std::string> values;
+  visit_fields(*cfg, [&](const FieldInfo& info, auto&) {
+    if (auto v = env("GLASSBOX_" + upper(info.name))) values[info.name] = *v;
+  });
+  return apply_strings(values, [](const std::string& n) { return "environment variable GLASSBOX_" + upper(n); }, cfg);
+}
+
+Status apply_overrides(const ConfigOverrides& values, ServerConfig* cfg) {
+  return apply_strings(values, [](const std::string& n) { return "--" + dashed(n); }, cfg);
+}
+
+Status validate_config(const EnvLookup& env, ServerConfig* cfg) {
+  if (cfg->model.empty()) return Status::error("model: required (--model PATH, GLASSBOX_MODEL or 'model:' in the config file)");
+  if (cfg->served_model_name.empty()) {
+    std::string m = cfg->model;
+    while (m.size() > 1 && m.back() == '/') m.pop_back();
+    const size_t slash = m.find_last_of('/');
+    cfg->served_model_name = slash == std::string::npos ? m : m.substr(slash + 1);
+  }
+  if (cfg->host.empty()) return Status::error("host: must not be empty");
+  if (cfg->kv_cache_bytes > 0 && cfg->kv_cache_fraction > 0)
+    return Status::error("kv_cache_bytes and kv_cache_fraction: set one, not both");
+  static const std::set<std::string> kLevels = {"trace", "debug", "info", "warn", "error"};
+  if (!kLevels.count(cfg->log_level))
+    return Status::error("log_level: must be trace, debug, info, warn or error, got '" + cfg->log_level + "'");
+
+  std::set<std::string> ids, secrets;
+  for (size_t i = 0; i < cfg->keys.size(); ++i) {
+    KeyConfig& k = cfg->keys[i];
+    const std::string where = "keys[" + std::to_string(i) + "]";
+    if (k.id.empty()) return Status::error(where + ".id: required (it names the key in logs)");
+    if (!k.key.empty() && !k.key_env.empty()) return Status::error(where + ": set key or key_env, not both");
+    if (!k.key_env.empty()) {
+      auto v = env(k.key_env);
+      if (!v || v->empty())
+        return Status::error(where + ".key_env: environment variable " + k.key_env + " is not set or empty");
+      k.key = *v;
+    }
+    if (k.key.empty()) return Status::error(where + ": key or key_env required");
+    if (!ids.insert(k.id).second) return Status::error(where + ".id: '" + k.id + "' is used twice");
+    if (!secrets.insert(k.key).second) return Status::error(where + ".key: the same key is given twice");
+  }
+  if (!cfg->api_key.empty()) {
+    if (ids.count("cli")) return Status::error("api_key: the key id 'cli' is reserved for --api-key");
+    if (secrets.count(cfg->api_key)) return Status::error("api_key: the same key is also in keys");
+  }
+  if (cfg->keys.empty() && cfg->api_key.empty() && !cfg->allow_unauthenticated)
+    return Status::error(
+        "no API keys configured: give --api-key KEY, GLASSBOX_API_KEY or 'keys:' in the config file, or set "
+        "allow_unauthenticated: true to serve without authentication");
+  return Status::ok();
+}
+
+Result<ServerConfig> load_config(const std::string& config_file, const EnvLookup& env,
+                                 const ConfigOverrides& flags) {
+  ServerConfig cfg;
+  if (!config_file.empty()) {
+    std::string text;
+    std::FILE* f = std::fopen(config_file.c_str(), "rb");
+    if (f == nullptr) return Status::error("cannot open config file " + config_file);
+    char buf[4096];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0) text.append(buf, n);
+    std::fclose(f);
+    GB_RETURN_IF_ERROR(apply_yaml(text, &cfg).with_context(config_file));
+  }
+  GB_RETURN_IF_ERROR(apply_env(env, &cfg));
+  GB_RETURN_IF_ERROR(apply_overrides(flags, &cfg));
+  GB_RETURN_IF_ERROR(validate_config(env, &cfg));
+  return cfg;
+}
+
+nlohmann::json config_to_json(const ServerConfig& cfg) {
+  nlohmann::json j = nlohmann::json::object();
+  visit_fields(cfg, [&](const FieldInfo& info, const auto& field) {
+    using T = std::decay_t<decltype(field)>;
+    if constexpr (std::is_same_v<T, std::string>) {
+      j[info.name] = info.secret && !field.empty() ? std::string("***") : field;
+    } else {
+      j[info.name] = field;
+    }
+  });
+  nlohmann::json keys = nlohmann::json::array();
+  for (const KeyConfig& k : cfg.keys) {
+    nlohmann::json e = {{"id", k.id}, {"key", "***"}, {"role", role_name(k.role)}};
+    if (!k.key_env.empty()) e["key_env"] = k.key_env;
+    if (k.rate_limit_rpm >= 0) e["rate_limit_rpm"] = k.rate_limit_rpm;
+    keys.push_back(std::move(e));
+  }
+  j["keys"] = std::move(keys);
+  return j;
+}
+
+void add_config_flags(CLI::App& app, ConfigOverrides* flags, std::string* config_file) {
+  app.add_option("--config", *config_file, "YAML config file (environment and flags override it)");
+  ServerConfig defaults;
+  visit_fields(defaults, [&](const FieldInfo& info, auto& field) {
+    using T = std::decay_t<decltype(field)>;
+    const std::string name = info.name;
+    if constexpr (std::is_same_v<T, bool>) {
+      app.add_flag_function(
+          "--" + dashed(name), [flags, name](int64_t count) { (*flags)[name] = count > 0 ? "true" : "false"; },
+          info.help);
+    } else {
+      app.add_option_function<std::string>(
+             "--" + dashed(name), [flags, name](const std::string& v) { (*flags)[name] = v; }, info.help)
+          ->type_name(std::is_same_v<T, int64_t> ? "INT" : std::is_same_v<T, double> ? "NUMBER" : "TEXT");
+    }
+  });
+}
+
+}  // namespace gb::server

@@ -1,0 +1,151 @@
+// ServerConfig: every setting of `glassbox serve` in one plain struct, read from a YAML file,
+// then GLASSBOX_* environment variables, then command-line flags (later wins), validated once.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/status.h"
+
+namespace CLI {
+class App;
+}
+
+namespace gb::server {
+
+// Ordered: a role may do everything the roles below it may.
+enum class Role { kUser = 0, kResearcher = 1, kAdmin = 2 };
+const char* role_name(Role role);
+std::optional<Role> parse_role(std::string_view name);
+
+struct KeyConfig {
+  std::string id;       // appears in logs and metrics instead of the key
+  std::string key;      // the secret itself, or empty with key_env set
+  std::string key_env;  // environment variable holding the key (resolved by validate_config)
+  Role role = Role::kUser;
+  double rate_limit_rpm = -1;  // < 0: the server-wide rate_limit_rpm
+};
+
+struct ServerConfig {
+  // Model
+  std::string model;               // model directory or file
+  std::string served_model_name;   // the `model` clients send; default: the model's directory name
+  std::string chat_template;       // Jinja template file overriding the model's own
+
+  // Engine (passed through to the engine factory)
+  int64_t max_num_seqs = 64;
+  int64_t max_num_batched_tokens = 2048;
+  int64_t max_model_len = 0;       // 0: the model's own context length
+  int64_t kv_cache_bytes = 0;      // 0: use kv_cache_fraction or the engine's default
+  double kv_cache_fraction = 0;    // of physical RAM; 0: unset
+  int64_t threads = 0;             // compute threads; 0: all cores
+
+  // HTTP
+  std::string host = "127.0.0.1";
+  int64_t port = 8000;
+  int64_t http_threads = 0;        // 0: max_concurrent_requests + 8 (probes always find a thread)
+
+  // Authentication
+  std::string api_key;             // vLLM-style single key with the admin role (id "cli")
+  bool allow_unauthenticated = false;
+  std::vector<KeyConfig> keys;
+
+  // Limits
+  int64_t max_concurrent_requests = 256;  // generation requests in flight (HTTP level)
+  int64_t max_queue_length = 1024;        // engine waiting queue; more is answered 429
+  double rate_limit_rpm = 0;              // per key, requests per minute; 0: off
+  int64_t rate_limit_burst = 0;           // token bucket size; 0: max(1, rpm / 6)
+  int64_t max_body_bytes = 4 << 20;
+  double read_timeout_s = 30;
+  double write_timeout_s = 30;
+  double request_timeout_s = 600;
+  double drain_timeout_s = 30;
+  int64_t max_n = 16;
+  int64_t max_stop = 16;
+  int64_t max_logprobs = 20;
+
+  // Logging
+  bool log_prompts = false;
+  std::string log_level = "info";
+};
+
+// Metadata of one scalar field; the one declaration drives YAML keys, GLASSBOX_* variables,
+// --flags, range checks and masking.
+struct FieldInfo {
+  const char* name;  // YAML key; the flag is --name-with-dashes, the variable GLASSBOX_NAME
+  const char* help;
+  double min = -1e300;
+  double max = 1e300;
+  bool secret = false;
+};
+
+template <class Config, class F>
+void visit_fields(Config& c, F&& f) {
+  f(FieldInfo{"model", "model directory or file"}, c.model);
+  f(FieldInfo{"served_model_name", "model name clients send (default: the model's directory name)"},
+    c.served_model_name);
+  f(FieldInfo{"chat_template", "Jinja chat template file overriding the model's own"}, c.chat_template);
+  f(FieldInfo{"max_num_seqs", "most sequences in one batch", 1, 1 << 20}, c.max_num_seqs);
+  f(FieldInfo{"max_num_batched_tokens", "token budget of one engine step", 1, 1 << 24}, c.max_num_batched_tokens);
+  f(FieldInfo{"max_model_len", "context length (0: the model's)", 0, 1 << 24}, c.max_model_len);
+  f(FieldInfo{"kv_cache_bytes", "KV cache size in bytes (0: unset)", 0, 1e15}, c.kv_cache_bytes);
+  f(FieldInfo{"kv_cache_fraction", "KV cache size as a fraction of RAM (0: unset)", 0, 1}, c.kv_cache_fraction);
+  f(FieldInfo{"threads", "compute threads (0: all cores)", 0, 4096}, c.threads);
+  f(FieldInfo{"host", "address to listen on"}, c.host);
+  f(FieldInfo{"port", "TCP port (0: any free port)", 0, 65535}, c.port);
+  f(FieldInfo{"http_threads", "HTTP worker threads (0: max_concurrent_requests + 8)", 0, 65536}, c.http_threads);
+  f(FieldInfo{"api_key", "single API key with the admin role", -1e300, 1e300, true}, c.api_key);
+  f(FieldInfo{"allow_unauthenticated", "serve requests without an API key"}, c.allow_unauthenticated);
+  f(FieldInfo{"max_concurrent_requests", "generation requests in flight", 1, 1 << 20}, c.max_concurrent_requests);
+  f(FieldInfo{"max_queue_length", "engine waiting queue length", 0, 1 << 24}, c.max_queue_length);
+  f(FieldInfo{"rate_limit_rpm", "requests per minute per key (0: off)", 0, 1e9}, c.rate_limit_rpm);
+  f(FieldInfo{"rate_limit_burst", "rate limit bucket size (0: max(1, rpm/6))", 0, 1e9}, c.rate_limit_burst);
+  f(FieldInfo{"max_body_bytes", "largest request body", 1, 1LL << 34}, c.max_body_bytes);
+  f(FieldInfo{"read_timeout_s", "socket read timeout, seconds", 0.001, 86400}, c.read_timeout_s);
+  f(FieldInfo{"write_timeout_s", "socket write timeout, seconds", 0.001, 86400}, c.write_timeout_s);
+  f(FieldInfo{"request_timeout_s", "a generation request is cancelled after this, seconds", 0.001, 1e7},
+    c.request_timeout_s);
+  f(FieldInfo{"drain_timeout_s", "on SIGTERM, running requests get this long, seconds", 0, 86400},
+    c.drain_timeout_s);
+  f(FieldInfo{"max_n", "largest n", 1, 1024}, c.max_n);
+  f(FieldInfo{"max_stop", "most stop strings per request", 0, 1024}, c.max_stop);
+  f(FieldInfo{"max_logprobs", "most top logprobs per token", 0, 1024}, c.max_logprobs);
+  f(FieldInfo{"log_prompts", "write prompt text into request logs"}, c.log_prompts);
+  f(FieldInfo{"log_level", "trace, debug, info, warn or error"}, c.log_level);
+}
+
+using EnvLookup = std::function<std::optional<std::string>(const std::string&)>;
+EnvLookup process_env();
+
+// Overrides by field name, in the field's string form (from flags or the environment).
+using ConfigOverrides = std::map<std::string, std::string>;
+
+// Parses a YAML document onto cfg (fields absent from it keep their value). Unknown keys and
+// wrong types are errors naming the key.
+Status apply_yaml(std::string_view yaml_text, ServerConfig* cfg);
+// Applies GLASSBOX_<FIELD> variables.
+Status apply_env(const EnvLookup& env, ServerConfig* cfg);
+// Applies flag values; `source` is how the error names them ("--").
+Status apply_overrides(const ConfigOverrides& values, ServerConfig* cfg);
+// Checks ranges and cross-field rules and resolves keys[].key_env.
+Status validate_config(const EnvLookup& env, ServerConfig* cfg);
+
+// The whole pipeline: defaults -> file (if non-empty) -> environment -> flags -> validation.
+Result<ServerConfig> load_config(const std::string& config_file, const EnvLookup& env,
+                                 const ConfigOverrides& flags);
+
+// The effective config as JSON with every secret replaced by "***".
+nlohmann::json config_to_json(const ServerConfig& cfg);
+
+// Declares one flag per field on app (--config too); parsed values land in *flags and
+// *config_file. Flags are declared here once, from visit_fields.
+void add_config_flags(CLI::App& app, ConfigOverrides* flags, std::string* config_file);
+
+}  // namespace gb::server

@@ -1,0 +1,74 @@
+// run_server: ordered start-up, signal wait, drain.
+#include "server/lifecycle.h"
+
+#include <signal.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include <cmath>
+
+#include "server/server.h"
+
+namespace gb::server {
+
+namespace {
+
+sigset_t shutdown_signals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  return set;
+}
+
+}  // namespace
+
+void block_shutdown_signals() {
+  sigset_t set = shutdown_signals();
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  // A client that vanishes mid-write must be an error on that socket, not the process's death.
+  signal(SIGPIPE, SIG_IGN);
+}
+
+int run_server(const ServerConfig& cfg, const BackendFactory& make_backend) {
+  // Diagnostics on stderr; stdout carries only the JSON request log, one line per request.
+  spdlog::set_default_logger(spdlog::stderr_color_mt("glassbox"));
+  spdlog::set_level(spdlog::level::from_str(cfg.log_level));
+  spdlog::info("effective config: {}", config_to_json(cfg).dump());
+
+  Server server(cfg);
+  if (Status st = server.start(); !st.is_ok()) {
+    spdlog::error("{}", st.message());
+    return 1;
+  }
+  spdlog::info("listening on {}:{} (probes only until the model is ready)", cfg.host, server.port());
+
+  Result<Backend> backend = make_backend(cfg);
+  if (!backend.is_ok()) {
+    spdlog::error("cannot start the engine: {}", backend.message());
+    server.stop();
+    return 1;
+  }
+  server.attach(backend->engine.get(), backend->codec.get(), backend->max_model_len);
+  if (Status st = server.self_test(std::chrono::seconds(120)); !st.is_ok()) {
+    spdlog::error("{}; refusing to serve", st.message());
+    server.stop();
+    return 1;
+  }
+  server.set_ready();
+  spdlog::info("ready: serving '{}' (context {} tokens) on {}:{}", cfg.served_model_name, backend->max_model_len,
+               cfg.host, server.port());
+
+  sigset_t set = shutdown_signals();
+  int sig = 0;
+  sigwait(&set, &sig);
+  spdlog::info("received {}, draining (up to {} s)", sig == SIGTERM ? "SIGTERM" : "SIGINT", cfg.drain_timeout_s);
+  server.drain(std::chrono::milliseconds(static_cast<int64_t>(std::llround(cfg.drain_timeout_s * 1000))));
+  server.stop();
+  spdlog::info("stopped");
+  spdlog::default_logger()->flush();
+  std::fflush(stdout);
+  return 0;
+}
+
+}  // namespace gb::server

@@ -1,0 +1,56 @@
+// OpenAI response shapes: full responses, SSE chunks, logprobs, usage and errors.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/request.h"
+#include "server/openai_request.h"
+#include "server/text_codec.h"
+
+namespace gb::server {
+
+struct ResponseMeta {
+  Endpoint endpoint = Endpoint::kCompletions;
+  std::string id;  // "cmpl-..." or "chatcmpl-..."
+  int64_t created = 0;
+  std::string model;
+};
+
+// {"error": {"message", "type", "param", "code"}}; empty param / code are null.
+nlohmann::json error_body(const ApiError& e);
+
+// One server-sent event: "data: <json>\n\n".
+std::string sse_data(const nlohmann::json& payload);
+inline constexpr const char* kSseDone = "data: [DONE]\n\n";
+
+nlohmann::json usage_json(int64_t prompt_tokens, int64_t completion_tokens);
+
+// Logprobs of some tokens in the endpoint's shape. Completions: {tokens, token_logprobs,
+// top_logprobs, text_offset}, offsets continuing from *text_offset; chat: {content: [...]}.
+nlohmann::json logprobs_json(Endpoint endpoint, const std::vector<GeneratedToken>& tokens, const TextCodec& codec,
+                             int64_t* text_offset);
+
+struct ChoiceOut {
+  int32_t index = 0;
+  std::string text;
+  nlohmann::json logprobs;  // null when not requested
+  std::string finish_reason;
+};
+
+// The non-streaming response: text_completion or chat.completion.
+nlohmann::json full_response(const ResponseMeta& meta, const std::vector<ChoiceOut>& choices, int64_t prompt_tokens,
+                             int64_t completion_tokens);
+
+// A streaming chunk for one choice. Chat: the first chunk of a choice carries role
+// "assistant" (first = true); finish_reason empty means null. include_usage adds "usage": null.
+nlohmann::json stream_chunk(const ResponseMeta& meta, int32_t index, bool first, const std::string& text,
+                            const nlohmann::json& logprobs, const std::string& finish_reason, bool include_usage);
+
+// The last chunk with include_usage: empty choices and the usage.
+nlohmann::json usage_chunk(const ResponseMeta& meta, int64_t prompt_tokens, int64_t completion_tokens);
+
+}  // namespace gb::server

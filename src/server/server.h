@@ -1,0 +1,121 @@
+// The HTTP front-end: OpenAI endpoints, probes and /metrics over cpp-httplib's worker pool,
+// feeding an EngineApi. HTTP threads validate, tokenize, submit and then stream text out of
+// per-request channels; the engine thread never waits on a socket.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+
+#include "engine/request.h"
+#include "server/auth.h"
+#include "server/config.h"
+#include "server/metrics.h"
+#include "server/openai_request.h"
+#include "server/text_codec.h"
+
+namespace httplib {
+class Server;
+struct Request;
+struct Response;
+}  // namespace httplib
+
+namespace gb::server {
+
+struct Generation;
+
+// The metrics every request touches, looked up once so the hot path is only atomics.
+struct HotMetrics {
+  explicit HotMetrics(MetricsRegistry& r);
+  Histogram& ttft;
+  Histogram& inter_token;
+  Histogram& e2e;
+  Histogram& queue_time;
+  Histogram& generation_tokens;
+  Histogram& prompt_tokens;
+  Counter& prompt_tokens_total;
+  Counter& generation_tokens_total;
+  Gauge& in_flight;
+  Gauge& ready;
+};
+
+class Server {
+ public:
+  // Lifecycle, in this order: start() (probes answer; inference is 503) -> attach() ->
+  // self_test() -> set_ready() -> ... -> drain() -> stop().
+  enum class State { kStarting, kReady, kDraining, kStopped };
+
+  // request_log receives one JSON line per generation request; by default they go to stdout.
+  explicit Server(ServerConfig cfg, std::function<void(const std::string&)> request_log = nullptr);
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  // Binds host:port (port 0: any free port) and starts serving on a background thread.
+  Status start();
+  int port() const { return port_; }
+
+  // The engine and codec must outlive the server (until stop() returns).
+  void attach(EngineApi* engine, const TextCodec* codec, int32_t max_model_len);
+  // Generates one token from a short prompt; ready only if that finishes cleanly.
+  Status self_test(std::chrono::milliseconds timeout);
+  void set_ready();
+
+  // Stops accepting generation requests (503), lets running ones finish until `deadline`,
+  // cancels the rest and waits for their handlers to answer.
+  void drain(std::chrono::milliseconds deadline);
+  // Stops listening and joins the HTTP threads. Idempotent.
+  void stop();
+
+  State state() const { return state_.load(std::memory_order_acquire); }
+  int64_t in_flight() const { return in_flight_.load(); }
+  MetricsRegistry& metrics() { return metrics_; }
+  const ServerConfig& config() const { return cfg_; }
+
+ private:
+  friend struct Generation;
+  void install_routes();
+  void handle_generate(Endpoint endpoint, const httplib::Request& req, httplib::Response& res);
+  void handle_models(const httplib::Request& req, httplib::Response& res, const std::string& id);
+  void handle_metrics(httplib::Response& res);
+  void handle_admin_config(const httplib::Request& req, httplib::Response& res);
+  // Authenticates and checks the role; on failure fills *err.
+  bool authorize(const httplib::Request& req, Role min_role, Caller* caller, ApiError* err);
+  void send_error(httplib::Response& res, const ApiError& e);
+  void write_log(const nlohmann::json& line);
+  void refresh_engine_gauges();
+  std::string new_request_id(const char* prefix);
+  void register_generation(Generation* g);
+  void unregister_generation(Generation* g);
+
+  ServerConfig cfg_;
+  std::function<void(const std::string&)> request_log_;
+  std::unique_ptr<httplib::Server> http_;
+  std::thread listen_thread_;
+  std::atomic<bool> listen_returned_{false};
+  int port_ = 0;
+  std::atomic<State> state_{State::kStarting};
+
+  EngineApi* engine_ = nullptr;        // set once by attach(), before state_ leaves kStarting
+  const TextCodec* codec_ = nullptr;
+  int32_t max_model_len_ = 0;
+
+  KeyStore keys_;
+  RateLimiter rate_limiter_;
+  MetricsRegistry metrics_;
+  HotMetrics hot_{metrics_};
+
+  std::atomic<int64_t> in_flight_{0};  // generation requests between admission and answer
+  std::mutex generations_mutex_;
+  std::set<Generation*> generations_;  // in flight, for drain to cancel
+  std::atomic<uint64_t> request_counter_{0};
+  uint64_t id_salt_ = 0;
+  std::mutex log_mutex_;
+};
+
+}  // namespace gb::server

@@ -1,0 +1,68 @@
+// The text side of one choice, run on its HTTP thread: incremental detokenization, stop
+// strings (never leaked, partial matches held back until resolved), token accounting.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/request.h"
+#include "server/text_codec.h"
+
+namespace gb::server {
+
+// Holds back the end of the text while it could still become a stop string.
+class StopStringFilter {
+ public:
+  explicit StopStringFilter(std::vector<std::string> stops);
+  // Appends text and returns what is now safe to emit. When a stop string completes, returns
+  // the text before it, sets *stopped, and drops everything from the stop string on.
+  std::string push(std::string_view text, bool* stopped);
+  // At the end of generation: the held-back text (it can no longer become a stop string).
+  std::string flush();
+
+ private:
+  std::vector<std::string> stops_;
+  std::string pending_;  // not yet emitted; a proper prefix of some stop string, or empty
+};
+
+// One streaming update of a choice.
+struct ChoiceDelta {
+  std::string text;
+  std::vector<GeneratedToken> tokens;  // tokens consumed by this update (for logprobs)
+  bool finished = false;
+};
+
+class ChoiceText {
+ public:
+  ChoiceText(std::unique_ptr<StreamDetokenizer> detok, std::vector<std::string> stops);
+
+  // Consumes one engine event. After a stop string hits, the caller cancels the engine request
+  // and ignores later events.
+  ChoiceDelta on_event(GenerationEvent& event);
+
+  bool finished() const { return finished_; }
+  // "stop", "length" or, for engine-side failures, the engine's reason name.
+  FinishReason finish_reason() const { return finish_; }
+  bool stopped_by_string() const { return stopped_by_string_; }
+  const std::string& error() const { return error_; }
+  // Tokens the engine produced, up to and including the one that completed a stop string.
+  int32_t completion_tokens() const { return completion_tokens_; }
+  int32_t prompt_tokens() const { return prompt_tokens_; }
+  int32_t cached_prompt_tokens() const { return cached_prompt_tokens_; }
+
+ private:
+  std::unique_ptr<StreamDetokenizer> detok_;
+  StopStringFilter filter_;
+  bool finished_ = false;
+  bool stopped_by_string_ = false;
+  FinishReason finish_ = FinishReason::kNone;
+  std::string error_;
+  int32_t completion_tokens_ = 0;
+  int32_t prompt_tokens_ = 0;
+  int32_t cached_prompt_tokens_ = 0;
+};
+
+}  // namespace gb::server

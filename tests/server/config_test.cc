@@ -1,0 +1,126 @@
+// ServerConfig: YAML, environment and flag layering, validation messages, masking.
+#include <gtest/gtest.h>
+
+#include <CLI/CLI.hpp>
+
+#include "server/config.h"
+
+namespace gb::server {
+namespace {
+
+EnvLookup env_of(std::map<std::string, std::string> vars) {
+  return [vars](const std::string& name) -> std::optional<std::string> {
+    auto it = vars.find(name);
+    if (it == vars.end()) return std::nullopt;
+    return it->second;
+  };
+}
+
+Result<ServerConfig> from_yaml(const std::string& yaml, std::map<std::string, std::string> env = {},
+                               ConfigOverrides flags = {}) {
+  ServerConfig cfg;
+  GB_RETURN_IF_ERROR(apply_yaml(yaml, &cfg));
+  GB_RETURN_IF_ERROR(apply_env(env_of(env), &cfg));
+  GB_RETURN_IF_ERROR(apply_overrides(flags, &cfg));
+  GB_RETURN_IF_ERROR(validate_config(env_of(env), &cfg));
+  return cfg;
+}
+
+TEST(ConfigTest, YamlEnvAndFlagsLayerInOrder) {
+  auto cfg = from_yaml("model: /m/stories260K/\nport: 9000\nhost: 0.0.0.0\nallow_unauthenticated: true\n",
+                       {{"GLASSBOX_PORT", "9100"}, {"GLASSBOX_MAX_NUM_SEQS", "8"}}, {{"max_num_seqs", "4"}});
+  ASSERT_TRUE(cfg.is_ok()) << cfg.message();
+  EXPECT_EQ(cfg->port, 9100);          // env over file
+  EXPECT_EQ(cfg->max_num_seqs, 4);     // flag over env
+  EXPECT_EQ(cfg->host, "0.0.0.0");
+  EXPECT_EQ(cfg->served_model_name, "stories260K");  // the directory name by default
+}
+
+TEST(ConfigTest, KeysWithRolesAndEnvSecrets) {
+  auto cfg = from_yaml(R"(model: m
+keys:
+  - {id: alice, key: sk-alice, role: user}
+  - {id: bob, key_env: BOB_KEY, role: researcher, rate_limit_rpm: 10}
+)",
+                       {{"BOB_KEY", "sk-bob"}});
+  ASSERT_TRUE(cfg.is_ok()) << cfg.message();
+  ASSERT_EQ(cfg->keys.size(), 2u);
+  EXPECT_EQ(cfg->keys[1].key, "sk-bob");
+  EXPECT_EQ(cfg->keys[1].role, Role::kResearcher);
+  EXPECT_EQ(cfg->keys[1].rate_limit_rpm, 10);
+}
+
+TEST(ConfigTest, ErrorsNameTheKey) {
+  struct Case {
+    std::string yaml;
+    std::string expect;
+  };
+  const Case cases[] = {
+      {"model: m\nprot: 8000\nallow_unauthenticated: true", "config key 'prot': unknown setting"},
+      {"model: m\nport: eighty\nallow_unauthenticated: true", "config key 'port': expected an integer"},
+      {"model: m\nport: 70000\nallow_unauthenticated: true", "config key 'port': 70000 is out of range [0, 65535]"},
+      {"model: m\nallow_unauthenticated: maybe", "config key 'allow_unauthenticated': expected true or false"},
+      {"model: m\nkv_cache_fraction: 1.5\nallow_unauthenticated: true", "config key 'kv_cache_fraction'"},
+      {"model: m\nport: [1, 2]\nallow_unauthenticated: true", "config key 'port': expected a single value"},
+      {"model: m\nkeys:\n  - {id: a, key: k, role: god}", "keys[0].role': must be user, researcher or admin"},
+      {"model: m\nkeys:\n  - {id: a, key: k, colour: red}", "keys[0].colour': unknown key"},
+      {"model: m\nkeys:\n  - {id: a, key_env: NOPE}", "keys[0].key_env: environment variable NOPE is not set"},
+      {"model: m\nkeys:\n  - {id: a, key: k}\n  - {id: a, key: j}", "keys[1].id: 'a' is used twice"},
+      {"model: m\nkeys:\n  - {key: k}", "keys[0].id: required"},
+      {"model: m\nlog_level: loud\nallow_unauthenticated: true", "log_level: must be"},
+      {"model: m\nkv_cache_bytes: 100\nkv_cache_fraction: 0.5\nallow_unauthenticated: true",
+       "kv_cache_bytes and kv_cache_fraction"},
+      {"port: 1\nallow_unauthenticated: true", "model: required"},
+      {"model: m", "no API keys configured"},
+      {"model: [", "not valid YAML"},
+  };
+  for (const Case& c : cases) {
+    auto cfg = from_yaml(c.yaml);
+    ASSERT_FALSE(cfg.is_ok()) << c.yaml;
+    EXPECT_NE(cfg.message().find(c.expect), std::string::npos) << "got: " << cfg.message() << "\nwant: " << c.expect;
+  }
+}
+
+TEST(ConfigTest, EnvAndFlagErrorsNameTheirSource) {
+  auto e = from_yaml("model: m\nallow_unauthenticated: true", {{"GLASSBOX_PORT", "x"}});
+  ASSERT_FALSE(e.is_ok());
+  EXPECT_NE(e.message().find("environment variable GLASSBOX_PORT"), std::string::npos) << e.message();
+  auto f = from_yaml("model: m\nallow_unauthenticated: true", {}, {{"max_num_seqs", "0"}});
+  ASSERT_FALSE(f.is_ok());
+  EXPECT_NE(f.message().find("--max-num-seqs: 0 is out of range"), std::string::npos) << f.message();
+}
+
+TEST(ConfigTest, ApiKeyFromEnvironmentIsEnough) {
+  auto cfg = from_yaml("model: m", {{"GLASSBOX_API_KEY", "sk-admin"}});
+  ASSERT_TRUE(cfg.is_ok()) << cfg.message();
+  EXPECT_EQ(cfg->api_key, "sk-admin");
+}
+
+TEST(ConfigTest, PrintedConfigMasksSecrets) {
+  auto cfg = from_yaml("model: m\napi_key: sk-top-secret\nkeys:\n  - {id: a, key: sk-also-secret}\n");
+  ASSERT_TRUE(cfg.is_ok()) << cfg.message();
+  const std::string text = config_to_json(*cfg).dump();
+  EXPECT_EQ(text.find("sk-top-secret"), std::string::npos);
+  EXPECT_EQ(text.find("sk-also-secret"), std::string::npos);
+  EXPECT_NE(text.find("\"api_key\":\"***\""), std::string::npos) << text;
+  EXPECT_NE(text.find("\"id\":\"a\""), std::string::npos);
+  EXPECT_NE(text.find("\"port\":8000"), std::string::npos);
+}
+
+TEST(ConfigTest, FlagsAreDeclaredFromTheFieldTable) {
+  CLI::App app;
+  ConfigOverrides flags;
+  std::string file;
+  add_config_flags(app, &flags, &file);
+  const char* argv[] = {"serve", "--config", "x.yaml", "--port", "9", "--api-key", "k", "--allow-unauthenticated",
+                        "--max-num-batched-tokens", "512"};
+  app.parse(10, const_cast<char**>(argv));
+  EXPECT_EQ(file, "x.yaml");
+  EXPECT_EQ(flags["port"], "9");
+  EXPECT_EQ(flags["api_key"], "k");
+  EXPECT_EQ(flags["allow_unauthenticated"], "true");
+  EXPECT_EQ(flags["max_num_batched_tokens"], "512");
+}
+
+}  // namespace
+}  // namespace gb::server

@@ -1,0 +1,206 @@
+// FakeCodec and FakeEngine.
+#include "server/fakes.h"
+
+namespace gb::server::test {
+
+namespace {
+
+class FakeDetokenizer : public StreamDetokenizer {
+ public:
+  std::string push(int32_t id) override {
+    if (id < FakeCodec::kByte0) return "";
+    pending_ += static_cast<char>(id - FakeCodec::kByte0);
+    return take_complete();
+  }
+  std::string flush() override {
+    std::string out;
+    out.swap(pending_);
+    return out;
+  }
+
+ private:
+  // Emits the longest prefix of pending_ that ends on a UTF-8 character boundary.
+  std::string take_complete() {
+    size_t i = 0, complete = 0;
+    while (i < pending_.size()) {
+      const unsigned char c = static_cast<unsigned char>(pending_[i]);
+      const size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 1;
+      if (i + len > pending_.size()) break;
+      i += len;
+      complete = i;
+    }
+    std::string out = pending_.substr(0, complete);
+    pending_.erase(0, complete);
+    return out;
+  }
+  std::string pending_;
+};
+
+}  // namespace
+
+std::vector<int32_t> FakeCodec::encode(std::string_view text, bool add_special) const {
+  std::vector<int32_t> ids;
+  if (add_special) ids.push_back(kBos);
+  for (unsigned char c : text) ids.push_back(kByte0 + c);
+  return ids;
+}
+
+std::string FakeCodec::token_text(int32_t id) const {
+  if (id == 0) return "<unk>";
+  if (id == kBos) return "<s>";
+  if (id == kEos) return "</s>";
+  if (id >= kByte0 && id < 259) return std::string(1, static_cast<char>(id - kByte0));
+  return "";
+}
+
+std::unique_ptr<StreamDetokenizer> FakeCodec::stream() const { return std::make_unique<FakeDetokenizer>(); }
+
+Result<std::string> FakeCodec::render_chat(const nlohmann::json& messages, bool add_generation_prompt) const {
+  std::string out;
+  for (const auto& m : messages) {
+    const std::string content = m.value("content", "");
+    if (content == "{% raise %}") return Status::error("template raised: bad message");
+    out += "<|" + m.value("role", "") + "|>" + content + "\n";
+  }
+  if (add_generation_prompt) out += "<|assistant|>";
+  return out;
+}
+
+FakeEngine::FakeEngine(FakeEngineOptions options)
+    : options_(std::move(options)), queue_full_(options_.queue_full), waiting_(options_.waiting) {
+  thread_ = std::thread([this] { loop(); });
+}
+
+FakeEngine::~FakeEngine() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+Status FakeEngine::submit(GenerationRequest request, std::shared_ptr<RequestChannel> channel) {
+  if (queue_full_.load()) return Status::error("queue full");
+  auto a = std::make_unique<Active>();
+  a->rng.seed(request.sampling.has_seed ? request.sampling.seed : std::random_device{}());
+  a->request = request;
+  a->channel = std::move(channel);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    submitted_.push_back(std::move(request));
+    active_.push_back(std::move(a));
+  }
+  cv_.notify_all();
+  return Status::ok();
+}
+
+EngineStats FakeEngine::stats() const {
+  EngineStats s;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    s.running = static_cast<int64_t>(active_.size());
+  }
+  s.waiting = waiting_.load();
+  s.kv_blocks_total = 100;
+  s.kv_blocks_used = s.running * 2;
+  s.prefix_cache_queries = 10;
+  s.prefix_cache_hits = 4;
+  s.last_step_seconds = 0.002;
+  return s;
+}
+
+std::vector<GenerationRequest> FakeEngine::submitted() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return submitted_;
+}
+
+int FakeEngine::active_count() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return static_cast<int>(active_.size());
+}
+
+bool FakeEngine::wait_cancelled(int n, std::chrono::milliseconds timeout) const {
+  std::unique_lock<std::mutex> lock(mutex_);
+  return cv_.wait_for(lock, timeout, [&] { return cancelled_.load() >= n; });
+}
+
+GeneratedToken FakeEngine::next_token(Active& a) {
+  GeneratedToken t;
+  const GenerationRequest& r = a.request;
+  const std::string& script = options_.script;
+  // The script unless a seeded sampled request asks for "random" text (seed determinism tests).
+  if (r.sampling.temperature <= 0.0f || !r.sampling.has_seed || script.empty()) {
+    const size_t pos = static_cast<size_t>(a.produced);
+    if (pos < script.size()) {
+      t.token = FakeCodec::kByte0 + static_cast<unsigned char>(script[pos]);
+    } else if (!r.ignore_eos) {
+      t.token = FakeCodec::kEos;
+    } else {
+      t.token = FakeCodec::kByte0 + static_cast<unsigned char>(script[pos % script.size()]);
+    }
+  } else {
+    // Sampled: lowercase letters and spaces from the request's own generator (seed -> same text).
+    const int v = static_cast<int>(a.rng() % 27);
+    t.token = FakeCodec::kByte0 + (v == 26 ? ' ' : 'a' + v);
+  }
+  t.logprob = -0.25f;
+  for (int k = 0; k < std::max(0, r.top_logprobs); ++k)
+    t.top.push_back({FakeCodec::kByte0 + 'a' + k, -1.0f - static_cast<float>(k)});
+  return t;
+}
+
+void FakeEngine::loop() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (!stop_) {
+    if (active_.empty()) {
+      cv_.wait(lock, [&] { return stop_ || !active_.empty(); });
+      continue;
+    }
+    // One "step": every active sequence advances; nothing here waits on a consumer.
+    for (size_t i = 0; i < active_.size();) {
+      Active& a = *active_[i];
+      GenerationEvent ev;
+      ev.prompt_tokens = static_cast<int32_t>(a.request.prompt.size());
+      bool done = false;
+      if (a.channel->cancelled()) {
+        ev.finish = FinishReason::kCancelled;
+        cancelled_.fetch_add(1);
+        done = true;
+      } else if (Clock::now() > a.request.deadline) {
+        ev.finish = FinishReason::kTimeout;
+        done = true;
+      } else if (!options_.fail_with.empty()) {
+        ev.finish = FinishReason::kError;
+        ev.error = options_.fail_with;
+        done = true;
+      } else if (!a.announced) {
+        a.announced = true;  // leaving the queue: an empty event
+      } else {
+        for (int k = 0; k < options_.tokens_per_event && !done; ++k) {
+          GeneratedToken t = next_token(a);
+          ++a.produced;
+          const bool eos = t.token == FakeCodec::kEos;
+          ev.tokens.push_back(std::move(t));
+          if (eos) {
+            ev.finish = FinishReason::kStop;
+            done = true;
+          } else if (a.produced >= a.request.max_tokens) {
+            ev.finish = FinishReason::kLength;
+            done = true;
+          }
+        }
+      }
+      a.channel->push(std::move(ev));
+      if (done) {
+        active_.erase(active_.begin() + static_cast<std::ptrdiff_t>(i));
+        cv_.notify_all();
+      } else {
+        ++i;
+      }
+    }
+    cv_.wait_for(lock, options_.token_delay, [&] { return stop_; });
+  }
+}
+
+}  // namespace gb::server::test

@@ -1,0 +1,71 @@
+// OpenAI response shapes and SSE framing.
+#include <gtest/gtest.h>
+
+#include "server/fakes.h"
+#include "server/openai_response.h"
+
+namespace gb::server {
+namespace {
+
+using json = nlohmann::json;
+
+TEST(ResponseTest, ErrorBodyShape) {
+  ApiError e = invalid_field("top_p", "top_p: bad");
+  EXPECT_EQ(error_body(e), json::parse(R"({"error":{"message":"top_p: bad","type":"invalid_request_error",
+                                          "param":"top_p","code":null}})"));
+}
+
+TEST(ResponseTest, SseFraming) {
+  EXPECT_EQ(sse_data(json{{"a", "x\ny"}}), "data: {\"a\":\"x\\ny\"}\n\n");
+  EXPECT_STREQ(kSseDone, "data: [DONE]\n\n");
+}
+
+TEST(ResponseTest, CompletionShapes) {
+  ResponseMeta meta{Endpoint::kCompletions, "cmpl-1", 7, "tiny"};
+  json full = full_response(meta, {{0, "hi", nullptr, "length"}}, 3, 2);
+  EXPECT_EQ(full, json::parse(R"({"id":"cmpl-1","object":"text_completion","created":7,"model":"tiny",
+    "choices":[{"index":0,"text":"hi","logprobs":null,"finish_reason":"length"}],
+    "usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5}})"));
+  json chunk = stream_chunk(meta, 1, false, "x", nullptr, "", true);
+  EXPECT_EQ(chunk, json::parse(R"({"id":"cmpl-1","object":"text_completion","created":7,"model":"tiny",
+    "choices":[{"index":1,"text":"x","logprobs":null,"finish_reason":null}],"usage":null})"));
+  EXPECT_EQ(usage_chunk(meta, 3, 2)["choices"], json::array());
+}
+
+TEST(ResponseTest, ChatShapes) {
+  ResponseMeta meta{Endpoint::kChat, "chatcmpl-1", 7, "tiny"};
+  json full = full_response(meta, {{0, "hi", nullptr, "stop"}}, 3, 2);
+  EXPECT_EQ(full["object"], "chat.completion");
+  EXPECT_EQ(full["choices"][0]["message"], json::parse(R"({"role":"assistant","content":"hi"})"));
+  EXPECT_EQ(stream_chunk(meta, 0, true, "", nullptr, "", false)["choices"][0]["delta"],
+            json::parse(R"({"role":"assistant","content":""})"));
+  EXPECT_EQ(stream_chunk(meta, 0, false, "yo", nullptr, "", false)["choices"][0]["delta"],
+            json::parse(R"({"content":"yo"})"));
+  json fin = stream_chunk(meta, 0, false, "", nullptr, "stop", false);
+  EXPECT_EQ(fin["choices"][0]["delta"], json::object());
+  EXPECT_EQ(fin["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(fin["object"], "chat.completion.chunk");
+  EXPECT_FALSE(fin.contains("usage"));
+}
+
+TEST(ResponseTest, Logprobs) {
+  test::FakeCodec codec;
+  std::vector<GeneratedToken> toks = {{3 + 'a', -0.5f, {{3 + 'a', -0.5f}, {3 + 'b', -1.5f}}}, {3 + 'c', -0.1f, {}}};
+  int64_t offset = 10;
+  json c = logprobs_json(Endpoint::kCompletions, toks, codec, &offset);
+  EXPECT_EQ(c, json::parse(R"({"tokens":["a","c"],"token_logprobs":[-0.5,-0.10000000149011612],
+    "top_logprobs":[{"a":-0.5,"b":-1.5},{}],"text_offset":[10,11]})"));
+  EXPECT_EQ(offset, 12);
+  json chat = logprobs_json(Endpoint::kChat, toks, codec, &offset);
+  EXPECT_EQ(chat["content"][0]["token"], "a");
+  EXPECT_EQ(chat["content"][0]["bytes"], json::array({97}));
+  EXPECT_EQ(chat["content"][0]["top_logprobs"][1]["token"], "b");
+  // A byte that is not valid UTF-8 alone is replaced in "token" and exact in "bytes".
+  std::vector<GeneratedToken> partial = {{3 + 0xC3, -1.0f, {}}};
+  json p = logprobs_json(Endpoint::kChat, partial, codec, &offset);
+  EXPECT_EQ(p["content"][0]["bytes"], json::array({0xC3}));
+  EXPECT_EQ(p["content"][0]["token"], "\xEF\xBF\xBD");
+}
+
+}  // namespace
+}  // namespace gb::server
