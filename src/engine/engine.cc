@@ -143,6 +143,13 @@ Result<bool> Engine::step() {
 
   batch_.clear();
   for (const ScheduledSeq& s : scheduled) {
+    if (s.first_admission) {
+      // An empty event marks the end of the queue wait (the server's queue-time metric).
+      GenerationEvent ev;
+      ev.prompt_tokens = s.seq->n_prompt;
+      ev.cached_prompt_tokens = s.seq->n_cached_prompt;
+      s.seq->channel->push(std::move(ev));
+    }
     const std::span<const int32_t> ids(s.seq->tokens.data() + s.start, s.n_tokens);
     batch_.add_sequence(ids, s.start, s.seq->block_table, config_.block_size, /*all_logits=*/false);
     if (!s.samples) batch_.output_rows.pop_back();  // a prefill chunk short of the end: no logits

@@ -41,7 +41,8 @@ const std::vector<ScheduledSeq>& Scheduler::schedule() {
       }
     }
     if (self_preempted) break;  // it was the newest: nothing after it remains
-    scheduled_.push_back({seq, seq->n_computed, n, seq->n_computed + n == static_cast<int32_t>(seq->tokens.size())});
+    scheduled_.push_back(
+        {seq, seq->n_computed, n, seq->n_computed + n == static_cast<int32_t>(seq->tokens.size()), false});
     budget -= n;
     ++i;
   }
@@ -61,7 +62,8 @@ const std::vector<ScheduledSeq>& Scheduler::schedule() {
       blocks_->release(&table);
       break;
     }
-    if (!seq->admitted_once) {
+    const bool first = !seq->admitted_once;
+    if (first) {
       prefix_queries_ += seq->n_prompt;
       prefix_hits_ += std::min(cached, seq->n_prompt);
       seq->n_cached_prompt = std::min(cached, seq->n_prompt);
@@ -70,7 +72,7 @@ const std::vector<ScheduledSeq>& Scheduler::schedule() {
     seq->block_table = std::move(table);
     seq->block_hashes = std::move(hashes);
     seq->n_computed = cached;
-    scheduled_.push_back({seq, cached, n, cached + n == len});
+    scheduled_.push_back({seq, cached, n, cached + n == len, first});
     budget -= n;
     running_.push_back(std::move(waiting_.front()));
     waiting_.pop_front();

@@ -43,6 +43,7 @@ struct ScheduledSeq {
   int32_t start;     // first token index (= position) computed this step
   int32_t n_tokens;  // tokens computed this step
   bool samples;      // reaches the end of the known tokens: the step's logits sample the next one
+  bool first_admission;  // leaves the queue for the first time this step (ends its queue wait)
 };
 
 class Scheduler {
