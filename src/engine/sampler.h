@@ -1,5 +1,5 @@
-// Turns one row of logits into the next token: penalties, logit bias, temperature, top-k,
-// top-p, min-p and a seeded random draw, in the order vLLM and llama.cpp apply them.
+// Turns one row of logits into the next token: logit bias, then repetition / presence /
+// frequency penalties, temperature, top-k, min-p, top-p and a seeded random draw.
 #pragma once
 
 #include <cstdint>
