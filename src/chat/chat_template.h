@@ -1,5 +1,5 @@
 // Public API of the chat-template engine: parse a Hugging Face chat_template (a Jinja subset)
-// once, render it per request. See docs/notes/chat.md for the supported constructs.
+// once, render it per request. README.md "Chat templates" lists the supported constructs.
 #pragma once
 
 #include <ctime>

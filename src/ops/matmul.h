@@ -63,7 +63,7 @@ struct OwnedWeight {
 // by llama-quantize from the same values), for faster decode: 34 bytes per 32 weights instead
 // of 64 (bf16). Accuracy cost: each weight moves by at most d/2 = amax_block/254 (relative RMS
 // error ≈ 0.3–0.5% of a block's values for Gaussian-like rows), and activations get rounded to
-// Q8_0 as for any Q8_0 weight — see docs/notes/kernels.md. Errors: unsupported dtype, or cols
+// Q8_0 as for any Q8_0 weight — see docs/PERFORMANCE.md and docs/ARCHITECTURE.md. Errors: unsupported dtype, or cols
 // not a multiple of 32.
 Result<OwnedWeight> convert_to_q8(const Weight& w);
 
