@@ -5,6 +5,7 @@
 #include <random>
 #include <vector>
 
+#include "support/test_support.h"
 #include "ops/activation.h"
 #include "ops/attention.h"
 #include "ops/rms_norm.h"
@@ -13,19 +14,8 @@
 namespace gb::ops {
 namespace {
 
-std::vector<float> random_vec(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.0f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(rng);
-  return v;
-}
-
-double max_rel_err(const std::vector<float>& a, const std::vector<float>& b) {
-  double m = 0;
-  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(double(a[i]) - b[i]) / (1.0 + std::fabs(double(b[i]))));
-  return m;
-}
+using test::max_rel_err;
+using test::random_vec;
 
 TEST(SiluMul, MatchesReference) {
   const int64_t n = 1001;

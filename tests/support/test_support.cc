@@ -2,7 +2,10 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
+#include <random>
 #include <filesystem>
 
 namespace gb::test {
@@ -33,6 +36,20 @@ std::string temp_dir() {
   auto p = root.path / std::to_string(counter++);
   std::filesystem::create_directories(p);
   return p.string();
+}
+
+std::vector<float> random_vec(size_t n, uint32_t seed, float scale) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+double max_rel_err(const std::vector<float>& a, const std::vector<float>& b) {
+  double m = 0;
+  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(double(a[i]) - b[i]) / (1.0 + std::fabs(double(b[i]))));
+  return m;
 }
 
 }  // namespace gb::test

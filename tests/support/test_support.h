@@ -1,7 +1,9 @@
 // Helpers shared by all tests: where ../shared is, and reading its files.
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 namespace gb::test {
 
@@ -10,5 +12,11 @@ std::string shared_path(const std::string& relative);
 
 // A fresh empty directory under the system temp dir, removed when the process exits.
 std::string temp_dir();
+
+// n values drawn from N(0, scale²) with a fixed seed.
+std::vector<float> random_vec(size_t n, uint32_t seed, float scale = 1.0f);
+
+// max_i |a_i − b_i| / (1 + |b_i|): an error that is absolute near zero and relative elsewhere.
+double max_rel_err(const std::vector<float>& a, const std::vector<float>& b);
 
 }  // namespace gb::test
