@@ -33,8 +33,8 @@ class TokenizerCodec : public server::TextCodec {
   std::string token_text(int32_t id) const override {
     return tokenizer_->decode(std::span<const int32_t>(&id, 1), /*skip_special=*/false);
   }
-  std::unique_ptr<server::StreamDetokenizer> stream() const override {
-    return std::make_unique<Detokenizer>(*tokenizer_);
+  std::unique_ptr<server::StreamDetokenizer> stream(std::span<const int32_t> prompt) const override {
+    return std::make_unique<Detokenizer>(*tokenizer_, prompt);
   }
   Result<std::string> render_chat(const nlohmann::json& messages, bool add_generation_prompt) const override {
     chat::ChatTemplateOptions options;
@@ -48,7 +48,9 @@ class TokenizerCodec : public server::TextCodec {
  private:
   class Detokenizer : public server::StreamDetokenizer {
    public:
-    explicit Detokenizer(const Tokenizer& t) : decoder_(t, /*skip_special=*/true) {}
+    Detokenizer(const Tokenizer& t, std::span<const int32_t> prompt) : decoder_(t, /*skip_special=*/true) {
+      decoder_.prime(prompt);
+    }
     std::string push(int32_t id) override { return decoder_.push(id); }
     std::string flush() override { return decoder_.flush(); }
 

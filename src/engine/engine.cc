@@ -224,7 +224,7 @@ void Engine::publish_stats(double step_seconds) {
   stats_.prefix_cache_queries = scheduler_.prefix_queries();
   stats_.prefix_cache_hits = scheduler_.prefix_hits();
   stats_.preemptions = scheduler_.preemptions();
-  if (step_seconds >= 0) stats_.last_step_seconds = step_seconds;
+  if (step_seconds >= 0) stats_.step_seconds.observe(step_seconds);
 }
 
 Status Engine::run_until_idle() {

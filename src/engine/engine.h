@@ -56,7 +56,7 @@ class Engine : public EngineApi {
   void reap_cancelled();
   void finish(Sequence* seq, FinishReason reason, const std::string& error = {});
   void loop();
-  // Copies the scheduler's counters into stats_ (step_seconds < 0: keep the last step's time).
+  // Copies the scheduler's counters into stats_ (step_seconds < 0: no step ran).
   void publish_stats(double step_seconds);
 
   Model* model_;

@@ -3,6 +3,7 @@
 // shape: HTTP threads enqueue, one engine thread batches, per-request channels stream back).
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -97,6 +98,24 @@ class RequestChannel {
   std::atomic<bool> cancelled_{false};
 };
 
+// Engine step durations since start, in fixed buckets (Prometheus histogram semantics: the
+// server exports it as glassbox_engine_step_duration_seconds).
+struct StepHistogram {
+  static constexpr std::array<double, 13> kBounds = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+                                                     0.25,  0.5,    1.0,   2.5,  5.0,   10.0};
+  std::array<uint64_t, kBounds.size() + 1> buckets{};  // per bucket (not cumulative); the last is +Inf
+  uint64_t count = 0;
+  double sum = 0;
+
+  void observe(double seconds) {
+    size_t i = 0;
+    while (i < kBounds.size() && seconds > kBounds[i]) ++i;
+    ++buckets[i];
+    ++count;
+    sum += seconds;
+  }
+};
+
 // A snapshot of the engine's state for /metrics and /ready.
 struct EngineStats {
   int64_t running = 0;
@@ -106,7 +125,7 @@ struct EngineStats {
   int64_t prefix_cache_queries = 0;  // prompt tokens looked up in the prefix cache
   int64_t prefix_cache_hits = 0;     // of those, found
   int64_t preemptions = 0;
-  double last_step_seconds = 0;
+  StepHistogram step_seconds;
 };
 
 // What the server sees of the engine.

@@ -67,6 +67,13 @@ void Histogram::observe(double v) {
   sum_.fetch_add(v, std::memory_order_relaxed);
 }
 
+void Histogram::load(std::span<const uint64_t> buckets, uint64_t count, double sum) {
+  assert(buckets.size() == bounds_.size() + 1);
+  for (size_t i = 0; i < buckets.size(); ++i) buckets_[i].store(buckets[i], std::memory_order_relaxed);
+  count_.store(count, std::memory_order_relaxed);
+  sum_.store(sum, std::memory_order_relaxed);
+}
+
 std::vector<uint64_t> Histogram::bucket_counts() const {
   std::vector<uint64_t> out(bounds_.size() + 1);
   for (size_t i = 0; i < out.size(); ++i) out[i] = buckets_[i].load(std::memory_order_relaxed);

@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -46,6 +47,9 @@ class Histogram {
   std::vector<uint64_t> bucket_counts() const;
   uint64_t count() const { return count_.load(std::memory_order_relaxed); }
   double sum() const { return sum_.load(std::memory_order_relaxed); }
+  // Replaces the state with a snapshot of a histogram kept elsewhere (same bounds; per-bucket
+  // counts, the last the +Inf bucket), e.g. the engine's step durations.
+  void load(std::span<const uint64_t> buckets, uint64_t count, double sum);
 
  private:
   std::vector<double> bounds_;

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <random>
 
+#include "server/connection_watch.h"
 #include "server/openai_response.h"
 #include "server/text_stream.h"
 
@@ -81,6 +82,9 @@ struct Generation {
   Clock::time_point first_token{};  // of any choice; for the log line
   bool streaming_started = false;
   bool finalized = false;
+  std::optional<ConnectionWatch> connection;  // to notice a client that leaves while we generate
+  Clock::time_point next_connection_check{};
+  bool client_gone = false;
 
   bool all_finished() const {
     for (const ChoiceState& c : choices) {
@@ -160,6 +164,16 @@ struct Generation {
         cancel_unfinished();
         return;
       }
+      if (connection && Clock::now() >= next_connection_check) {
+        next_connection_check = Clock::now() + std::chrono::milliseconds(100);
+        if (connection->closed()) {
+          client_gone = true;
+          status = 499;
+          error_message = "client disconnected";
+          cancel_unfinished();
+          return;
+        }
+      }
       if (Clock::now() > deadline + std::chrono::seconds(2)) {
         // The engine should have timed the request out itself; do not wait on it forever.
         abort.store(kTimeoutAbort);
@@ -215,6 +229,7 @@ struct Generation {
     }
     std::vector<std::pair<size_t, ChoiceDelta>> deltas;
     if (buf.empty()) poll(std::chrono::milliseconds(50), &deltas);
+    if (client_gone) return false;
     for (auto& [i, d] : deltas) {
       ChoiceState& c = choices[i];
       json lp = d.tokens.empty() ? json(nullptr) : logprobs_for(c, d.tokens);
@@ -519,7 +534,9 @@ void Server::refresh_engine_gauges() {
                : 0);
   m.counter("glassbox_num_preemptions_total", "Sequences preempted (recomputed) for lack of KV blocks")
       .set(static_cast<double>(s.preemptions));
-  m.gauge("glassbox_engine_step_duration_seconds", "Duration of the engine's last step").set(s.last_step_seconds);
+  static const std::vector<double> kStepBounds(StepHistogram::kBounds.begin(), StepHistogram::kBounds.end());
+  m.histogram("glassbox_engine_step_duration_seconds", "Duration of engine steps (one forward + sampling)", kStepBounds)
+      .load(s.step_seconds.buckets, s.step_seconds.count, s.step_seconds.sum);
 }
 
 void Server::handle_metrics(httplib::Response& res) {
@@ -642,8 +659,9 @@ void Server::handle_generate(Endpoint endpoint, const httplib::Request& req, htt
   g->choices.reserve(g->req.prompts.size() * static_cast<size_t>(n));
   for (size_t p = 0; p < g->req.prompts.size(); ++p) {
     for (int32_t i = 0; i < n; ++i)
-      g->choices.emplace_back(static_cast<int32_t>(p) * n + i, p, codec_->stream(), g->req.stop);
+      g->choices.emplace_back(static_cast<int32_t>(p) * n + i, p, codec_->stream(g->req.prompts[p].tokens), g->req.stop);
   }
+  g->connection.emplace(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
   g->submitted = Clock::now();
   for (ChoiceState& c : g->choices) {
     GenerationRequest r;
@@ -704,7 +722,7 @@ void Server::handle_generate(Endpoint endpoint, const httplib::Request& req, htt
   }
 
   std::vector<std::pair<size_t, ChoiceDelta>> deltas;
-  while (!g->all_finished() && !g->failure()) {
+  while (!g->all_finished() && !g->failure() && !g->client_gone) {
     deltas.clear();
     g->poll(std::chrono::milliseconds(100), &deltas);
     for (auto& [i, d] : deltas) {
@@ -713,7 +731,9 @@ void Server::handle_generate(Endpoint endpoint, const httplib::Request& req, htt
       for (GeneratedToken& t : d.tokens) c.out_tokens.push_back(std::move(t));
     }
   }
-  if (std::optional<ApiError> e = g->failure()) {
+  if (g->client_gone) {
+    // Nobody to answer; finalize() logs the 499.
+  } else if (std::optional<ApiError> e = g->failure()) {
     g->cancel_unfinished();
     g->status = e->status;
     g->error_message = e->message;

@@ -36,7 +36,9 @@ class TextCodec {
   virtual std::vector<int32_t> encode(std::string_view text, bool add_special) const = 0;
   // One token's text for logprobs (special tokens included, as their text).
   virtual std::string token_text(int32_t id) const = 0;
-  virtual std::unique_ptr<StreamDetokenizer> stream() const = 0;
+  // A detokenizer for the continuation of `prompt`: the prompt's last tokens give the decoder
+  // its context, so the first generated token keeps its leading space ("a time" + " there").
+  virtual std::unique_ptr<StreamDetokenizer> stream(std::span<const int32_t> prompt) const = 0;
   // Renders the chat template; messages is an array of {role, content: string}. An error
   // (e.g. the template raised) is answered 400 with its message.
   virtual Result<std::string> render_chat(const nlohmann::json& messages, bool add_generation_prompt) const = 0;

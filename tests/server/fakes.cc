@@ -53,7 +53,7 @@ std::string FakeCodec::token_text(int32_t id) const {
   return "";
 }
 
-std::unique_ptr<StreamDetokenizer> FakeCodec::stream() const { return std::make_unique<FakeDetokenizer>(); }
+std::unique_ptr<StreamDetokenizer> FakeCodec::stream(std::span<const int32_t>) const { return std::make_unique<FakeDetokenizer>(); }
 
 Result<std::string> FakeCodec::render_chat(const nlohmann::json& messages, bool add_generation_prompt) const {
   std::string out;
@@ -106,7 +106,8 @@ EngineStats FakeEngine::stats() const {
   s.kv_blocks_used = s.running * 2;
   s.prefix_cache_queries = 10;
   s.prefix_cache_hits = 4;
-  s.last_step_seconds = 0.002;
+  s.step_seconds.observe(0.002);
+  s.step_seconds.observe(0.3);
   return s;
 }
 

@@ -24,7 +24,7 @@ class FakeCodec : public TextCodec {
   static constexpr int32_t kBos = 1, kEos = 2, kByte0 = 3;
   std::vector<int32_t> encode(std::string_view text, bool add_special) const override;
   std::string token_text(int32_t id) const override;
-  std::unique_ptr<StreamDetokenizer> stream() const override;
+  std::unique_ptr<StreamDetokenizer> stream(std::span<const int32_t> prompt = {}) const override;
   // "<|role|>content\n" per message, then "<|assistant|>". A message with content
   // "{% raise %}" makes the template fail (for the error path).
   Result<std::string> render_chat(const nlohmann::json& messages, bool add_generation_prompt) const override;

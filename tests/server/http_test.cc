@@ -3,6 +3,11 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <future>
 #include <thread>
 
@@ -352,6 +357,38 @@ TEST_F(HttpTest, ClientDisconnectMidStreamCancels) {
   EXPECT_TRUE(logged);
 }
 
+// cpp-httplib 0.11 gives a handler no disconnect signal; ConnectionWatch does, so a client that
+// gives up on a non-streaming request stops its generation too.
+TEST_F(HttpTest, ClientDisconnectNonStreamingCancels) {
+  test::FakeEngineOptions opts;
+  opts.token_delay = 20ms;
+  start(test_config(), opts);
+  const std::string body = json{{"prompt", "x"}, {"max_tokens", 200}, {"ignore_eos", true}}.dump();
+  const std::string request = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " +
+                              std::string(kUserKey) + "\r\nContent-Type: application/json\r\nContent-Length: " +
+                              std::to_string(body.size()) + "\r\n\r\n" + body;
+  const size_t before = engine_->submitted().size();  // the self-test's request
+  const int cancelled_before = engine_->cancelled_count();
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(server_->port()));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(send(fd, request.data(), request.size(), 0), static_cast<ssize_t>(request.size()));
+  // Leave once the engine has the request (200 tokens take 4 s; the cancel must come long before).
+  const auto end = std::chrono::steady_clock::now() + 3000ms;
+  while (engine_->submitted().size() == before && std::chrono::steady_clock::now() < end)
+    std::this_thread::sleep_for(5ms);
+  ASSERT_EQ(engine_->submitted().size(), before + 1);
+  close(fd);
+  EXPECT_TRUE(engine_->wait_cancelled(cancelled_before + 1, 1000ms));
+  EXPECT_TRUE(wait_idle());
+  bool logged = false;
+  for (const std::string& line : logs()) logged |= json::parse(line)["status"] == 499;
+  EXPECT_TRUE(logged);
+}
+
 TEST_F(HttpTest, EngineErrorIs500AndTimeoutIs504) {
   test::FakeEngineOptions opts;
   start();
@@ -408,7 +445,10 @@ TEST_F(HttpTest, MetricsExposeRequestsAndEngineState) {
            "glassbox_prefix_cache_hit_rate 0.4",
            "glassbox_num_requests_running",
            "glassbox_num_requests_waiting 0",
-           "glassbox_engine_step_duration_seconds 0.002",
+           "glassbox_engine_step_duration_seconds_bucket{le=\"0.0025\"} 1",
+           "glassbox_engine_step_duration_seconds_bucket{le=\"0.25\"} 1",
+           "glassbox_engine_step_duration_seconds_bucket{le=\"0.5\"} 2",
+           "glassbox_engine_step_duration_seconds_count 2",
            "glassbox_inter_token_latency_seconds_bucket",
            "glassbox_server_ready 1",
        }) {
