@@ -18,10 +18,11 @@ std::string sse_data(const json& payload) {
   return "data: " + payload.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
 }
 
-json usage_json(int64_t prompt_tokens, int64_t completion_tokens) {
-  return {{"prompt_tokens", prompt_tokens},
-          {"completion_tokens", completion_tokens},
-          {"total_tokens", prompt_tokens + completion_tokens}};
+json usage_json(const Usage& u) {
+  return {{"prompt_tokens", u.prompt},
+          {"completion_tokens", u.completion},
+          {"total_tokens", u.prompt + u.completion},
+          {"prompt_tokens_details", {{"cached_tokens", u.cached_prompt}}}};
 }
 
 namespace {
@@ -70,8 +71,7 @@ json logprobs_json(Endpoint endpoint, const std::vector<GeneratedToken>& tokens,
   return {{"tokens", toks}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
 }
 
-json full_response(const ResponseMeta& meta, const std::vector<ChoiceOut>& choices, int64_t prompt_tokens,
-                   int64_t completion_tokens) {
+json full_response(const ResponseMeta& meta, const std::vector<ChoiceOut>& choices, const Usage& usage) {
   json out_choices = json::array();
   for (const ChoiceOut& c : choices) {
     if (meta.endpoint == Endpoint::kChat) {
@@ -89,7 +89,7 @@ json full_response(const ResponseMeta& meta, const std::vector<ChoiceOut>& choic
           {"created", meta.created},
           {"model", meta.model},
           {"choices", out_choices},
-          {"usage", usage_json(prompt_tokens, completion_tokens)}};
+          {"usage", usage_json(usage)}};
 }
 
 json stream_chunk(const ResponseMeta& meta, int32_t index, bool first, const std::string& text, const json& logprobs,
@@ -114,13 +114,13 @@ json stream_chunk(const ResponseMeta& meta, int32_t index, bool first, const std
   return chunk;
 }
 
-json usage_chunk(const ResponseMeta& meta, int64_t prompt_tokens, int64_t completion_tokens) {
+json usage_chunk(const ResponseMeta& meta, const Usage& usage) {
   return {{"id", meta.id},
           {"object", meta.endpoint == Endpoint::kChat ? "chat.completion.chunk" : "text_completion"},
           {"created", meta.created},
           {"model", meta.model},
           {"choices", json::array()},
-          {"usage", usage_json(prompt_tokens, completion_tokens)}};
+          {"usage", usage_json(usage)}};
 }
 
 }  // namespace gb::server

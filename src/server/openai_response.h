@@ -41,9 +41,16 @@ struct ChoiceOut {
   std::string finish_reason;
 };
 
+// Token counts of a response. cached_prompt: prompt tokens served from the prefix cache
+// (OpenAI's usage.prompt_tokens_details.cached_tokens).
+struct Usage {
+  int64_t prompt = 0;
+  int64_t completion = 0;
+  int64_t cached_prompt = 0;
+};
+
 // The non-streaming response: text_completion or chat.completion.
-nlohmann::json full_response(const ResponseMeta& meta, const std::vector<ChoiceOut>& choices, int64_t prompt_tokens,
-                             int64_t completion_tokens);
+nlohmann::json full_response(const ResponseMeta& meta, const std::vector<ChoiceOut>& choices, const Usage& usage);
 
 // A streaming chunk for one choice. Chat: the first chunk of a choice carries role
 // "assistant" (first = true); finish_reason empty means null. include_usage adds "usage": null.
@@ -51,6 +58,6 @@ nlohmann::json stream_chunk(const ResponseMeta& meta, int32_t index, bool first,
                             const nlohmann::json& logprobs, const std::string& finish_reason, bool include_usage);
 
 // The last chunk with include_usage: empty choices and the usage.
-nlohmann::json usage_chunk(const ResponseMeta& meta, int64_t prompt_tokens, int64_t completion_tokens);
+nlohmann::json usage_chunk(const ResponseMeta& meta, const Usage& usage);
 
 }  // namespace gb::server

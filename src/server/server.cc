@@ -215,6 +215,15 @@ struct Generation {
     return n;
   }
 
+  // Each prompt counts once (n choices share it), with the cache hits of its first choice.
+  Usage usage() const {
+    Usage u{prompt_tokens(), completion_tokens(), 0};
+    for (const ChoiceState& c : choices) {
+      if (c.index % req.n == 0) u.cached_prompt += c.text.cached_prompt_tokens();
+    }
+    return u;
+  }
+
   // One step of an SSE response; false ends the response (the client is gone).
   bool stream_step(httplib::DataSink& sink) {
     std::string buf;
@@ -248,7 +257,7 @@ struct Generation {
       buf += kSseDone;
       end = true;
     } else if (all_finished()) {
-      if (req.include_usage) buf += sse_data(usage_chunk(meta, prompt_tokens(), completion_tokens()));
+      if (req.include_usage) buf += sse_data(usage_chunk(meta, usage()));
       buf += kSseDone;
       end = true;
     }
@@ -276,7 +285,6 @@ struct Generation {
     const Clock::time_point now = Clock::now();
     auto& m = server->metrics_;
     json reasons = json::array();
-    int64_t cached = 0;
     for (const ChoiceState& c : choices) {
       const char* reason = c.text.finished() ? finish_reason_name(c.text.finish_reason()) : "cancelled";
       if (abort.load() == kDrainAbort && !c.text.finished()) reason = "abort";
@@ -285,7 +293,6 @@ struct Generation {
                 {{"finish_reason", reason}})
           .inc();
       server->hot_.generation_tokens.observe(c.text.completion_tokens());
-      cached += c.text.cached_prompt_tokens();
     }
     const int64_t prompt = prompt_tokens(), completion = completion_tokens();
     server->hot_.prompt_tokens_total.inc(static_cast<double>(prompt));
@@ -302,7 +309,7 @@ struct Generation {
                  {"n", req.n},
                  {"prompts", req.prompts.size()},
                  {"prompt_tokens", prompt},
-                 {"cached_prompt_tokens", cached},
+                 {"cached_prompt_tokens", usage().cached_prompt},
                  {"completion_tokens", completion},
                  {"finish_reasons", reasons},
                  {"e2e_s", seconds_between(arrival, now)}};
@@ -743,7 +750,7 @@ void Server::handle_generate(Endpoint endpoint, const httplib::Request& req, htt
     for (ChoiceState& c : g->choices) {
       out.push_back({c.index, c.out_text, g->logprobs_for(c, c.out_tokens), finish_reason_name(c.text.finish_reason())});
     }
-    res.set_content(full_response(g->meta, out, g->prompt_tokens(), g->completion_tokens()).dump(-1, ' ', false,
+    res.set_content(full_response(g->meta, out, g->usage()).dump(-1, ' ', false,
                                                                                                   json::error_handler_t::replace),
                     "application/json");
   }

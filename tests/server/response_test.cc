@@ -22,19 +22,19 @@ TEST(ResponseTest, SseFraming) {
 
 TEST(ResponseTest, CompletionShapes) {
   ResponseMeta meta{Endpoint::kCompletions, "cmpl-1", 7, "tiny"};
-  json full = full_response(meta, {{0, "hi", nullptr, "length"}}, 3, 2);
+  json full = full_response(meta, {{0, "hi", nullptr, "length"}}, {3, 2, 1});
   EXPECT_EQ(full, json::parse(R"({"id":"cmpl-1","object":"text_completion","created":7,"model":"tiny",
     "choices":[{"index":0,"text":"hi","logprobs":null,"finish_reason":"length"}],
-    "usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5}})"));
+    "usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5,"prompt_tokens_details":{"cached_tokens":1}}})"));
   json chunk = stream_chunk(meta, 1, false, "x", nullptr, "", true);
   EXPECT_EQ(chunk, json::parse(R"({"id":"cmpl-1","object":"text_completion","created":7,"model":"tiny",
     "choices":[{"index":1,"text":"x","logprobs":null,"finish_reason":null}],"usage":null})"));
-  EXPECT_EQ(usage_chunk(meta, 3, 2)["choices"], json::array());
+  EXPECT_EQ(usage_chunk(meta, {3, 2, 0})["choices"], json::array());
 }
 
 TEST(ResponseTest, ChatShapes) {
   ResponseMeta meta{Endpoint::kChat, "chatcmpl-1", 7, "tiny"};
-  json full = full_response(meta, {{0, "hi", nullptr, "stop"}}, 3, 2);
+  json full = full_response(meta, {{0, "hi", nullptr, "stop"}}, {3, 2, 0});
   EXPECT_EQ(full["object"], "chat.completion");
   EXPECT_EQ(full["choices"][0]["message"], json::parse(R"({"role":"assistant","content":"hi"})"));
   EXPECT_EQ(stream_chunk(meta, 0, true, "", nullptr, "", false)["choices"][0]["delta"],
