@@ -37,6 +37,7 @@ Result<std::unique_ptr<Engine>> Engine::create(Model* model, const EngineConfig&
                          " blocks of " + std::to_string(bytes_per_block) + " bytes); raise the KV cache size or lower max_model_len");
   }
   GB_ASSIGN_OR_RETURN(auto cache, KvCache::create(mc, static_cast<int32_t>(n_blocks), config.block_size));
+  cache->prefault();
   return std::unique_ptr<Engine>(new Engine(model, config, std::move(cache)));
 }
 

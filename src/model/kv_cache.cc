@@ -1,6 +1,7 @@
 // Paged KV cache storage and block allocation.
 #include "model/kv_cache.h"
 
+#include <algorithm>
 #include <new>
 
 namespace gb {
@@ -38,8 +39,8 @@ Result<std::unique_ptr<KvCache>> KvCache::create(const ModelConfig& config, int3
   for (LayerKind k : config.layer_kinds) c->attn_index_.push_back(k == LayerKind::kAttention ? n_attn++ : -1);
   c->layer_floats_ = int64_t{n_blocks} * block_size * config.n_kv_heads * config.head_dim;
   c->n_floats_ = static_cast<size_t>(c->layer_floats_) * 2 * n_attn;
-  // Uninitialised on purpose: attention only reads slots written in an earlier or the same step,
-  // and zero-filling gigabytes would fault in every page up front.
+  // Uninitialised: attention only reads slots written in an earlier or the same step, so a
+  // short-lived user (the CLI) pays only for the pages it touches; the engine calls prefault().
   c->data_.reset(new (std::nothrow) float[c->n_floats_]);
   if (c->data_ == nullptr) {
     return Status::error("KV cache: cannot allocate " + std::to_string(c->n_floats_ * sizeof(float) >> 20) + " MiB for " +
@@ -47,6 +48,8 @@ Result<std::unique_ptr<KvCache>> KvCache::create(const ModelConfig& config, int3
   }
   return c;
 }
+
+void KvCache::prefault() { std::fill_n(data_.get(), n_floats_, 0.0f); }
 
 ops::PagedKv KvCache::layer(int32_t il) const {
   const int64_t a = attn_index_[il];

@@ -39,6 +39,10 @@ class KvCache {
   // n_attention_layers · 2 · n_blocks · n_kv_heads · block_size · head_dim floats.
   static Result<std::unique_ptr<KvCache>> create(const ModelConfig& config, int32_t n_blocks, int32_t block_size = 16);
 
+  // Zero-fills the cache, faulting in every page: a server reserves its memory at start (an
+  // out-of-memory there, not under load later) and no step pays first-touch page faults.
+  void prefault();
+
   // The K/V arrays of layer il (an attention layer).
   ops::PagedKv layer(int32_t il) const;
 

@@ -75,52 +75,45 @@ void PairMap::insert(int32_t a, int32_t b, Value v) {
   }
 }
 
-namespace {
-
-// The word cache is per thread, so encode stays lock-free, and direct-mapped with the key
-// and ids stored inline in one 64-byte slot: a hit costs one hash and one cache line, a
-// miss just overwrites the slot. Each cache belongs to one BpeModel; a thread keeps a few.
-// Words longer than kMaxCachedWord bytes or with more than kMaxCachedIds ids are not cached
-// (rare, and their merging is cheap relative to their length).
-constexpr size_t kMaxCachedWord = 22;
-constexpr size_t kMaxCachedIds = 8;
-constexpr size_t kCacheSlots = 1 << 14;  // 1 MiB per cache
-
-struct CacheSlot {
-  uint64_t hash;
-  uint8_t key_len;
-  uint8_t n_ids;
-  char key[kMaxCachedWord];
-  int32_t ids[kMaxCachedIds];
-};
-static_assert(sizeof(CacheSlot) == 64);
-
-struct WordCache {
-  uint64_t owner = 0;
-  uint64_t last_use = 0;
-  std::vector<CacheSlot> slots;
-};
-
-// A few caches per thread so a thread serving several models does not wipe one per call.
-WordCache& word_cache(uint64_t owner) {
-  thread_local std::array<WordCache, 2> caches;
-  thread_local uint64_t clock = 0;
-  ++clock;
-  WordCache* victim = &caches[0];
-  for (WordCache& c : caches) {
-    if (c.owner == owner) {
-      c.last_use = clock;
-      return c;
-    }
-    if (c.last_use < victim->last_use) victim = &c;
+WordCache::WordCache() : slots_(new Slot[kSlots]) {
+  for (size_t i = 0; i < kSlots; ++i) {
+    for (auto& w : slots_[i].w) w.store(0, std::memory_order_relaxed);
   }
-  victim->slots.assign(kCacheSlots, CacheSlot{});
-  victim->owner = owner;
-  victim->last_use = clock;
-  return *victim;
 }
 
-}  // namespace
+bool WordCache::find(uint64_t h, std::string_view word, std::vector<int32_t>* out) const {
+  const Slot& s = slots_[h & (kSlots - 1)];
+  const uint64_t head = s.w[0].load(std::memory_order_acquire);
+  if ((head >> 16) & 1 || ((head >> 8) & 0xff) != word.size()) return false;
+  uint64_t body[7];
+  for (size_t i = 0; i < 7; ++i) body[i] = s.w[i + 1].load(std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_acquire);
+  if (s.w[0].load(std::memory_order_relaxed) != head) return false;  // overwritten meanwhile
+  char bytes[56];
+  std::memcpy(bytes, body, sizeof bytes);
+  if (std::memcmp(bytes, word.data(), word.size()) != 0) return false;
+  const size_t n = head & 0xff;
+  int32_t ids[kMaxIds];
+  std::memcpy(ids, bytes + kMaxWord + 2, n * sizeof(int32_t));
+  out->insert(out->end(), ids, ids + n);
+  return true;
+}
+
+void WordCache::store(uint64_t h, std::string_view word, const std::vector<int32_t>& ids) {
+  Slot& s = slots_[h & (kSlots - 1)];
+  uint64_t head = s.w[0].load(std::memory_order_relaxed);
+  if ((head >> 16) & 1) return;  // another writer is here
+  const uint64_t seq = head >> 16;
+  if (!s.w[0].compare_exchange_strong(head, (seq + 1) << 16, std::memory_order_acquire)) return;
+  std::atomic_thread_fence(std::memory_order_release);
+  char bytes[56] = {};
+  std::memcpy(bytes, word.data(), word.size());
+  std::memcpy(bytes + kMaxWord + 2, ids.data(), ids.size() * sizeof(int32_t));
+  uint64_t body[7];
+  std::memcpy(body, bytes, sizeof body);
+  for (size_t i = 0; i < 7; ++i) s.w[i + 1].store(body[i], std::memory_order_relaxed);
+  s.w[0].store(((seq + 2) << 16) | (word.size() << 8) | ids.size(), std::memory_order_release);
+}
 
 void BpeModel::merge_symbols(std::vector<int32_t>* ids_ptr) const {
   std::vector<int32_t>& ids = *ids_ptr;
@@ -210,17 +203,11 @@ void BpeModel::encode_word(std::string_view word, std::vector<int32_t>* out) con
       return;
     }
   }
-  const bool cacheable = word.size() <= kMaxCachedWord;
-  CacheSlot* slot = nullptr;
-  uint64_t h = 0;
-  if (cacheable) {
-    h = hash_bytes(word);
-    slot = &word_cache(instance_id).slots[h & (kCacheSlots - 1)];
-    if (slot->hash == h && slot->key_len == word.size() && std::memcmp(slot->key, word.data(), word.size()) == 0) {
-      out->insert(out->end(), slot->ids, slot->ids + slot->n_ids);
-      return;
-    }
-  }
+  // Longer words, or words with more ids, are not cached (rare, and their merging is cheap
+  // relative to their length).
+  const bool cacheable = cache != nullptr && word.size() <= WordCache::kMaxWord;
+  const uint64_t h = cacheable ? hash_bytes(word) : 0;
+  if (cacheable && cache->find(h, word, out)) return;
   thread_local std::vector<int32_t> ids;
   ids.clear();
   if (byte_level) {
@@ -257,13 +244,7 @@ void BpeModel::encode_word(std::string_view word, std::vector<int32_t>* out) con
   }
   merge_symbols(&ids);
   out->insert(out->end(), ids.begin(), ids.end());
-  if (slot != nullptr && ids.size() <= kMaxCachedIds) {
-    slot->hash = h;
-    slot->key_len = static_cast<uint8_t>(word.size());
-    std::memcpy(slot->key, word.data(), word.size());
-    slot->n_ids = static_cast<uint8_t>(ids.size());
-    std::copy(ids.begin(), ids.end(), slot->ids);
-  }
+  if (cacheable && ids.size() <= WordCache::kMaxIds) cache->store(h, word, ids);
 }
 
 }  // namespace gb::tok

@@ -4,8 +4,10 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <string>
+#include <memory>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
@@ -112,6 +114,31 @@ class PairMap {
   size_t size_ = 0;
 };
 
+// Words (at most kMaxWord bytes and kMaxIds ids) -> ids, direct-mapped: a hit costs one hash
+// and one cache line, a miss overwrites the slot. One per BpeModel, shared by every thread that
+// encodes with it (1 MiB, allocated once: a server's many HTTP threads must not each grow their
+// own), and lock-free: each 64-byte slot is a seqlock of eight atomic words. A reader that
+// races a writer sees a miss; a writer that races a writer skips its store.
+class WordCache {
+ public:
+  static constexpr size_t kMaxWord = 22;
+  static constexpr size_t kMaxIds = 8;
+
+  WordCache();
+  // Appends the cached ids of `word` (hash h) to out; false on a miss.
+  bool find(uint64_t h, std::string_view word, std::vector<int32_t>* out) const;
+  void store(uint64_t h, std::string_view word, const std::vector<int32_t>& ids);
+
+ private:
+  static constexpr size_t kSlots = 1 << 14;
+  // word 0: sequence << 16 | key length << 8 | id count (an odd sequence: a write in progress);
+  // words 1..7: the key's 22 bytes, then up to 8 ids.
+  struct alignas(64) Slot {
+    std::atomic<uint64_t> w[8];
+  };
+  std::unique_ptr<Slot[]> slots_;
+};
+
 class BpeModel {
  public:
   bool byte_level = false;     // symbols start as raw bytes; vocab keys are raw bytes
@@ -122,7 +149,7 @@ class BpeModel {
   StringTable vocab;           // model vocabulary, keyed as the symbols are (raw bytes if byte_level)
   std::array<int32_t, 256> byte_ids{};  // byte -> id (byte_level) or <0xNN> id (fallback), -1 if none
   PairMap merges;
-  uint64_t instance_id = 0;    // keys the per-thread word cache
+  std::shared_ptr<WordCache> cache;  // null: no caching
 
   // Appends the ids of one pre-tokenized word.
   void encode_word(std::string_view word, std::vector<int32_t>* out) const;

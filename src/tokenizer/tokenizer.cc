@@ -13,10 +13,6 @@
 
 namespace gb {
 
-namespace {
-std::atomic<uint64_t> next_instance_id{1};
-}  // namespace
-
 // A piece of input: either plain text or an already matched added token.
 struct TextPiece {
   std::string_view text;
@@ -230,7 +226,7 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::Builder::finish() {
     }
     m.byte_ids[b] = m.vocab.find(key);
   }
-  m.instance_id = next_instance_id.fetch_add(1);
+  m.cache = std::make_shared<tok::WordCache>();
 
   for (const AddedToken& a : k.added_) {
     tok::AddedTokenRef ref{a.content, a.id, a.lstrip, a.rstrip, a.single_word};

@@ -12,13 +12,8 @@
 // Run: node --test tests/e2e/openai_sdk_test.mjs
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
-import { createRequire } from 'node:module';
-import { mkdtempSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { require, startServer } from './server_process.mjs';
 
-const require = createRequire(new URL('../../tools/node/package.json', import.meta.url));
 const OpenAI = require('openai');
 
 const ADMIN_KEY = process.env.GB_E2E_ADMIN_KEY ?? 'sk-e2e-admin';
@@ -36,49 +31,22 @@ function client(key = USER_KEY) {
   return new OpenAI({ apiKey: key, baseURL, maxRetries: 0, timeout: 60_000 });
 }
 
-async function startServer() {
-  const cmd = (process.env.GB_E2E_SERVER ?? '').split(/\s+/).filter(Boolean);
-  if (cmd.length === 0) throw new Error('set GB_E2E_SERVER (a server command) or GB_E2E_BASE_URL');
-  const dir = mkdtempSync(join(tmpdir(), 'glassbox-e2e-'));
-  const config = join(dir, 'glassbox.yaml');
-  writeFileSync(config, [
-    `api_key: ${ADMIN_KEY}`,
-    'keys:',
-    `  - {id: e2e-user, key: ${USER_KEY}, role: user}`,
-    `  - {id: e2e-limited, key: ${LIMITED_KEY}, role: user, rate_limit_rpm: 6}`,
-    `max_body_bytes: ${MAX_BODY}`,
-    'drain_timeout_s: 10',
-    'http_threads: 16',
-    '',
-  ].join('\n'));
-  server = spawn(cmd[0], [...cmd.slice(1), '--config', config, '--host', '127.0.0.1', '--port', '0'], {
-    stdio: ['ignore', 'ignore', 'pipe'],
-  });
-  let stderr = '';
-  const port = await new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`server did not start:\n${stderr}`)), 120_000);
-    server.stderr.on('data', (chunk) => {
-      stderr += chunk.toString();
-      const m = stderr.match(/listening on [^\s:]+:(\d+)/);
-      if (m) {
-        clearTimeout(timer);
-        resolve(Number(m[1]));
-      }
-    });
-    server.on('exit', (code) => reject(new Error(`server exited with ${code}:\n${stderr}`)));
-  });
-  baseURL = `http://127.0.0.1:${port}/v1`;
-  // Ready means the self-test passed; poll until then.
-  for (let i = 0; i < 1200; i++) {
-    const r = await fetch(`http://127.0.0.1:${port}/ready`).catch(() => null);
-    if (r && r.status === 200) return;
-    await new Promise((res) => setTimeout(res, 100));
-  }
-  throw new Error(`server never became ready:\n${stderr}`);
-}
-
 before(async () => {
-  if (!baseURL) await startServer();
+  if (!baseURL) {
+    const command = process.env.GB_E2E_SERVER ?? '';
+    if (!command) throw new Error('set GB_E2E_SERVER (a server command) or GB_E2E_BASE_URL');
+    const started = await startServer(command, [
+      `api_key: ${ADMIN_KEY}`,
+      'keys:',
+      `  - {id: e2e-user, key: ${USER_KEY}, role: user}`,
+      `  - {id: e2e-limited, key: ${LIMITED_KEY}, role: user, rate_limit_rpm: 6}`,
+      `max_body_bytes: ${MAX_BODY}`,
+      'drain_timeout_s: 10',
+      'http_threads: 16',
+    ]);
+    server = started.proc;
+    baseURL = started.baseURL;
+  }
   const models = await client().models.list();
   model = models.data[0].id;
   const tok = process.env.GB_E2E_TOKENIZER;

@@ -1,0 +1,191 @@
+// A bounded load test on loopback: 64 streaming clients (the OpenAI Node SDK) for
+// GB_LOAD_SECONDS (default 60) against a real server, plus one client that reads very slowly
+// and one that disconnects mid-stream again and again. Passes when: no error other than
+// deliberate 429s (the concurrency limit is set below the client count, and 429s are retried
+// after Retry-After), the slow reader holds nobody up (the others keep streaming while it
+// crawls), every disconnect is cancelled and its KV blocks freed (the cache is empty at the
+// end), and the server's RSS is flat after warm-up.
+//
+// GB_E2E_SERVER: the server command, e.g. "build/glassbox serve --model ../shared/models/stories260K".
+// Run: node --test tests/e2e/load_test.mjs
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import http from 'node:http';
+import { metric, require, startServer } from './server_process.mjs';
+
+const OpenAI = require('openai');
+const KEY = 'sk-load-test';
+const SECONDS = Number(process.env.GB_LOAD_SECONDS ?? 60);
+const CLIENTS = 64;
+const MAX_CONCURRENT = 60;  // below CLIENTS + 2: some 429s are deliberate
+let server = null;
+
+before(async () => {
+  const command = process.env.GB_E2E_SERVER;
+  if (!command) throw new Error('set GB_E2E_SERVER (a server command)');
+  server = await startServer(command, [
+    `api_key: ${KEY}`,
+    `max_concurrent_requests: ${MAX_CONCURRENT}`,
+    'max_queue_length: 256',
+    `http_threads: ${CLIENTS + 16}`,
+    'write_timeout_s: 30',
+  ]);
+});
+
+after(() => {
+  if (server && server.proc.exitCode === null) server.proc.kill('SIGKILL');
+});
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+const rssKiB = () => Number(readFileSync(`/proc/${server.proc.pid}/status`, 'utf8').match(/VmRSS:\s+(\d+)/)[1]);
+const metricsText = async () => (await fetch(`${server.origin}/metrics`)).text();
+const pct = (xs, p) => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s.length ? s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))] : NaN;
+};
+
+const PROMPTS = ['Once upon a time', 'The little dog', 'Lily and Ben went to the park', 'Tom had a toy car. He',
+  'One day, a big red ball', 'Sue liked to sing.', 'The cat saw a fish', 'There was a boy named Max who'];
+
+test(`${CLIENTS} streaming clients for ${SECONDS} s, a slow reader and a disconnecting client`, { timeout: (SECONDS + 120) * 1000 }, async () => {
+  const client = new OpenAI({ apiKey: KEY, baseURL: server.baseURL, maxRetries: 0, timeout: 60_000 });
+  const model = (await client.models.list()).data[0].id;
+  const t0 = performance.now();
+  const deadline = t0 + SECONDS * 1000;
+  const stats = { ok: 0, rejected429: 0, errors: [], tokens: 0, itl: [], completions: [] };
+
+  // The 64 clients: streamed completions back to back.
+  async function streamer(id) {
+    let k = 0;
+    while (performance.now() < deadline) {
+      k++;
+      try {
+        const stream = await client.completions.create({
+          model, prompt: PROMPTS[(id + k) % PROMPTS.length], max_tokens: 16 + ((id * 7 + k * 13) % 96),
+          temperature: 0.8, seed: id * 1000 + k, stream: true,
+        });
+        let last = null;
+        for await (const chunk of stream) {
+          if (!chunk.choices.length || !chunk.choices[0].text) continue;
+          const now = performance.now();
+          if (last !== null) stats.itl.push(now - last);
+          last = now;
+          stats.tokens++;
+        }
+        stats.ok++;
+        stats.completions.push(performance.now());
+      } catch (e) {
+        if (e.status === 429) {
+          stats.rejected429++;
+          await sleep(1000 * Number(e.headers?.get?.('retry-after') ?? 1) * Math.random());
+        } else {
+          stats.errors.push(`client ${id}: ${e.status ?? ''} ${e.message}`);
+        }
+      }
+    }
+  }
+
+  // The slow reader: a long streamed completion read one chunk every 100 ms (the server's
+  // writes to it block in its own HTTP thread; nobody else may notice).
+  const slow = { events: 0, done: false, start: 0, end: 0, status: 0 };
+  async function slowReader() {
+    await sleep(2000);
+    slow.start = performance.now();
+    const body = JSON.stringify({ model, prompt: 'Once upon a time', max_tokens: 300, temperature: 0, ignore_eos: true,
+      stream: true, logprobs: 5 });
+    await new Promise((resolve) => {
+      const req = http.request(`${server.origin}/v1/completions`, {
+        method: 'POST', headers: { 'Content-Type': 'application/json', Authorization: `Bearer ${KEY}` },
+      }, (res) => {
+        slow.status = res.statusCode;
+        res.setEncoding('utf8');
+        res.on('data', (text) => {
+          slow.events += text.split('data: {').length - 1;
+          if (text.includes('data: [DONE]')) slow.done = true;
+          res.pause();
+          setTimeout(() => res.resume(), 100);
+        });
+        res.on('end', resolve);
+        res.on('error', resolve);
+      });
+      req.on('error', resolve);
+      req.end(body);
+    });
+    slow.end = performance.now();
+  }
+
+  // The disconnecting client: starts a long stream, leaves after a few chunks, repeats.
+  let disconnects = 0;
+  async function leaver() {
+    while (performance.now() < deadline - 3000) {
+      const controller = new AbortController();
+      try {
+        const stream = await client.completions.create({
+          model, prompt: 'The little dog', max_tokens: 400, temperature: 0, ignore_eos: true, stream: true,
+        }, { signal: controller.signal });
+        let n = 0;
+        for await (const chunk of stream) {
+          if (++n === 5) {
+            controller.abort();
+            disconnects++;
+            break;
+          }
+        }
+      } catch (e) {
+        if (e.status === 429) stats.rejected429++;
+        else if (e.name !== 'AbortError' && !controller.signal.aborted) stats.errors.push(`leaver: ${e.message}`);
+      }
+      await sleep(1500);
+    }
+  }
+
+  // RSS every second.
+  const rss = [];
+  const sampler = setInterval(() => rss.push({ t: performance.now() - t0, kib: rssKiB() }), 1000);
+
+  await Promise.all([...Array(CLIENTS).keys()].map(streamer).concat([slowReader(), leaver()]));
+  clearInterval(sampler);
+
+  // Idle: no sequence running, every KV block back (cancelled and finished alike).
+  let m = '';
+  for (let i = 0; i < 50; i++) {
+    m = await metricsText();
+    if (metric(m, 'glassbox_num_requests_running') === 0 && metric(m, 'glassbox_kv_cache_blocks_used') === 0) break;
+    await sleep(100);
+  }
+
+  const elapsed = (performance.now() - t0) / 1000;
+  const duringSlow = stats.completions.filter((t) => t >= slow.start && t <= slow.end).length;
+  const slowSeconds = (slow.end - slow.start) / 1000;
+  const rate = stats.ok / elapsed;
+  // After warm-up (the first half: thread stacks and malloc arenas of the HTTP threads grow to
+  // their working size), RSS must stay flat; a leak would keep climbing.
+  const warm = rss.filter((s) => s.t > (SECONDS * 1000) / 2);
+  const rssStart = warm.length ? warm[0].kib : NaN;
+  const rssMax = Math.max(...warm.map((s) => s.kib));
+  console.log(JSON.stringify({
+    seconds: elapsed.toFixed(1), completed: stats.ok, rejected_429: stats.rejected429, errors: stats.errors.length,
+    tokens_per_s: (stats.tokens / elapsed).toFixed(1), itl_p50_ms: pct(stats.itl, 50).toFixed(1),
+    itl_p99_ms: pct(stats.itl, 99).toFixed(1), slow_reader: { ...slow, seconds: slowSeconds.toFixed(1) },
+    completed_during_slow_read: duringSlow, disconnects,
+    cancelled: metric(m, 'glassbox_request_finished_total{finish_reason="cancelled"}'),
+    rss_series_mib: rss.filter((_, i) => i % 3 === 0).map((s) => Math.round(s.kib / 1024)),
+    rss_mib: { after_warmup: (rssStart / 1024).toFixed(1), max_after: (rssMax / 1024).toFixed(1) },
+  }));
+
+  assert.deepEqual(stats.errors, [], 'errors other than 429');
+  assert.ok(stats.ok > CLIENTS, `only ${stats.ok} completions`);
+  // The slow reader got its whole answer, slowly, while everyone else kept going at the usual rate.
+  assert.equal(slow.status, 200);
+  assert.ok(slow.done && slow.events >= 300, `slow reader got ${slow.events} events, done: ${slow.done}`);
+  assert.ok(slowSeconds > 25, `the slow read took only ${slowSeconds} s`);
+  assert.ok(duringSlow > 0.5 * rate * slowSeconds, `${duringSlow} completions during the slow read (rate ${rate.toFixed(1)}/s)`);
+  // Each disconnect was cancelled and freed its blocks.
+  assert.ok(disconnects >= 5, `only ${disconnects} disconnects`);
+  assert.ok(metric(m, 'glassbox_request_finished_total{finish_reason="cancelled"}') >= disconnects);
+  assert.equal(metric(m, 'glassbox_num_requests_running'), 0);
+  assert.equal(metric(m, 'glassbox_kv_cache_blocks_used'), 0);
+  // Flat RSS after warm-up: under 5% (or 8 MiB) growth.
+  assert.ok(rssMax - rssStart < Math.max(0.05 * rssStart, 8 * 1024), `RSS grew from ${rssStart} to ${rssMax} KiB`);
+});

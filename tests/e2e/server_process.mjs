@@ -1,0 +1,50 @@
+// Starts a Glassbox server as a child process for the end-to-end tests: writes a YAML config
+// into a temp dir, listens on a free loopback port, waits for /ready (weights loaded and the
+// self-test passed) and returns where it listens.
+import { spawn } from 'node:child_process';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { createRequire } from 'node:module';
+
+export const require = createRequire(new URL('../../tools/node/package.json', import.meta.url));
+
+// command: the server command line as one string ("build/glassbox serve --model ...");
+// config: the YAML config's lines. Returns { proc, origin, baseURL, stderr() }.
+export async function startServer(command, config) {
+  const cmd = command.split(/\s+/).filter(Boolean);
+  if (cmd.length === 0) throw new Error('no server command given');
+  const dir = mkdtempSync(join(tmpdir(), 'glassbox-e2e-'));
+  const path = join(dir, 'glassbox.yaml');
+  writeFileSync(path, [...config, ''].join('\n'));
+  const proc = spawn(cmd[0], [...cmd.slice(1), '--config', path, '--host', '127.0.0.1', '--port', '0'], {
+    stdio: ['ignore', 'ignore', 'pipe'],
+  });
+  let stderr = '';
+  const port = await new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`server did not start:\n${stderr}`)), 120_000);
+    proc.stderr.on('data', (chunk) => {
+      stderr += chunk.toString();
+      const m = stderr.match(/listening on [^\s:]+:(\d+)/);
+      if (m) {
+        clearTimeout(timer);
+        resolve(Number(m[1]));
+      }
+    });
+    proc.on('exit', (code) => reject(new Error(`server exited with ${code}:\n${stderr}`)));
+  });
+  const origin = `http://127.0.0.1:${port}`;
+  for (let i = 0; i < 1200; i++) {
+    const r = await fetch(`${origin}/ready`).catch(() => null);
+    if (r && r.status === 200) return { proc, origin, baseURL: `${origin}/v1`, stderr: () => stderr };
+    await new Promise((res) => setTimeout(res, 100));
+  }
+  throw new Error(`server never became ready:\n${stderr}`);
+}
+
+// The value of one Prometheus sample: `sample` is the name with its labels as rendered
+// ('glassbox_kv_cache_blocks_used', 'glassbox_request_finished_total{finish_reason="length"}').
+export function metric(text, sample) {
+  const line = text.split('\n').find((l) => l.startsWith(sample + ' '));
+  return line ? Number(line.slice(sample.length + 1)) : NaN;
+}
