@@ -34,7 +34,7 @@ std::optional<TokenScope> parse_token_scope(std::string_view name);
 
 struct TokenSelector {
   TokenScope scope = TokenScope::kAll;
-  std::vector<int32_t> positions;  // kPositions: 0-based positions (sorted and deduplicated at resolution)
+  std::vector<int32_t> positions = {};  // kPositions: 0-based positions (sorted and deduplicated at resolution)
 };
 
 enum class InterventionOp : uint8_t { kScale, kAdd, kSet, kClamp, kAblate, kClipMassive };
@@ -54,12 +54,12 @@ struct Intervention {
   HookPoint point = HookPoint::kResidPost;
   int32_t layer_first = 0;  // 0-based; -1 (with layer_last -1): every layer
   int32_t layer_last = 0;   // inclusive
-  std::vector<int32_t> dims;
+  std::vector<int32_t> dims = {};
   float strength = 0;
-  std::vector<float> vector;  // [width of the point] f32 (n_embd, or n_ff for mlp_act), or empty
+  std::vector<float> vector = {};  // [width of the point] f32 (n_embd, or n_ff for mlp_act), or empty
   float threshold = 0;
-  TokenSelector tokens;
-  std::string label;  // free text reported back in `applied` (e.g. "control_vector:happy")
+  TokenSelector tokens = {};
+  std::string label = {};  // free text reported back in `applied` (e.g. "control_vector:happy")
 };
 
 // The massive-activation rule (Sun et al. 2024): |x| > min_abs and |x| > min_ratio · median|x|
