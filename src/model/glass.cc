@@ -345,6 +345,7 @@ GlassStep::GlassStep(const ModelConfig& c)
   cap_offsets_.assign(n_slots + 1, 0);
   ops_stage_.reserve(256), ops_.reserve(256);
   obs_stage_.reserve(256), obs_.reserve(256);
+  caps_stage_.reserve(64), caps_.reserve(64);
 }
 
 void GlassStep::clear() {
