@@ -49,8 +49,18 @@ Engine::Engine(Model* model, const EngineConfig& config, std::unique_ptr<KvCache
       scheduler_(config.scheduler, &blocks_),
       logits_(static_cast<size_t>(config.scheduler.max_num_seqs) * model->config().vocab),
       logprobs_(model->config().vocab),
-      eos_ids_(model->config().eos_ids) {
+      eos_ids_(model->config().eos_ids),
+      glass_step_(model->config()),
+      hooks_(model->config().n_layers) {
   stats_.kv_blocks_total = cache_->n_blocks();
+  const size_t n_layers = static_cast<size_t>(model->config().n_layers);
+  monitor_state_.events_per_layer.assign(n_layers, 0);
+  monitor_state_.last_max_ratio.assign(n_layers, 0.0f);
+  monitor_state_.last_max_abs.assign(n_layers, 0.0f);
+  monitor_state_.peak_max_ratio.assign(n_layers, 0.0f);
+  monitor_state_.config = config.monitor;
+  monitor_config_ = config.monitor;
+  monitor_step_.reset(model->config().n_layers);
 }
 
 Engine::~Engine() { stop(); }
@@ -69,7 +79,31 @@ Status Engine::submit(GenerationRequest request, std::shared_ptr<RequestChannel>
                          " exceeds the context length " + std::to_string(config_.max_model_len));
   }
   GB_RETURN_IF_ERROR(request.sampling.validate(vocab));
+  std::unique_ptr<GlassAccumulator> glass;
+  bool skip_prefix_lookup = false;
+  if (request.glass != nullptr) {
+    const GlassSpec& g = *request.glass;
+    if (!(g.resolved_for == glass_shape(model_->config()))) {
+      return Status::error("the glass spec was not resolved for this model (resolve_glass_spec with its config)");
+    }
+    const int32_t n_prompt = static_cast<int32_t>(request.prompt.size());
+    // Blocks computed under an intervention never serve another request (or a plain one).
+    if (const uint64_t salt = glass_kv_salt(g, n_prompt); salt != 0) {
+      request.cache_salt = BlockManager::hash_block(request.cache_salt, {}, salt);
+    }
+    // Observing prompt tokens needs them computed, not taken from the prefix cache.
+    const ObserveSpec& ob = g.observe;
+    if (ob.enabled) {
+      bool prompt_rows = ob.tokens.scope != TokenScope::kGenerated;
+      if (ob.tokens.scope == TokenScope::kPositions) prompt_rows = ob.tokens.positions.front() < n_prompt;
+      for (const CaptureRequest& cr : ob.captures) prompt_rows |= cr.position < n_prompt;
+      skip_prefix_lookup = prompt_rows;
+    }
+    glass = std::make_unique<GlassAccumulator>(request.glass, model_->config());
+  }
   auto seq = std::make_unique<Sequence>();
+  seq->glass = std::move(glass);
+  seq->skip_prefix_lookup = skip_prefix_lookup;
   seq->sampler = std::make_unique<Sampler>(request.sampling, vocab);
   seq->sampler->set_prompt(request.prompt);
   seq->tokens = request.prompt;
@@ -84,6 +118,7 @@ Status Engine::submit(GenerationRequest request, std::shared_ptr<RequestChannel>
     if (static_cast<int64_t>(inbox_.size()) + stats_.waiting >= config_.max_queue) {
       return Status::error("the request queue is full (" + std::to_string(config_.max_queue) + " waiting)");
     }
+    if (seq->glass != nullptr) ++stats_.glass_requests;
     inbox_.push_back(std::move(seq));
   }
   wake_.notify_one();
@@ -93,6 +128,37 @@ Status Engine::submit(GenerationRequest request, std::shared_ptr<RequestChannel>
 EngineStats Engine::stats() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return stats_;
+}
+
+MonitorSnapshot Engine::monitor() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return monitor_state_;
+}
+
+void Engine::set_monitor(const MonitorConfig& config) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  monitor_state_.config = config;
+  monitor_changed_ = true;
+}
+
+void Engine::record_monitor(const std::vector<ScheduledSeq>& scheduled) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  MonitorSnapshot& m = monitor_state_;
+  ++m.steps_sampled;
+  m.rows_checked += monitor_step_.rows;
+  m.events_dropped += monitor_step_.events_dropped;
+  for (size_t l = 0; l < m.last_max_ratio.size(); ++l) {
+    m.last_max_ratio[l] = monitor_step_.max_ratio[l];
+    m.last_max_abs[l] = monitor_step_.max_abs[l];
+    m.peak_max_ratio[l] = std::max(m.peak_max_ratio[l], monitor_step_.max_ratio[l]);
+  }
+  for (const MonitorEvent& e : monitor_step_.events) {
+    ++m.events_total;
+    ++m.events_per_layer[static_cast<size_t>(e.event.layer)];
+    if (m.recent.size() == MonitorSnapshot::kRecent) m.recent.erase(m.recent.begin());
+    m.recent.push_back({static_cast<uint64_t>(m.events_total), scheduled[e.seq_index].seq->request.id, e.event});
+  }
+  m.events_total += monitor_step_.events_dropped;
 }
 
 void Engine::take_inbox() {
@@ -110,6 +176,7 @@ void Engine::finish(Sequence* seq, FinishReason reason, const std::string& error
   ev.error = error;
   ev.prompt_tokens = seq->n_prompt;
   ev.cached_prompt_tokens = seq->n_cached_prompt;
+  if (seq->glass != nullptr) ev.glass = std::make_shared<GlassReport>(seq->glass->report());
   seq->channel->push(std::move(ev));
   scheduler_.finish(seq);
 }
@@ -142,8 +209,24 @@ Result<bool> Engine::step() {
   }
   const Clock::time_point t0 = Clock::now();
 
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (monitor_changed_) {
+      monitor_config_ = monitor_state_.config;
+      monitor_counter_ = 0;
+      monitor_changed_ = false;
+    }
+  }
+
   batch_.clear();
+  glass_step_.clear();
+  bool glass = false;
   for (const ScheduledSeq& s : scheduled) {
+    if (s.seq->glass != nullptr) {
+      glass_step_.add_sequence(static_cast<int32_t>(batch_.n_tokens()), s.n_tokens, s.start, s.seq->n_prompt,
+                               s.seq->glass.get());
+      glass = true;
+    }
     if (s.first_admission) {
       // An empty event marks the end of the queue wait (the server's queue-time metric).
       GenerationEvent ev;
@@ -155,7 +238,18 @@ Result<bool> Engine::step() {
     batch_.add_sequence(ids, s.start, s.seq->block_table, config_.block_size, /*all_logits=*/false);
     if (!s.samples) batch_.output_rows.pop_back();  // a prefill chunk short of the end: no logits
   }
-  const Status st = model_->forward(batch_, *cache_, /*hooks=*/nullptr, logits_.data());
+  const bool monitored =
+      monitor_config_.enabled && monitor_counter_++ % std::max<int32_t>(1, monitor_config_.every_steps) == 0;
+  if (monitored) glass_step_.set_monitor(monitor_config_, &monitor_step_);
+  // Without glass work the step is exactly a plain one: no hooks at all.
+  const Hooks* hooks = nullptr;
+  if (glass || monitored) {
+    glass_step_.finalize();
+    hooks_.set_glass(&glass_step_);
+    hooks = &hooks_;
+  }
+  const Status st = model_->forward(batch_, *cache_, hooks, logits_.data());
+  if (st.is_ok() && monitored) record_monitor(scheduled);
   if (!st.is_ok()) {
     // A failed step fails the requests in it, never the process.
     auto& failed = done_;
@@ -225,6 +319,8 @@ void Engine::publish_stats(double step_seconds) {
   stats_.prefix_cache_queries = scheduler_.prefix_queries();
   stats_.prefix_cache_hits = scheduler_.prefix_hits();
   stats_.preemptions = scheduler_.preemptions();
+  stats_.monitor_steps = monitor_state_.steps_sampled;
+  stats_.massive_events = monitor_state_.events_total;
   if (step_seconds >= 0) stats_.step_seconds.observe(step_seconds);
 }
 

@@ -24,6 +24,7 @@ struct EngineConfig {
   int64_t kv_cache_bytes = 0;  // 0: enough for max_num_seqs sequences of max_model_len
   int32_t max_model_len = 0;   // 0: the model's max_position_embeddings
   int32_t max_queue = 256;     // waiting requests beyond this are refused (the server answers 429)
+  MonitorConfig monitor;       // the massive-activation monitor (off by default; the server turns it on)
 };
 
 class Engine : public EngineApi {
@@ -34,6 +35,9 @@ class Engine : public EngineApi {
 
   Status submit(GenerationRequest request, std::shared_ptr<RequestChannel> channel) override;
   EngineStats stats() const override;
+  MonitorSnapshot monitor() const override;
+  // Replaces the monitor configuration from the next step on (thread-safe).
+  void set_monitor(const MonitorConfig& config);
 
   // Background mode: a thread that steps while there is work and sleeps otherwise.
   void start();
@@ -58,6 +62,8 @@ class Engine : public EngineApi {
   void loop();
   // Copies the scheduler's counters into stats_ (step_seconds < 0: no step ran).
   void publish_stats(double step_seconds);
+  // Folds a sampled step's monitor results into monitor_state_.
+  void record_monitor(const std::vector<ScheduledSeq>& scheduled);
 
   Model* model_;
   EngineConfig config_;
@@ -69,11 +75,18 @@ class Engine : public EngineApi {
   std::vector<float> logprobs_;   // [vocab] f32 scratch
   std::vector<int32_t> eos_ids_;
   std::vector<std::pair<Sequence*, FinishReason>> done_;  // per-step scratch
+  GlassStep glass_step_;        // this step's glass table (rebuilt every step, grow-only buffers)
+  Hooks hooks_;                 // no observers; carries glass_step_ into the forward pass
+  MonitorConfig monitor_config_;  // engine-thread copy of the monitor configuration
+  MonitorStep monitor_step_;    // what the last sampled step saw
+  int64_t monitor_counter_ = 0;   // steps since the monitor was configured
 
   mutable std::mutex mutex_;  // guards inbox_, stats_ and the flags below
   std::condition_variable wake_;
   std::vector<std::unique_ptr<Sequence>> inbox_;
   EngineStats stats_;
+  MonitorSnapshot monitor_state_;
+  bool monitor_changed_ = false;
   bool accepting_ = true;
   bool stop_ = false;
   Clock::time_point drain_deadline_ = Clock::time_point::max();

@@ -16,6 +16,7 @@
 
 #include "core/status.h"
 #include "engine/sampler.h"
+#include "model/glass.h"
 
 namespace gb {
 
@@ -43,8 +44,12 @@ struct GenerationRequest {
   bool ignore_eos = false;
   std::vector<int32_t> stop_token_ids;  // stop on these besides the model's EOS ids
   int32_t top_logprobs = -1;    // -1: no logprobs; k >= 0: sampled token's logprob + k alternatives
-  uint64_t cache_salt = 0;      // mixed into prefix-cache block hashes (interventions use it)
+  uint64_t cache_salt = 0;      // mixed into prefix-cache block hashes (the engine mixes in the glass spec's)
   Clock::time_point deadline = Clock::time_point::max();  // cancelled with kTimeout when passed
+  // The glass box for this request (observation + interventions), made by resolve_glass_spec
+  // against this engine's model; null: none (the request runs exactly as a plain one). Shared and
+  // immutable: many requests may point at one spec.
+  std::shared_ptr<const GlassSpec> glass;
 };
 
 struct TokenLogprob {
@@ -65,6 +70,10 @@ struct GenerationEvent {
   std::string error;                   // with kError: what went wrong
   int32_t prompt_tokens = 0;
   int32_t cached_prompt_tokens = 0;    // prompt tokens served from the prefix cache
+  // On the last event of a request that had a glass spec (whatever the finish reason): its
+  // statistics per (layer, point), massive-activation events, captures and the interventions as
+  // applied. Null otherwise.
+  std::shared_ptr<const GlassReport> glass;
 };
 
 // Single producer (engine thread), single consumer (an HTTP thread). The consumer cancels by
@@ -126,6 +135,29 @@ struct EngineStats {
   int64_t prefix_cache_hits = 0;     // of those, found
   int64_t preemptions = 0;
   StepHistogram step_seconds;
+  int64_t monitor_steps = 0;         // steps the massive-activation monitor sampled
+  int64_t massive_events = 0;        // events the monitor counted (all layers)
+  int64_t glass_requests = 0;        // requests run with a glass spec (observation or interventions)
+};
+
+// The engine-wide massive-activation monitor, as counters the server turns into metrics.
+struct MonitorSnapshot {
+  MonitorConfig config;                // as configured (enabled = false: everything below stays 0)
+  int64_t steps_sampled = 0;
+  int64_t rows_checked = 0;            // token rows × layers × points examined
+  int64_t events_total = 0;
+  int64_t events_dropped = 0;          // events beyond MonitorStep::kMaxEvents in one step (counted, not listed)
+  std::vector<int64_t> events_per_layer;  // [n_layers]
+  std::vector<float> last_max_ratio;   // [n_layers] max over the last sampled step's rows of max|x| / median|x|
+  std::vector<float> last_max_abs;     // [n_layers] max |x| of the last sampled step
+  std::vector<float> peak_max_ratio;   // [n_layers] the largest last_max_ratio ever seen
+  struct Event {
+    uint64_t index = 0;                // 1, 2, 3, ... over the engine's life (new ones: index > last seen)
+    std::string request_id;
+    MassiveEvent event;
+  };
+  std::vector<Event> recent;           // the last kRecent events, oldest first
+  static constexpr size_t kRecent = 256;
 };
 
 // What the server sees of the engine.
@@ -135,6 +167,8 @@ class EngineApi {
   // Queues a request. Errors: queue full (the server answers 429) or draining (503).
   virtual Status submit(GenerationRequest request, std::shared_ptr<RequestChannel> channel) = 0;
   virtual EngineStats stats() const = 0;
+  // The massive-activation monitor's counters (empty when the engine has none).
+  virtual MonitorSnapshot monitor() const { return {}; }
 };
 
 }  // namespace gb

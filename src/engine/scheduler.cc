@@ -55,7 +55,9 @@ const std::vector<ScheduledSeq>& Scheduler::schedule() {
     std::vector<uint64_t> hashes;
     // At least the last token is computed so the step yields logits to sample from.
     const int32_t max_hit_blocks = (len - 1) / blocks_->block_size();
-    const int32_t hits = blocks_->acquire_prefix(seq->tokens, seq->request.cache_salt, max_hit_blocks, &table, &hashes);
+    const int32_t hits = seq->skip_prefix_lookup
+                             ? 0
+                             : blocks_->acquire_prefix(seq->tokens, seq->request.cache_salt, max_hit_blocks, &table, &hashes);
     const int32_t cached = hits * blocks_->block_size();
     const int32_t n = static_cast<int32_t>(std::min<int64_t>(len - cached, budget));
     if (!blocks_->grow(&table, int64_t{cached} + n)) {

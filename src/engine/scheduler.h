@@ -19,6 +19,9 @@ struct Sequence {
   GenerationRequest request;
   std::shared_ptr<RequestChannel> channel;
   std::unique_ptr<Sampler> sampler;
+  std::unique_ptr<GlassAccumulator> glass;  // with request.glass: what its forward passes observed
+  // Observation must compute the prompt itself: no prefix-cache hits (its blocks are still published).
+  bool skip_prefix_lookup = false;
 
   std::vector<int32_t> tokens;         // prompt + generated so far
   int32_t n_prompt = 0;

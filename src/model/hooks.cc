@@ -1,6 +1,8 @@
 // Hook point names and the active hook set.
 #include "model/hooks.h"
 
+#include "model/glass.h"
+
 namespace gb {
 
 namespace {
@@ -22,7 +24,10 @@ std::optional<HookPoint> parse_hook_point(std::string_view name) {
 }
 
 Hooks::Hooks(int32_t n_layers)
-    : n_layers_(n_layers), masks_(n_layers + 1, 0), observers_(static_cast<size_t>(n_layers + 1) * kNumHookPoints) {}
+    : n_layers_(n_layers),
+      observer_masks_(n_layers + 1, 0),
+      masks_(n_layers + 1, 0),
+      observers_(static_cast<size_t>(n_layers + 1) * kNumHookPoints) {}
 
 size_t Hooks::index(HookPoint p, int32_t layer) const {
   const int32_t slot = is_layer_point(p) ? layer : n_layers_;
@@ -36,12 +41,33 @@ void Hooks::watch(HookPoint p, int32_t layer, Observer* obs) {
   }
   if (is_layer_point(p) && layer >= n_layers_) return;
   observers_[index(p, layer)].push_back(obs);
-  masks_[is_layer_point(p) ? layer : n_layers_] |= hook_bit(p);
+  observer_masks_[is_layer_point(p) ? layer : n_layers_] |= hook_bit(p);
+  update_masks();
 }
 
 void Hooks::clear() {
-  for (auto& m : masks_) m = 0;
+  for (auto& m : observer_masks_) m = 0;
   for (auto& o : observers_) o.clear();
+  glass_ = nullptr;
+  update_masks();
+}
+
+void Hooks::set_glass(const GlassStep* glass) {
+  glass_ = glass;
+  update_masks();
+}
+
+void Hooks::update_masks() {
+  for (int32_t l = 0; l <= n_layers_; ++l) {
+    const uint32_t g = glass_ != nullptr && l < n_layers_ && l < glass_->n_layers() ? glass_->layer_mask(l) : 0;
+    masks_[l] = observer_masks_[l] | g;
+  }
+}
+
+void Hooks::emit(HookPoint p, int32_t layer, float* data, int64_t n_rows, int64_t width, const int32_t* row_ids,
+                 const Batch& batch) const {
+  if (glass_ != nullptr && is_layer_point(p)) glass_->apply(p, layer, data, n_rows, width, batch);
+  dispatch(HookTensor{p, layer, data, n_rows, width, row_ids, &batch});
 }
 
 bool Hooks::empty() const {

@@ -46,22 +46,30 @@ struct HookTensor {
 };
 
 // Receives hook tensors. Called on the forward pass's thread, in layer order; must not keep
-// pointers past the call. (Interventions — per-sequence edits applied inside the batch — will be
-// data tables applied by kernels at the same points, not observers.)
+// pointers past the call. Observers see the values after the step's interventions (GlassStep),
+// which are data tables applied at the same points, not observers.
+class GlassStep;
+
 class Observer {
  public:
   virtual ~Observer() = default;
   virtual void observe(const HookTensor& t) = 0;
 };
 
-// The active hook set of a step: for each (point, layer) the observers to call.
+// The active hook set of a step: for each (point, layer) the observers to call, and optionally the
+// step's glass-box table (interventions, per-request observation, the monitor).
 class Hooks {
  public:
   explicit Hooks(int32_t n_layers);
 
   // Registers obs for a per-layer point at `layer` (-1: every layer) or for a global point (layer ignored).
   void watch(HookPoint p, int32_t layer, Observer* obs);
+  // Clears the observers (and detaches the glass table).
   void clear();
+  // Attaches this step's glass table (null: none). Call after GlassStep::finalize, before the
+  // forward pass; the layer masks become the observers' bits | the table's bits.
+  void set_glass(const GlassStep* glass);
+  const GlassStep* glass() const { return glass_; }
 
   // Bits (hook_bit) of the per-layer points active at layer l; of the global points.
   uint32_t layer_mask(int32_t l) const { return masks_[l]; }
@@ -71,13 +79,30 @@ class Hooks {
   // Calls the observers registered for t.point at t.layer.
   void dispatch(const HookTensor& t) const;
 
+  // A hook point's tensor was produced: applies the glass table's interventions for (p, layer) to
+  // data in place (per-layer points; data rows are the batch rows 0..n_rows-1), records the
+  // table's observations, then calls the observers. Layer loops call it through hook_point().
+  void emit(HookPoint p, int32_t layer, float* data, int64_t n_rows, int64_t width, const int32_t* row_ids,
+            const Batch& batch) const;
+
   int32_t n_layers() const { return n_layers_; }
 
  private:
   size_t index(HookPoint p, int32_t layer) const;
   int32_t n_layers_;
-  std::vector<uint32_t> masks_;                   // [n_layers + 1]; the last is the global points
+  void update_masks();
+  std::vector<uint32_t> observer_masks_;          // [n_layers + 1] bits with observers; the last is the global points
+  std::vector<uint32_t> masks_;                   // [n_layers + 1] observer_masks_ | the glass table's bits
+  const GlassStep* glass_ = nullptr;
   std::vector<std::vector<Observer*>> observers_;  // [(n_layers + 1) · kNumHookPoints]
 };
+
+// The one call a layer loop makes where a hook tensor is produced (every architecture's loop, the
+// same way): costs one bit test when (p, layer) is inactive. mask: hooks->layer_mask(layer) (or
+// global_mask()), 0 when hooks is null.
+inline void hook_point(const Hooks* hooks, uint32_t mask, HookPoint p, int32_t layer, float* data, int64_t n_rows,
+                       int64_t width, const int32_t* row_ids, const Batch& batch) {
+  if (mask & hook_bit(p)) hooks->emit(p, layer, data, n_rows, width, row_ids, batch);
+}
 
 }  // namespace gb

@@ -42,12 +42,10 @@ void forward_llama(const ModelConfig& c, const ModelWeights& w, Activations& a, 
   float* x = a.x.data();  // [n, n_embd] the residual stream
 
   const uint32_t global_mask = hooks != nullptr ? hooks->global_mask() : 0;
-  auto emit = [&](HookPoint p, int32_t layer, const float* data, int64_t rows, int64_t width, const int32_t* row_ids) {
-    hooks->dispatch(HookTensor{p, layer, data, rows, width, row_ids, &batch});
-  };
+  const int32_t* all_rows = a.all_rows.data();
 
   for (int64_t t = 0; t < n; ++t) ops::dequantize_row(w.token_embd, batch.tokens[t], x + t * n_embd);
-  if (global_mask & hook_bit(HookPoint::kEmbed)) emit(HookPoint::kEmbed, -1, x, n, n_embd, a.all_rows.data());
+  hook_point(hooks, global_mask, HookPoint::kEmbed, -1, x, n, n_embd, all_rows, batch);
 
   // cos/sin of this step's positions, shared by every layer.
   ops::rope_tables(batch.positions.data(), n, a.inv_freq.data(), half, a.rope_cos.data(), a.rope_sin.data());
@@ -55,7 +53,7 @@ void forward_llama(const ModelConfig& c, const ModelWeights& w, Activations& a, 
   for (int32_t il = 0; il < c.n_layers; ++il) {
     const LayerWeights& L = w.layers[il];
     const uint32_t mask = hooks != nullptr ? hooks->layer_mask(il) : 0;
-    if (mask & hook_bit(HookPoint::kResidPre)) emit(HookPoint::kResidPre, il, x, n, n_embd, a.all_rows.data());
+    hook_point(hooks, mask, HookPoint::kResidPre, il, x, n, n_embd, all_rows, batch);
 
     // ---- attention ----
     parallel_for(pool, n, n * n_embd, [&](int64_t b, int64_t e, int) {
@@ -93,9 +91,9 @@ void forward_llama(const ModelConfig& c, const ModelWeights& w, Activations& a, 
     });
     ops::matmul(pool, a.attn.data(), n, L.wo, a.attn_out.data());
     if (L.bo != nullptr) ops::add_bias(a.attn_out.data(), L.bo, n, n_embd);
-    if (mask & hook_bit(HookPoint::kAttnOut)) emit(HookPoint::kAttnOut, il, a.attn_out.data(), n, n_embd, a.all_rows.data());
+    hook_point(hooks, mask, HookPoint::kAttnOut, il, a.attn_out.data(), n, n_embd, all_rows, batch);
     ops::add_inplace(x, a.attn_out.data(), n * n_embd);
-    if (mask & hook_bit(HookPoint::kResidMid)) emit(HookPoint::kResidMid, il, x, n, n_embd, a.all_rows.data());
+    hook_point(hooks, mask, HookPoint::kResidMid, il, x, n, n_embd, all_rows, batch);
 
     // ---- MLP (SwiGLU) ----
     parallel_for(pool, n, n * n_embd, [&](int64_t b, int64_t e, int) {
@@ -106,11 +104,11 @@ void forward_llama(const ModelConfig& c, const ModelWeights& w, Activations& a, 
     parallel_for(pool, n * n_ff, n * n_ff * 8, [&](int64_t b, int64_t e, int) {
       ops::silu_mul(a.gate.data() + b, a.up.data() + b, e - b, a.gate.data() + b);
     });
-    if (mask & hook_bit(HookPoint::kMlpAct)) emit(HookPoint::kMlpAct, il, a.gate.data(), n, n_ff, a.all_rows.data());
+    hook_point(hooks, mask, HookPoint::kMlpAct, il, a.gate.data(), n, n_ff, all_rows, batch);
     ops::matmul(pool, a.gate.data(), n, L.w_down, a.mlp_out.data());
-    if (mask & hook_bit(HookPoint::kMlpOut)) emit(HookPoint::kMlpOut, il, a.mlp_out.data(), n, n_embd, a.all_rows.data());
+    hook_point(hooks, mask, HookPoint::kMlpOut, il, a.mlp_out.data(), n, n_embd, all_rows, batch);
     ops::add_inplace(x, a.mlp_out.data(), n * n_embd);
-    if (mask & hook_bit(HookPoint::kResidPost)) emit(HookPoint::kResidPost, il, x, n, n_embd, a.all_rows.data());
+    hook_point(hooks, mask, HookPoint::kResidPost, il, x, n, n_embd, all_rows, batch);
   }
 
   // Only the requested rows go through the final norm and lm_head (a prefill wants one).
@@ -118,11 +116,10 @@ void forward_llama(const ModelConfig& c, const ModelWeights& w, Activations& a, 
   for (int64_t i = 0; i < n_out; ++i) {
     ops::rms_norm(x + int64_t{batch.output_rows[i]} * n_embd, w.output_norm, 1, n_embd, eps, a.out_norm.data() + i * n_embd);
   }
-  if (global_mask & hook_bit(HookPoint::kFinalNorm)) {
-    emit(HookPoint::kFinalNorm, -1, a.out_norm.data(), n_out, n_embd, batch.output_rows.data());
-  }
+  hook_point(hooks, global_mask, HookPoint::kFinalNorm, -1, a.out_norm.data(), n_out, n_embd, batch.output_rows.data(),
+             batch);
   ops::matmul(pool, a.out_norm.data(), n_out, w.output, logits);
-  if (global_mask & hook_bit(HookPoint::kLogits)) emit(HookPoint::kLogits, -1, logits, n_out, c.vocab, batch.output_rows.data());
+  hook_point(hooks, global_mask, HookPoint::kLogits, -1, logits, n_out, c.vocab, batch.output_rows.data(), batch);
 }
 
 }  // namespace gb

@@ -2,6 +2,7 @@
 #include "model/model.h"
 
 #include "model/arch.h"
+#include "model/glass.h"
 
 namespace gb {
 
@@ -77,6 +78,13 @@ Status Model::forward(const Batch& batch, KvCache& cache, const Hooks* hooks, fl
   if (hooks != nullptr && hooks->n_layers() != config_.n_layers) {
     return Status::error("forward: hooks were made for " + std::to_string(hooks->n_layers()) + " layers, the model has " +
                          std::to_string(config_.n_layers));
+  }
+  if (hooks != nullptr && hooks->glass() != nullptr) {
+    const GlassStep& g = *hooks->glass();
+    if (g.n_layers() != config_.n_layers || g.rows_needed() > batch.n_tokens()) {
+      return Status::error("forward: the glass table was made for another model or batch (" + std::to_string(g.n_layers()) +
+                           " layers, " + std::to_string(g.rows_needed()) + " rows)");
+    }
   }
   if (batch.n_out() > 0 && logits == nullptr) return Status::error("forward: output rows requested but no logits buffer");
   // Attention scratch grows with the cache's block size, once, outside the layer loop.

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <new>
 
+#include "model/glass.h"
 #include "model/session.h"
 #include "support/test_support.h"
 
@@ -57,16 +58,55 @@ TEST(Allocation, WarmForwardStepsDoNotAllocate) {
         batch.add_sequence(std::span(prompt).first(n), pos, table, 16, true);
         return (*m)->forward(batch, **cache, h, logits.data());
       };
-      // Warm up: scratch buffers (attention, matmul activation rounding) grow once.
+      // The glass box: interventions, observation (stats, top-k, massive detection, a capture)
+      // and the monitor, all built into a fresh table every step the way the engine does.
+      const ModelConfig& mc = (*m)->config();
+      GlassSpec spec;
+      spec.interventions.push_back({.op = InterventionOp::kScale, .point = HookPoint::kMlpAct, .layer_first = 0,
+                                    .layer_last = 0, .dims = {3}, .strength = 0.5f});
+      spec.interventions.push_back({.op = InterventionOp::kAdd, .point = HookPoint::kResidPost, .layer_first = -1,
+                                    .layer_last = -1, .strength = 0.1f, .vector = std::vector<float>(mc.n_embd, 1.0f)});
+      spec.interventions.push_back({.op = InterventionOp::kClipMassive, .point = HookPoint::kResidMid, .layer_first = 1,
+                                    .layer_last = 1, .threshold = 50.0f});
+      spec.observe.enabled = true;
+      spec.observe.points = {HookPoint::kResidPost, HookPoint::kMlpAct};
+      spec.observe.top_k = 8;
+      spec.observe.captures = {{HookPoint::kResidPost, 1, 22}};
+      auto resolved = resolve_glass_spec(spec, mc);
+      ASSERT_TRUE(resolved.is_ok()) << resolved.message();
+      GlassAccumulator acc(*resolved, mc);
+      GlassStep glass(mc);
+      MonitorConfig monitor;
+      monitor.enabled = true;
+      MonitorStep monitor_out;
+      monitor_out.reset(mc.n_layers);
+      Hooks glass_hooks(mc.n_layers);
+      auto glass_step = [&](int pos, int n) {
+        batch.clear();
+        batch.add_sequence(std::span(prompt).first(n), pos, table, 16, true);
+        glass.clear();
+        glass.add_sequence(0, n, pos, 20, &acc);
+        glass.set_monitor(monitor, &monitor_out);
+        glass.finalize();
+        glass_hooks.set_glass(&glass);
+        return (*m)->forward(batch, **cache, &glass_hooks, logits.data());
+      };
+      // Warm up: scratch buffers (attention, matmul activation rounding, the glass table) grow once.
       ASSERT_TRUE(step(0, 20, &hooks).is_ok());
       ASSERT_TRUE(step(20, 1, nullptr).is_ok());
+      ASSERT_TRUE(glass_step(21, 1).is_ok());
+      ASSERT_TRUE(glass_step(0, 20).is_ok());
       g_allocs = 0;
       g_counting = true;
       Status a = step(21, 1, nullptr);       // decode, hooks off
       Status b = step(22, 1, &hooks);        // decode, an observer on
       Status c = step(23, 20, nullptr);      // a prefill chunk
+      Status d = glass_step(22, 1);          // decode with the glass box on
+      Status e = glass_step(0, 20);          // prefill with the glass box on
       g_counting = false;
-      EXPECT_TRUE(a.is_ok() && b.is_ok() && c.is_ok());
+      EXPECT_TRUE(a.is_ok() && b.is_ok() && c.is_ok() && d.is_ok() && e.is_ok());
+      EXPECT_GT(acc.report().stats[0].n_tokens, 0);
+      EXPECT_TRUE(acc.report().captures[0].filled);
       EXPECT_EQ(g_allocs.load(), 0);
       EXPECT_GT(obs.rows, 0);
     }

@@ -1,0 +1,121 @@
+// Glass-box test fixtures: edited copies of the HF reference fixtures (written with our own
+// safetensors writer into a temp dir) and control-vector GGUFs written with our GGUF writer.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "formats/gguf_writer.h"
+#include "formats/safetensors.h"
+#include "support/test_support.h"
+
+namespace gb::test {
+
+// Copies an F32 HF fixture (config.json, generation_config.json, model.safetensors) into a fresh
+// temp dir, calling edit(name, shape, data) on every tensor first. Returns the directory.
+inline std::string write_edited_fixture(
+    const std::string& src_dir,
+    const std::function<void(const std::string&, const std::vector<int64_t>&, std::vector<float>&)>& edit) {
+  const std::string dir = temp_dir();
+  for (const char* f : {"config.json", "generation_config.json"}) {
+    if (std::filesystem::exists(src_dir + "/" + f)) {
+      std::filesystem::copy_file(src_dir + "/" + f, dir + "/" + f);
+      std::filesystem::permissions(dir + "/" + f, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+    }
+  }
+  auto st = read_safetensors(src_dir + "/model.safetensors");
+  EXPECT_TRUE(st.is_ok()) << st.message();
+  if (!st.is_ok()) return dir;
+  std::vector<std::vector<float>> data;
+  data.reserve(st->tensors.size());
+  std::vector<SafetensorsEntry> entries;
+  for (const auto& t : st->tensors) {
+    EXPECT_EQ(t.dtype, DType::kF32) << t.name;
+    std::vector<float> v(static_cast<size_t>(t.numel()));
+    std::memcpy(v.data(), t.data, t.nbytes);
+    edit(t.name, t.shape, v);
+    data.push_back(std::move(v));
+    entries.push_back({t.name, DType::kF32, t.shape, data.back().data()});
+  }
+  const Status w = write_safetensors(dir + "/model.safetensors", entries);
+  EXPECT_TRUE(w.is_ok()) << w.message();
+  return dir;
+}
+
+// llama-gqa (3 layers, hidden 64, ffn 160, BOS 1) edited so that the token at position 0 (the
+// BOS, which appears nowhere else in the tests' prompts, and which the edited tied lm_head never
+// predicts) carries |x| ≈ 2000 on dim kDim of the residual from layer kLayer's MLP on, every
+// other value staying O(1):
+//  - embedding: BOS = e_m (dim kMarker = 1, all else 0); every other token gets x_m = −1 on top
+//    of its small random row (std 0.02), so after RMSNorm x̂_m ≈ +8 for BOS and ≈ −8 otherwise;
+//  - layer kLayer, neuron kNeuron: gate and up rows read only x̂_m (scaled to undo the norm
+//    weight), so act = silu(x̂_m)·x̂_m ≈ 63 for BOS and ≈ 0.02 otherwise; its down_proj column is
+//    kScale·e_d. The massive value is ≈ 63 · 32 ≈ 2000 on BOS only.
+struct MassiveFixture {
+  static constexpr int32_t kLayer = 1;
+  static constexpr int32_t kDim = 17;
+  static constexpr int32_t kMarker = 5;
+  static constexpr int32_t kNeuron = 42;
+  static constexpr float kScale = 32.0f;
+  static std::string make() {
+    const std::string src = shared_path("testdata/reference/llama-gqa/hf");
+    // The norm weight of dim m at layer kLayer's MLP input.
+    float norm_m = 1.0f;
+    {
+      auto st = read_safetensors(src + "/model.safetensors");
+      for (const auto& t : st->tensors) {
+        if (t.name == "model.layers." + std::to_string(kLayer) + ".post_attention_layernorm.weight") {
+          std::memcpy(&norm_m, t.data + kMarker * 4, 4);
+        }
+      }
+    }
+    const std::string lp = "model.layers." + std::to_string(kLayer) + ".mlp.";
+    return write_edited_fixture(src, [&](const std::string& name, const std::vector<int64_t>& shape, std::vector<float>& v) {
+      if (name == "model.embed_tokens.weight") {
+        const int64_t n_embd = shape[1];
+        for (int64_t t = 0; t < shape[0]; ++t) {
+          float* row = v.data() + t * n_embd;
+          if (t == 1) {
+            for (int64_t i = 0; i < n_embd; ++i) row[i] = 0.0f;
+            row[kMarker] = 1.0f;
+          } else {
+            row[kMarker] = -1.0f;
+          }
+        }
+      } else if (name == lp + "gate_proj.weight" || name == lp + "up_proj.weight") {
+        const int64_t n_embd = shape[1];
+        float* row = v.data() + int64_t{kNeuron} * n_embd;
+        for (int64_t i = 0; i < n_embd; ++i) row[i] = 0.0f;
+        row[kMarker] = 1.0f / norm_m;
+      } else if (name == lp + "down_proj.weight") {
+        const int64_t n_ff = shape[1];
+        for (int64_t r = 0; r < shape[0]; ++r) v[r * n_ff + kNeuron] = r == kDim ? kScale : 0.0f;
+      }
+    });
+  }
+};
+
+// A control-vector GGUF as llama.cpp / repeng write it: general.architecture = controlvector,
+// controlvector.model_hint, controlvector.layer_count, one F32 tensor direction.N per layer.
+inline std::string write_control_vector(const std::string& path, const std::vector<std::pair<int, std::vector<float>>>& dirs,
+                                        const std::string& hint = "llama") {
+  GgufWriter w;
+  w.set("general.architecture", "controlvector");
+  w.set("controlvector.model_hint", hint);
+  w.set("controlvector.layer_count", static_cast<int32_t>(dirs.size()));
+  std::vector<std::string> names;
+  for (const auto& [layer, v] : dirs) {
+    w.add_tensor("direction." + std::to_string(layer), DType::kF32, {static_cast<int64_t>(v.size())}, v.data(),
+                 v.size() * sizeof(float));
+  }
+  const Status st = w.write(path);
+  EXPECT_TRUE(st.is_ok()) << st.message();
+  return path;
+}
+
+}  // namespace gb::test
