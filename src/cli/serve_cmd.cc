@@ -3,6 +3,7 @@
 // serves: the model, the engine and the text codec (tokenizer + chat template).
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <iterator>
@@ -104,6 +105,11 @@ Result<server::Backend> make_backend(const server::ServerConfig& cfg) {
   ec.max_model_len = static_cast<int32_t>(cfg.max_model_len);
   ec.kv_cache_bytes = kv_cache_bytes(cfg);
   ec.max_queue = static_cast<int32_t>(cfg.max_queue_length);
+  // The always-on massive-activation monitor: resid_post of every layer, one step in N.
+  ec.monitor.enabled = cfg.monitor_every_steps > 0;
+  ec.monitor.every_steps = static_cast<int32_t>(std::max<int64_t>(1, cfg.monitor_every_steps));
+  ec.monitor.rule.min_abs = static_cast<float>(cfg.monitor_min_abs);
+  ec.monitor.rule.min_ratio = static_cast<float>(cfg.monitor_min_ratio);
   GB_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::create(model.get(), ec));
   engine->start();
   backend.max_model_len = engine->max_model_len();

@@ -58,6 +58,9 @@ Engine::Engine(Model* model, const EngineConfig& config, std::unique_ptr<KvCache
   monitor_state_.last_max_ratio.assign(n_layers, 0.0f);
   monitor_state_.last_max_abs.assign(n_layers, 0.0f);
   monitor_state_.peak_max_ratio.assign(n_layers, 0.0f);
+  monitor_state_.ratio_buckets.assign(n_layers, {});
+  monitor_state_.ratio_count.assign(n_layers, 0);
+  monitor_state_.ratio_sum.assign(n_layers, 0.0);
   monitor_state_.config = config.monitor;
   monitor_config_ = config.monitor;
   monitor_step_.reset(model->config().n_layers);
@@ -151,6 +154,12 @@ void Engine::record_monitor(const std::vector<ScheduledSeq>& scheduled) {
     m.last_max_ratio[l] = monitor_step_.max_ratio[l];
     m.last_max_abs[l] = monitor_step_.max_abs[l];
     m.peak_max_ratio[l] = std::max(m.peak_max_ratio[l], monitor_step_.max_ratio[l]);
+    const double r = monitor_step_.max_ratio[l];
+    size_t b = 0;
+    while (b < MonitorSnapshot::kRatioBounds.size() && r > MonitorSnapshot::kRatioBounds[b]) ++b;
+    ++m.ratio_buckets[l][b];
+    ++m.ratio_count[l];
+    m.ratio_sum[l] += r;
   }
   for (const MonitorEvent& e : monitor_step_.events) {
     ++m.events_total;

@@ -36,6 +36,7 @@ class Engine : public EngineApi {
   Status submit(GenerationRequest request, std::shared_ptr<RequestChannel> channel) override;
   EngineStats stats() const override;
   MonitorSnapshot monitor() const override;
+  const ModelConfig* model_config() const override { return &model_->config(); }
   // Replaces the monitor configuration from the next step on (thread-safe).
   void set_monitor(const MonitorConfig& config);
 

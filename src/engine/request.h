@@ -151,6 +151,11 @@ struct MonitorSnapshot {
   std::vector<float> last_max_ratio;   // [n_layers] max over the last sampled step's rows of max|x| / median|x|
   std::vector<float> last_max_abs;     // [n_layers] max |x| of the last sampled step
   std::vector<float> peak_max_ratio;   // [n_layers] the largest last_max_ratio ever seen
+  // Per layer, a histogram of each sampled step's max ratio (per-bucket counts, the last +Inf).
+  static constexpr std::array<double, 10> kRatioBounds = {2, 5, 10, 20, 50, 100, 200, 500, 1000, 10000};
+  std::vector<std::array<uint64_t, kRatioBounds.size() + 1>> ratio_buckets;  // [n_layers]
+  std::vector<uint64_t> ratio_count;  // [n_layers]
+  std::vector<double> ratio_sum;      // [n_layers]
   struct Event {
     uint64_t index = 0;                // 1, 2, 3, ... over the engine's life (new ones: index > last seen)
     std::string request_id;
@@ -169,6 +174,8 @@ class EngineApi {
   virtual EngineStats stats() const = 0;
   // The massive-activation monitor's counters (empty when the engine has none).
   virtual MonitorSnapshot monitor() const { return {}; }
+  // The served model's shape, for resolving glass-box specs; null: the engine has none.
+  virtual const ModelConfig* model_config() const { return nullptr; }
 };
 
 }  // namespace gb

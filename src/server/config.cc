@@ -152,7 +152,127 @@ Status parse_keys(const YAML::Node& node, std::vector<KeyConfig>* keys) {
   return Status::ok();
 }
 
+// YAML -> JSON, scalars typed as YAML 1.2's core schema reads them (bool, int, float, string).
+nlohmann::json yaml_to_json(const YAML::Node& node) {
+  if (node.IsMap()) {
+    nlohmann::json j = nlohmann::json::object();
+    for (const auto& kv : node) j[kv.first.as<std::string>()] = yaml_to_json(kv.second);
+    return j;
+  }
+  if (node.IsSequence()) {
+    nlohmann::json j = nlohmann::json::array();
+    for (const auto& v : node) j.push_back(yaml_to_json(v));
+    return j;
+  }
+  if (!node.IsScalar()) return nullptr;
+  const std::string& s = node.Scalar();
+  if (node.Tag() == "!") return s;  // quoted: a string
+  if (s == "true" || s == "false") return s == "true";
+  if (s == "null" || s == "~" || s.empty()) return nullptr;
+  char* end = nullptr;
+  const long long i = std::strtoll(s.c_str(), &end, 10);
+  if (end != s.c_str() && *end == '\0') return i;
+  const double d = std::strtod(s.c_str(), &end);
+  if (end != s.c_str() && *end == '\0') return d;
+  return s;
+}
+
 }  // namespace
+
+Status parse_glass_policy(const nlohmann::json& j, GlassPolicyConfig* out) {
+  const std::string w = "glassbox_policy";
+  if (!j.is_object()) return Status::error(w + ": expected a map");
+  GlassPolicyConfig p;
+  auto roles = [&](const char* key, std::vector<Role>* dst) -> Status {
+    const nlohmann::json& v = j[key];
+    if (!v.is_array()) return Status::error(w + "." + key + ": expected a list of roles (user, researcher, admin)");
+    dst->clear();
+    for (const auto& r : v) {
+      auto role = r.is_string() ? parse_role(r.get<std::string>()) : std::nullopt;
+      if (!role) return Status::error(w + "." + key + ": '" + r.dump() + "' is not user, researcher or admin");
+      dst->push_back(*role);
+    }
+    return Status::ok();
+  };
+  for (const auto& [key, v] : j.items()) {
+    if (key == "intervention_roles") {
+      GB_RETURN_IF_ERROR(roles("intervention_roles", &p.intervention_roles));
+    } else if (key == "observe_roles") {
+      GB_RETURN_IF_ERROR(roles("observe_roles", &p.observe_roles));
+    } else if (key == "caps") {
+      if (!v.is_object()) return Status::error(w + ".caps: expected a map of op -> largest |strength|");
+      static const std::set<std::string> kOps = {"scale", "add", "set", "clamp", "ablate", "clip_massive"};
+      p.caps.clear();
+      for (const auto& [op, cap] : v.items()) {
+        if (!kOps.count(op))
+          return Status::error(w + ".caps." + op + ": unknown op (scale, add, set, clamp, ablate, clip_massive)");
+        if (!cap.is_number() || cap.get<double>() < 0)
+          return Status::error(w + ".caps." + op + ": expected a number >= 0");
+        p.caps[op] = cap.get<double>();
+      }
+    } else if (key == "allowed_layers") {
+      p.allowed_layers.clear();
+      if (v.is_string() && v.get<std::string>() == "all") continue;
+      if (!v.is_array()) return Status::error(w + ".allowed_layers: expected \"all\" or a list of layer numbers");
+      for (const auto& l : v) {
+        if (!l.is_number_integer() || l.get<int64_t>() < 0)
+          return Status::error(w + ".allowed_layers: '" + l.dump() + "' is not a layer number");
+        p.allowed_layers.push_back(l.get<int64_t>());
+      }
+    } else if (key == "allowed_points") {
+      p.allowed_points.clear();
+      if (v.is_string() && v.get<std::string>() == "all") continue;
+      if (!v.is_array()) return Status::error(w + ".allowed_points: expected \"all\" or a list of hook points");
+      static const std::set<std::string> kPoints = {"resid_pre", "attn_out", "resid_mid", "mlp_act", "mlp_out",
+                                                    "resid_post"};
+      for (const auto& pt : v) {
+        if (!pt.is_string() || !kPoints.count(pt.get<std::string>()))
+          return Status::error(w + ".allowed_points: '" + pt.dump() +
+                               "' is not a per-layer hook point (resid_pre, attn_out, resid_mid, mlp_act, mlp_out, "
+                               "resid_post)");
+        p.allowed_points.push_back(pt.get<std::string>());
+      }
+    } else if (key == "presets") {
+      if (!v.is_object()) return Status::error(w + ".presets: expected a map of name -> list of interventions");
+      for (const auto& [name, list] : v.items()) {
+        if (!list.is_array() || list.empty())
+          return Status::error(w + ".presets." + name + ": expected a non-empty list of interventions");
+      }
+      p.presets = v;
+    } else if (key == "control_vectors") {
+      if (!v.is_array()) return Status::error(w + ".control_vectors: expected a list of {name, path}");
+      for (const auto& cv : v) {
+        if (!cv.is_object() || !cv.contains("name") || !cv["name"].is_string() || !cv.contains("path") ||
+            !cv["path"].is_string())
+          return Status::error(w + ".control_vectors: each entry needs a name and a path");
+        p.control_vectors.push_back({cv["name"].get<std::string>(), cv["path"].get<std::string>()});
+      }
+    } else {
+      return Status::error(w + "." + key +
+                           ": unknown key (intervention_roles, observe_roles, caps, allowed_layers, allowed_points, "
+                           "presets, control_vectors)");
+    }
+  }
+  *out = std::move(p);
+  return Status::ok();
+}
+
+nlohmann::json glass_policy_json(const GlassPolicyConfig& p) {
+  auto roles = [](const std::vector<Role>& rs) {
+    nlohmann::json a = nlohmann::json::array();
+    for (Role r : rs) a.push_back(role_name(r));
+    return a;
+  };
+  nlohmann::json cvs = nlohmann::json::array();
+  for (const ControlVectorFile& cv : p.control_vectors) cvs.push_back({{"name", cv.name}, {"path", cv.path}});
+  return {{"intervention_roles", roles(p.intervention_roles)},
+          {"observe_roles", roles(p.observe_roles)},
+          {"caps", p.caps},
+          {"allowed_layers", p.allowed_layers.empty() ? nlohmann::json("all") : nlohmann::json(p.allowed_layers)},
+          {"allowed_points", p.allowed_points.empty() ? nlohmann::json("all") : nlohmann::json(p.allowed_points)},
+          {"presets", p.presets},
+          {"control_vectors", cvs}};
+}
 
 Status apply_yaml(std::string_view yaml_text, ServerConfig* cfg) {
   YAML::Node root;
@@ -169,6 +289,10 @@ Status apply_yaml(std::string_view yaml_text, ServerConfig* cfg) {
       const std::string name = kv.first.as<std::string>();
       if (name == "keys") {
         GB_RETURN_IF_ERROR(parse_keys(kv.second, &cfg->keys));
+        continue;
+      }
+      if (name == "glassbox_policy") {
+        GB_RETURN_IF_ERROR(parse_glass_policy(yaml_to_json(kv.second), &cfg->glassbox_policy));
         continue;
       }
       if (!kv.second.IsScalar())
@@ -228,6 +352,8 @@ Status validate_config(const EnvLookup& env, ServerConfig* cfg) {
     if (ids.count("cli")) return Status::error("api_key: the key id 'cli' is reserved for --api-key");
     if (secrets.count(cfg->api_key)) return Status::error("api_key: the same key is also in keys");
   }
+  if (cfg->interventions && cfg->audit_db.empty())
+    return Status::error("audit_db: required when interventions are on (every use is audited)");
   if (cfg->keys.empty() && cfg->api_key.empty() && !cfg->allow_unauthenticated)
     return Status::error(
         "no API keys configured: give --api-key KEY, GLASSBOX_API_KEY or 'keys:' in the config file, or set "
@@ -272,6 +398,7 @@ nlohmann::json config_to_json(const ServerConfig& cfg) {
     keys.push_back(std::move(e));
   }
   j["keys"] = std::move(keys);
+  j["glassbox_policy"] = glass_policy_json(cfg.glassbox_policy);
   return j;
 }
 

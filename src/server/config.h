@@ -33,6 +33,29 @@ struct KeyConfig {
   double rate_limit_rpm = -1;  // < 0: the server-wide rate_limit_rpm
 };
 
+// The glass-box policy (the `glassbox_policy:` map of the config file, or PUT /admin/glassbox/policy):
+// who may observe and intervene, hard caps on strength per op (over a cap: 400, never clamped),
+// which layers and points may be touched, named presets, control vectors to load at start.
+struct ControlVectorFile {
+  std::string name;
+  std::string path;  // a llama.cpp / repeng control-vector GGUF
+};
+
+struct GlassPolicyConfig {
+  std::vector<Role> intervention_roles = {Role::kResearcher, Role::kAdmin};
+  std::vector<Role> observe_roles = {Role::kUser, Role::kResearcher, Role::kAdmin};
+  // op name -> largest |strength| a request may use; an op without an entry is not capped.
+  std::map<std::string, double> caps = {{"scale", 10}, {"add", 100}, {"set", 100}, {"ablate", 1}, {"clip_massive", 1}};
+  std::vector<int64_t> allowed_layers;      // empty: every layer
+  std::vector<std::string> allowed_points;  // hook point names; empty: every per-layer point
+  nlohmann::json presets = nlohmann::json::object();  // name -> list of interventions (request syntax)
+  std::vector<ControlVectorFile> control_vectors;
+};
+
+// Parses the policy from JSON (the YAML map converted, or an admin request); errors name the key.
+Status parse_glass_policy(const nlohmann::json& j, GlassPolicyConfig* out);
+nlohmann::json glass_policy_json(const GlassPolicyConfig& p);
+
 struct ServerConfig {
   // Model
   std::string model;               // model directory or file
@@ -70,6 +93,15 @@ struct ServerConfig {
   int64_t max_n = 16;
   int64_t max_stop = 16;
   int64_t max_logprobs = 20;
+
+  // Glass box
+  bool interventions = false;        // per-request interventions allowed at all (then roles and caps apply)
+  std::string audit_db;              // SQLite audit store; required with interventions
+  int64_t monitor_every_steps = 1;   // massive-activation monitor: one step in this many (0: off)
+  double monitor_min_abs = 100;      // the rule: |x| > min_abs and |x| > min_ratio · median|x|
+  double monitor_min_ratio = 1000;
+  int64_t repetition_ngram = 4;      // n of the n-gram repetition rate of generated text
+  GlassPolicyConfig glassbox_policy;
 
   // Logging
   bool log_prompts = false;
@@ -117,6 +149,15 @@ void visit_fields(Config& c, F&& f) {
   f(FieldInfo{"max_n", "largest n", 1, 1024}, c.max_n);
   f(FieldInfo{"max_stop", "most stop strings per request", 0, 1024}, c.max_stop);
   f(FieldInfo{"max_logprobs", "most top logprobs per token", 0, 1024}, c.max_logprobs);
+  f(FieldInfo{"interventions", "allow per-request interventions (roles and caps: glassbox_policy)"},
+    c.interventions);
+  f(FieldInfo{"audit_db", "SQLite audit database (required with interventions)"}, c.audit_db);
+  f(FieldInfo{"monitor_every_steps", "massive-activation monitor samples one step in this many (0: off)", 0, 1 << 20},
+    c.monitor_every_steps);
+  f(FieldInfo{"monitor_min_abs", "massive activation: |x| above this", 0, 1e30}, c.monitor_min_abs);
+  f(FieldInfo{"monitor_min_ratio", "massive activation: |x| above this times the row's median |x|", 0, 1e30},
+    c.monitor_min_ratio);
+  f(FieldInfo{"repetition_ngram", "n of the generated text's n-gram repetition rate", 1, 64}, c.repetition_ngram);
   f(FieldInfo{"log_prompts", "write prompt text into request logs"}, c.log_prompts);
   f(FieldInfo{"log_level", "trace, debug, info, warn or error"}, c.log_level);
 }

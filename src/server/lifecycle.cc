@@ -50,6 +50,11 @@ int run_server(const ServerConfig& cfg, const BackendFactory& make_backend) {
     return 1;
   }
   server.attach(backend->engine.get(), backend->codec.get(), backend->max_model_len);
+  if (Status st = server.init_glass(); !st.is_ok()) {
+    spdlog::error("glass box: {}", st.message());
+    server.stop();
+    return 1;
+  }
   if (Status st = server.self_test(std::chrono::seconds(120)); !st.is_ok()) {
     spdlog::error("{}; refusing to serve", st.message());
     server.stop();

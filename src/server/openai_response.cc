@@ -83,6 +83,7 @@ json full_response(const ResponseMeta& meta, const std::vector<ChoiceOut>& choic
       out_choices.push_back(
           {{"index", c.index}, {"text", c.text}, {"logprobs", c.logprobs}, {"finish_reason", c.finish_reason}});
     }
+    if (!c.glassbox.is_null()) out_choices.back()["glassbox"] = c.glassbox;
   }
   return {{"id", meta.id},
           {"object", meta.endpoint == Endpoint::kChat ? "chat.completion" : "text_completion"},

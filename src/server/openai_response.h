@@ -39,6 +39,7 @@ struct ChoiceOut {
   std::string text;
   nlohmann::json logprobs;  // null when not requested
   std::string finish_reason;
+  nlohmann::json glassbox = nullptr;  // the choice's glass-box report; null: omitted
 };
 
 // Token counts of a response. cached_prompt: prompt tokens served from the prefix cache

@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 
 #include <cinttypes>
+#include <cmath>
 #include <cstdio>
 #include <random>
 
@@ -35,6 +36,7 @@ std::string route_label(const std::string& path) {
     if (path == k) return k;
   }
   if (path.rfind("/v1/models/", 0) == 0) return "/v1/models/{id}";
+  if (path.rfind("/admin/glassbox", 0) == 0) return "/admin/glassbox";
   return "other";
 }
 
@@ -61,9 +63,12 @@ struct ChoiceState {
   bool have_first_token = false;
   bool queue_observed = false;
   Clock::time_point last_token;
+  std::shared_ptr<const GlassReport> glass_report;  // from the engine's last event (glass-box requests)
+  RepetitionTracker repetition;                     // n-gram repetition of the generated tokens
 
-  ChoiceState(int32_t idx, size_t prompt, std::unique_ptr<StreamDetokenizer> detok, std::vector<std::string> stops)
-      : index(idx), prompt_index(prompt), text(std::move(detok), std::move(stops)) {}
+  ChoiceState(int32_t idx, size_t prompt, std::unique_ptr<StreamDetokenizer> detok, std::vector<std::string> stops,
+              int32_t ngram, int32_t window)
+      : index(idx), prompt_index(prompt), text(std::move(detok), std::move(stops)), repetition(ngram, window) {}
 };
 
 // One generation request in flight: from admission to its answer (or the client leaving).
@@ -72,6 +77,7 @@ struct Generation {
 
   Server* server = nullptr;
   ParsedRequest req;
+  GlassRequest glass;
   ResponseMeta meta;
   Caller caller;
   Clock::time_point arrival, submitted, deadline;
@@ -151,9 +157,34 @@ struct Generation {
       }
       c.last_token = now;
     }
+    if (ev.glass) c.glass_report = ev.glass;
     ChoiceDelta d = c.text.on_event(ev);
-    if (c.text.stopped_by_string()) c.channel->cancel();  // the engine frees the sequence next step
+    for (const GeneratedToken& t : d.tokens) c.repetition.push(t.token);
+    if (glass.stop_on_repetition && !c.text.finished() && c.repetition.ngrams() >= c.repetition.window() &&
+        c.repetition.window_rate() > glass.stop_on_repetition->max_rate) {
+      ChoiceDelta rest = c.text.stop_now();
+      d.text += rest.text;
+      d.finished = true;
+    }
+    // A stop decided here ends the engine's sequence at its next step.
+    if (c.text.stopped_by_string() || c.text.stopped_by_repetition()) c.channel->cancel();
     out->emplace_back(i, std::move(d));
+  }
+
+  // The choice's `glassbox` object, once it has finished. A choice ended here (stop string,
+  // repetition) gets its report with the engine's last event, one step later.
+  json glass_json(ChoiceState& c) {
+    if (glass.spec == nullptr) return nullptr;
+    const Clock::time_point end = Clock::now() + std::chrono::seconds(2);
+    GenerationEvent ev;
+    while (c.glass_report == nullptr && Clock::now() < end) {
+      if (c.channel->pop(&ev, std::chrono::milliseconds(20)) && ev.glass) c.glass_report = ev.glass;
+    }
+    if (c.glass_report == nullptr) return json{{"error", "the engine sent no glass-box report"}};
+    json j = glass_report_json(*c.glass_report, glass.stats);
+    j["repetition_rate"] = c.repetition.rate();
+    if (c.text.stopped_by_repetition()) j["stopped_by"] = "repetition";
+    return j;
   }
 
   // Collects what the engine produced, waiting up to `wait` for at least one event.
@@ -245,8 +276,11 @@ struct Generation {
       if (!d.text.empty() || !lp.is_null())
         buf += sse_data(stream_chunk(meta, c.index, false, d.text, lp, "", req.include_usage));
       const FinishReason r = c.text.finish_reason();
-      if (d.finished && (r == FinishReason::kStop || r == FinishReason::kLength))
-        buf += sse_data(stream_chunk(meta, c.index, false, "", nullptr, finish_reason_name(r), req.include_usage));
+      if (d.finished && (r == FinishReason::kStop || r == FinishReason::kLength)) {
+        json last = stream_chunk(meta, c.index, false, "", nullptr, finish_reason_name(r), req.include_usage);
+        if (glass.spec != nullptr) last["choices"][0]["glassbox"] = glass_json(c);
+        buf += sse_data(last);
+      }
     }
     bool end = false;
     if (std::optional<ApiError> err = failure()) {
@@ -293,6 +327,7 @@ struct Generation {
                 {{"finish_reason", reason}})
           .inc();
       server->hot_.generation_tokens.observe(c.text.completion_tokens());
+      if (c.repetition.ngrams() > 0) server->hot_.repetition_rate.observe(c.repetition.rate());
     }
     const int64_t prompt = prompt_tokens(), completion = completion_tokens();
     server->hot_.prompt_tokens_total.inc(static_cast<double>(prompt));
@@ -315,6 +350,13 @@ struct Generation {
                  {"e2e_s", seconds_between(arrival, now)}};
     if (first_token != Clock::time_point{}) line["ttft_s"] = seconds_between(arrival, first_token);
     if (!req.user.empty()) line["user"] = req.user;
+    json repetition = json::array();
+    for (const ChoiceState& c : choices) repetition.push_back(c.repetition.rate());
+    line["repetition_rates"] = repetition;
+    if (glass.spec != nullptr) {
+      line["glassbox"] = {{"observe", glass.spec->observe.enabled},
+                          {"interventions", glass.spec->interventions.size()}};
+    }
     if (!error_message.empty()) line["error"] = error_message;
     if (server->cfg_.log_prompts) {
       json prompts = json::array();
@@ -340,6 +382,9 @@ HotMetrics::HotMetrics(MetricsRegistry& r)
       generation_tokens(
           r.histogram("glassbox_request_generation_tokens", "Generated tokens per choice", token_count_buckets())),
       prompt_tokens(r.histogram("glassbox_request_prompt_tokens", "Prompt tokens per prompt", token_count_buckets())),
+      repetition_rate(r.histogram("glassbox_request_repetition_rate",
+                                  "Per choice: fraction of generated n-grams that repeat an earlier one (loops)",
+                                  {0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1.0})),
       prompt_tokens_total(r.counter("glassbox_prompt_tokens_total", "Prompt tokens of accepted requests")),
       generation_tokens_total(r.counter("glassbox_generation_tokens_total", "Generated tokens")),
       in_flight(r.gauge("glassbox_requests_in_flight", "Generation requests being served")),
@@ -399,6 +444,31 @@ void Server::attach(EngineApi* engine, const TextCodec* codec, int32_t max_model
   engine_ = engine;
   codec_ = codec;
   max_model_len_ = max_model_len;
+  glass_ = std::make_unique<GlassService>(cfg_, engine->model_config());
+  monitor_thread_ = std::thread([this] { monitor_loop(); });
+}
+
+Status Server::init_glass() { return glass_->init(); }
+
+void Server::monitor_loop() {
+  std::unique_lock<std::mutex> lock(monitor_mutex_);
+  while (!monitor_wake_.wait_for(lock, std::chrono::milliseconds(500), [this] { return monitor_stop_; })) {
+    const MonitorSnapshot m = engine_->monitor();
+    for (const MonitorSnapshot::Event& e : m.recent) {
+      if (e.index <= monitor_logged_) continue;
+      monitor_logged_ = e.index;
+      const MassiveEvent& ev = e.event;
+      write_log({{"event", "massive_activation"},
+                 {"request_id", e.request_id},
+                 {"layer", ev.layer},
+                 {"point", std::string(hook_point_name(ev.point))},
+                 {"token", ev.position},
+                 {"dim", ev.dim},
+                 {"value", ev.value},
+                 {"median_abs", ev.median_abs},
+                 {"ratio", std::isfinite(ev.ratio) ? json(ev.ratio) : json("inf")}});
+    }
+  }
 }
 
 Status Server::self_test(std::chrono::milliseconds timeout) {
@@ -458,6 +528,12 @@ void Server::stop() {
     http_->stop();
     if (listen_thread_.joinable()) listen_thread_.join();
   }
+  {
+    std::lock_guard<std::mutex> lock(monitor_mutex_);
+    monitor_stop_ = true;
+  }
+  monitor_wake_.notify_all();
+  if (monitor_thread_.joinable()) monitor_thread_.join();
   state_.store(State::kStopped, std::memory_order_release);
 }
 
@@ -544,6 +620,22 @@ void Server::refresh_engine_gauges() {
   static const std::vector<double> kStepBounds(StepHistogram::kBounds.begin(), StepHistogram::kBounds.end());
   m.histogram("glassbox_engine_step_duration_seconds", "Duration of engine steps (one forward + sampling)", kStepBounds)
       .load(s.step_seconds.buckets, s.step_seconds.count, s.step_seconds.sum);
+
+  const MonitorSnapshot mon = engine_->monitor();
+  if (mon.config.enabled) {
+    m.counter("glassbox_monitor_steps_total", "Engine steps the massive-activation monitor sampled")
+        .set(static_cast<double>(mon.steps_sampled));
+    static const std::vector<double> kRatioBounds(MonitorSnapshot::kRatioBounds.begin(), MonitorSnapshot::kRatioBounds.end());
+    for (size_t l = 0; l < mon.events_per_layer.size(); ++l) {
+      const Labels layer = {{"layer", std::to_string(l)}};
+      m.counter("glassbox_massive_activation_events_total",
+                "Massive activations seen by the monitor (|x| > min_abs and > min_ratio x the row's median |x|)", layer)
+          .set(static_cast<double>(mon.events_per_layer[l]));
+      m.histogram("glassbox_massive_activation_ratio",
+                  "Per sampled step and layer: the largest max|x| / median|x| of a token row", kRatioBounds, layer)
+          .load(mon.ratio_buckets[l], mon.ratio_count[l], mon.ratio_sum[l]);
+    }
+  }
 }
 
 void Server::handle_metrics(httplib::Response& res) {
@@ -576,6 +668,51 @@ void Server::handle_admin_config(const httplib::Request& req, httplib::Response&
   ApiError err;
   if (!authorize(req, Role::kAdmin, &caller, &err)) return send_error(res, err);
   res.set_content(config_to_json(cfg_).dump(2), "application/json");
+}
+
+void Server::handle_admin_glass(const httplib::Request& req, httplib::Response& res) {
+  Caller caller;
+  ApiError err;
+  if (!authorize(req, Role::kAdmin, &caller, &err)) return send_error(res, err);
+  if (req.method == "GET") return res.set_content(glass_->describe().dump(2), "application/json");
+  json body = json::object();
+  if (!req.body.empty()) {
+    try {
+      body = json::parse(req.body);
+    } catch (const json::parse_error& e) {
+      return send_error(res, invalid_field("", std::string("the request body is not valid JSON: ") + e.what()));
+    }
+  }
+  json change;
+  std::string kind;
+  std::optional<ApiError> e;
+  const bool del = req.method == "DELETE";
+  if (req.path == "/admin/glassbox/policy") {
+    kind = "policy";
+    e = glass_->set_policy(body, &change);
+  } else if (req.path == "/admin/glassbox/default") {
+    kind = "default_set";
+    e = glass_->put_default(body, &change);
+  } else if (req.path == "/admin/glassbox/default/rollback") {
+    kind = "default_set";
+    e = glass_->rollback_default(&change);
+  } else {
+    const std::string what = req.matches[1].str(), name = req.matches[2].str();
+    if (what == "presets") {
+      kind = "preset";
+      e = del ? glass_->delete_preset(name, &change) : glass_->put_preset(name, body, &change);
+    } else if (what == "vectors") {
+      kind = "vector";
+      e = del ? glass_->delete_vector(name, &change) : glass_->put_vector(name, body, &change);
+    } else {
+      kind = "session";
+      e = del ? glass_->delete_session(name, &change) : glass_->put_session(name, body, &change);
+    }
+  }
+  if (e) return send_error(res, *e);
+  const std::string action = req.method == "POST" ? "rollback" : del ? "delete" : "set";
+  write_log({{"event", "glassbox_change"}, {"kind", kind}, {"action", action}, {"key_id", caller.key_id}, {"change", change}});
+  res.set_content(json{{"ok", true}, {"kind", kind}, {"action", action}, {"change", change}}.dump(), "application/json");
 }
 
 void Server::handle_generate(Endpoint endpoint, const httplib::Request& req, httplib::Response& res) {
@@ -633,6 +770,9 @@ void Server::handle_generate(Endpoint endpoint, const httplib::Request& req, htt
   auto g = std::make_shared<Generation>();
   if (std::optional<ApiError> e = parse_request(endpoint, body, limits, *codec_, &g->req))
     return reject(*e, e->status == 404 ? "unknown_model" : "invalid");
+  const json* glass_ext = body.is_object() && body.contains("glassbox") ? &body["glassbox"] : nullptr;
+  if (std::optional<ApiError> e = glass_->resolve(glass_ext, req.get_header_value("X-Glassbox-Session"), caller, &g->glass))
+    return reject(*e, e->status == 403 ? "forbidden" : "invalid");
 
   const EngineStats stats = engine_->stats();
   if (stats.waiting >= cfg_.max_queue_length) {
@@ -663,10 +803,14 @@ void Server::handle_generate(Endpoint endpoint, const httplib::Request& req, htt
   register_generation(g.get());  // from here on finalize() releases the slot
 
   const int32_t n = g->req.n;
+  const auto& rep = g->glass.stop_on_repetition;
+  const int32_t ngram = rep ? rep->ngram : static_cast<int32_t>(cfg_.repetition_ngram);
+  const int32_t window = rep ? rep->window : 64;
   g->choices.reserve(g->req.prompts.size() * static_cast<size_t>(n));
   for (size_t p = 0; p < g->req.prompts.size(); ++p) {
     for (int32_t i = 0; i < n; ++i)
-      g->choices.emplace_back(static_cast<int32_t>(p) * n + i, p, codec_->stream(g->req.prompts[p].tokens), g->req.stop);
+      g->choices.emplace_back(static_cast<int32_t>(p) * n + i, p, codec_->stream(g->req.prompts[p].tokens), g->req.stop,
+                              ngram, window);
   }
   g->connection.emplace(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
   g->submitted = Clock::now();
@@ -680,6 +824,7 @@ void Server::handle_generate(Endpoint endpoint, const httplib::Request& req, htt
     r.max_tokens = g->req.prompts[c.prompt_index].max_tokens;
     r.ignore_eos = g->req.ignore_eos;
     r.top_logprobs = g->req.top_logprobs;
+    r.glass = g->glass.spec;
     r.deadline = g->deadline;
     Status st = engine_->submit(std::move(r), c.channel);
     if (!st.is_ok()) {
@@ -748,7 +893,8 @@ void Server::handle_generate(Endpoint endpoint, const httplib::Request& req, htt
   } else {
     std::vector<ChoiceOut> out;
     for (ChoiceState& c : g->choices) {
-      out.push_back({c.index, c.out_text, g->logprobs_for(c, c.out_tokens), finish_reason_name(c.text.finish_reason())});
+      out.push_back({c.index, c.out_text, g->logprobs_for(c, c.out_tokens), finish_reason_name(c.text.finish_reason()),
+                     g->glass_json(c)});
     }
     res.set_content(full_response(g->meta, out, g->usage()).dump(-1, ' ', false,
                                                                                                   json::error_handler_t::replace),
@@ -791,6 +937,13 @@ void Server::install_routes() {
   http_->Get("/metrics", guard([this](const httplib::Request&, httplib::Response& r) { handle_metrics(r); }));
   http_->Get("/admin/config",
              guard([this](const httplib::Request& q, httplib::Response& r) { handle_admin_config(q, r); }));
+  auto admin_glass = guard([this](const httplib::Request& q, httplib::Response& r) { handle_admin_glass(q, r); });
+  http_->Get("/admin/glassbox", admin_glass);
+  http_->Put("/admin/glassbox/policy", admin_glass);
+  http_->Put("/admin/glassbox/default", admin_glass);
+  http_->Post("/admin/glassbox/default/rollback", admin_glass);
+  http_->Put(R"(/admin/glassbox/(presets|vectors|sessions)/([^/]+))", admin_glass);
+  http_->Delete(R"(/admin/glassbox/(presets|vectors|sessions)/([^/]+))", admin_glass);
 
   // httplib's own errors (unknown route, body over max_body_bytes, malformed HTTP) get an
   // OpenAI error body; our handlers' errors already have one.

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -15,6 +16,7 @@
 #include "engine/request.h"
 #include "server/auth.h"
 #include "server/config.h"
+#include "server/glass_api.h"
 #include "server/metrics.h"
 #include "server/openai_request.h"
 #include "server/text_codec.h"
@@ -38,6 +40,7 @@ struct HotMetrics {
   Histogram& queue_time;
   Histogram& generation_tokens;
   Histogram& prompt_tokens;
+  Histogram& repetition_rate;
   Counter& prompt_tokens_total;
   Counter& generation_tokens_total;
   Gauge& in_flight;
@@ -62,6 +65,8 @@ class Server {
 
   // The engine and codec must outlive the server (until stop() returns).
   void attach(EngineApi* engine, const TextCodec* codec, int32_t max_model_len);
+  // After attach: loads the configured control vectors and checks the presets against the model.
+  Status init_glass();
   // Generates one token from a short prompt; ready only if that finishes cleanly.
   Status self_test(std::chrono::milliseconds timeout);
   void set_ready();
@@ -75,6 +80,7 @@ class Server {
   State state() const { return state_.load(std::memory_order_acquire); }
   int64_t in_flight() const { return in_flight_.load(); }
   MetricsRegistry& metrics() { return metrics_; }
+  GlassService& glass() { return *glass_; }
   const ServerConfig& config() const { return cfg_; }
 
  private:
@@ -84,6 +90,10 @@ class Server {
   void handle_models(const httplib::Request& req, httplib::Response& res, const std::string& id);
   void handle_metrics(httplib::Response& res);
   void handle_admin_config(const httplib::Request& req, httplib::Response& res);
+  // /admin/glassbox/...: policy, presets, vectors, sessions, the default set (admin role).
+  void handle_admin_glass(const httplib::Request& req, httplib::Response& res);
+  // Logs the monitor's new massive-activation events (one JSON line each) every 500 ms.
+  void monitor_loop();
   // Authenticates and checks the role; on failure fills *err.
   bool authorize(const httplib::Request& req, Role min_role, Caller* caller, ApiError* err);
   void send_error(httplib::Response& res, const ApiError& e);
@@ -104,6 +114,12 @@ class Server {
   EngineApi* engine_ = nullptr;        // set once by attach(), before state_ leaves kStarting
   const TextCodec* codec_ = nullptr;
   int32_t max_model_len_ = 0;
+  std::unique_ptr<GlassService> glass_;  // made by attach()
+  std::thread monitor_thread_;
+  std::mutex monitor_mutex_;
+  std::condition_variable monitor_wake_;
+  bool monitor_stop_ = false;
+  uint64_t monitor_logged_ = 0;  // index of the last massive-activation event logged
 
   KeyStore keys_;
   RateLimiter rate_limiter_;

@@ -81,4 +81,16 @@ ChoiceDelta ChoiceText::on_event(GenerationEvent& event) {
   return delta;
 }
 
+ChoiceDelta ChoiceText::stop_now() {
+  ChoiceDelta delta;
+  delta.finished = true;
+  if (finished_) return delta;
+  bool stopped = false;
+  delta.text = filter_.push(detok_->flush(), &stopped);
+  if (!stopped) delta.text += filter_.flush();
+  finished_ = stopped_by_repetition_ = true;
+  finish_ = FinishReason::kStop;
+  return delta;
+}
+
 }  // namespace gb::server

@@ -47,6 +47,10 @@ class ChoiceText {
   // "stop", "length" or, for engine-side failures, the engine's reason name.
   FinishReason finish_reason() const { return finish_; }
   bool stopped_by_string() const { return stopped_by_string_; }
+  // Ends the choice now as if a stop had been generated (finish_reason stop), flushing held
+  // text; the caller cancels the engine request. Used by glassbox.stop_on_repetition.
+  ChoiceDelta stop_now();
+  bool stopped_by_repetition() const { return stopped_by_repetition_; }
   const std::string& error() const { return error_; }
   // Tokens the engine produced, up to and including the one that completed a stop string.
   int32_t completion_tokens() const { return completion_tokens_; }
@@ -58,6 +62,7 @@ class ChoiceText {
   StopStringFilter filter_;
   bool finished_ = false;
   bool stopped_by_string_ = false;
+  bool stopped_by_repetition_ = false;
   FinishReason finish_ = FinishReason::kNone;
   std::string error_;
   int32_t completion_tokens_ = 0;

@@ -38,6 +38,15 @@ struct FakeEngineOptions {
   bool queue_full = false;                        // submit() fails
   std::string fail_with;                          // non-empty: first step ends with kError
   int64_t waiting = 0;                            // reported in stats()
+  // The model shape glass-box specs resolve against (a 4-layer, 8-wide model with an MLP of 16);
+  // the fake applies nothing, and reports the interventions as applied.
+  ModelConfig model = [] {
+    ModelConfig c;
+    c.n_layers = 4;
+    c.n_embd = 8;
+    c.n_ff = 16;
+    return c;
+  }();
 };
 
 class FakeEngine : public EngineApi {
@@ -47,6 +56,7 @@ class FakeEngine : public EngineApi {
 
   Status submit(GenerationRequest request, std::shared_ptr<RequestChannel> channel) override;
   EngineStats stats() const override;
+  const ModelConfig* model_config() const override { return &options_.model; }
 
   void set_queue_full(bool v) { queue_full_.store(v); }
   void set_waiting(int64_t v) { waiting_.store(v); }
