@@ -341,9 +341,11 @@ Status AuditStore::append(AuditRecord* r) {
   if (r->spec_json.empty()) {
     r->spec_json = "null";
   } else {
-    const auto spec = nlohmann::ordered_json::parse(r->spec_json, nullptr, /*allow_exceptions=*/false);
+    // Canonical form: compact, object keys sorted (nlohmann::json), so the same spec always has
+    // the same text and hash, and audit_record_json(r)["spec"].dump() reproduces it.
+    const auto spec = nlohmann::json::parse(r->spec_json, nullptr, /*allow_exceptions=*/false);
     if (spec.is_discarded()) return Status::error("audit record: spec_json is not valid JSON");
-    r->spec_json = spec.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+    r->spec_json = spec.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   }
   if (r->spec_hash.empty()) r->spec_hash = sha256_hex(r->spec_json);
   if (r->time_ms == 0) r->time_ms = now_ms();

@@ -28,8 +28,8 @@ struct AuditRecord {
   std::string model;           // served model name and version string
   std::string action;          // changes: "set", "delete", "rollback", "load", ...; requests: the endpoint
   std::string spec_json;       // the intervention spec / the change as JSON text (must parse; empty = null);
-                               // stored re-serialized compactly with its key order kept
-  std::string spec_hash;       // hex SHA-256 of the stored spec_json; computed at append when empty
+                               // stored canonical: compact, object keys sorted
+  std::string spec_hash;       // hex SHA-256 of the stored (canonical) spec_json; computed at append when empty
   int32_t status = 0;          // HTTP status answered (requests)
   int64_t prompt_tokens = 0, completion_tokens = 0;
   std::string finish_reason;   // requests: e.g. "stop", "length", or "stop,length" for n > 1
@@ -93,8 +93,9 @@ class AuditStore {
   sqlite3* reader_ = nullptr;
 };
 
-// One record as JSON: every field; "spec" is the parsed spec (the text when it does not parse),
-// "time_ms" and "time" (ISO-8601 UTC with milliseconds).
+// One record as JSON: every field; "spec" is the parsed spec (the text when it does not parse), so
+// sha256_hex(j["spec"].dump()) == spec_hash for a hash the store computed; "time_ms" and "time"
+// (ISO-8601 UTC with milliseconds).
 nlohmann::json audit_record_json(const AuditRecord& r);
 
 // Lower-case hex SHA-256 (OpenSSL EVP).

@@ -28,7 +28,7 @@ AuditRecord request_row(const std::string& request_id, const std::string& key_id
   r.request_id = request_id;
   r.model = "stories260K@abc123";
   r.action = "/v1/chat/completions";
-  r.spec_json = R"({"steer":[{"layer":3,"vector":"calm","scale":2.5}],"zero":{"layer":1,"dims":[17]}})";
+  r.spec_json = R"({"steer":[{"layer":3,"scale":2.5,"vector":"calm"}],"zero":{"dims":[17],"layer":1}})";
   r.status = 200;
   r.prompt_tokens = 12;
   r.completion_tokens = 34;
@@ -57,7 +57,7 @@ TEST(AuditTest, RoundTrip) {
   const std::string spec = r.spec_json;
   ASSERT_TRUE(store->append(&r).is_ok());
   EXPECT_EQ(r.id, 1);
-  EXPECT_EQ(r.spec_json, spec);  // already compact: stored as given
+  EXPECT_EQ(r.spec_json, spec);  // already canonical: stored as given
   EXPECT_EQ(r.spec_hash, sha256_hex(spec));
   EXPECT_EQ(r.spec_hash.size(), 64u);
 
@@ -65,12 +65,12 @@ TEST(AuditTest, RoundTrip) {
   change.kind = "policy";
   change.key_id = "admin";
   change.action = "set";
-  change.spec_json = "{ \"z\" : 1,\n \"a\" : [1, 2] }";  // not compact: re-serialized, key order kept
+  change.spec_json = "{ \"z\" : 1,\n \"a\" : [1, 2.5] }";  // not canonical: re-serialized, keys sorted
   change.spec_hash = "given-by-caller";
   const auto before = std::chrono::system_clock::now();
   ASSERT_TRUE(store->append(&change).is_ok());
   EXPECT_EQ(change.id, 2);
-  EXPECT_EQ(change.spec_json, R"({"z":1,"a":[1,2]})");
+  EXPECT_EQ(change.spec_json, R"({"a":[1,2.5],"z":1})");
   EXPECT_EQ(change.spec_hash, "given-by-caller");
   const int64_t before_ms = std::chrono::duration_cast<std::chrono::milliseconds>(before.time_since_epoch()).count();
   EXPECT_GE(change.time_ms, before_ms);
@@ -94,7 +94,7 @@ TEST(AuditTest, RoundTrip) {
   EXPECT_EQ(a.completion_tokens, 34);
   EXPECT_EQ(a.finish_reason, "stop");
   EXPECT_DOUBLE_EQ(a.repetition_rate, 0.125);
-  EXPECT_EQ((*rows)[1].spec_json, R"({"z":1,"a":[1,2]})");
+  EXPECT_EQ((*rows)[1].spec_json, R"({"a":[1,2.5],"z":1})");
   EXPECT_EQ(store->count(), 2);
 
   const nlohmann::json j = audit_record_json(a);
@@ -104,15 +104,23 @@ TEST(AuditTest, RoundTrip) {
   EXPECT_EQ(j["spec"]["steer"][0]["vector"], "calm");
   EXPECT_EQ(j["spec_hash"], a.spec_hash);
   EXPECT_EQ(j["finish_reason"], "stop");
+  // The hash can be checked from the JSON output alone.
+  EXPECT_EQ(sha256_hex(j["spec"].dump()), a.spec_hash);
+  // The same spec with another key order and spacing has the same text and hash.
+  AuditRecord same = request_row("req-2", "alice", 0);
+  same.spec_json = R"({ "zero": {"layer": 1, "dims": [17]}, "steer": [{"vector": "calm", "scale": 2.5, "layer": 3}] })";
+  ASSERT_TRUE(store->append(&same).is_ok());
+  EXPECT_EQ(same.spec_json, spec);
+  EXPECT_EQ(same.spec_hash, a.spec_hash);
 
   // Reopened: the rows and the id sequence survive.
   store.reset();
   store = open_store(path);
   ASSERT_TRUE(store);
-  EXPECT_EQ(store->count(), 2);
-  AuditRecord third = request_row("req-3", "bob", 0);
-  ASSERT_TRUE(store->append(&third).is_ok());
-  EXPECT_EQ(third.id, 3);
+  EXPECT_EQ(store->count(), 3);
+  AuditRecord fourth = request_row("req-4", "bob", 0);
+  ASSERT_TRUE(store->append(&fourth).is_ok());
+  EXPECT_EQ(fourth.id, 4);
 }
 
 TEST(AuditTest, EmptySpecIsNull) {
