@@ -5,6 +5,7 @@
 #include <httplib.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
@@ -37,6 +38,7 @@ std::string route_label(const std::string& path) {
   }
   if (path.rfind("/v1/models/", 0) == 0) return "/v1/models/{id}";
   if (path.rfind("/admin/glassbox", 0) == 0) return "/admin/glassbox";
+  if (path == "/admin/audit") return path;
   return "other";
 }
 
@@ -171,6 +173,38 @@ struct Generation {
     out->emplace_back(i, std::move(d));
   }
 
+  // Writes the audit row of a request that used an intervention: durable before the client sees
+  // the end of the answer (so a crash after any answered request leaves its row). Runs once.
+  // false: the store failed, and the request must not be answered as a success.
+  bool audited = false;
+  bool audit() {
+    if (audited || !glass.intervenes || server->audit_ == nullptr) return true;
+    audited = true;
+    AuditRecord r;
+    r.kind = "request";
+    r.key_id = caller.key_id;
+    r.request_id = meta.id;
+    r.model = server->cfg_.served_model_name + "@" + server->cfg_.model;
+    r.action = endpoint_path(req.endpoint);
+    r.spec_json = glass.audit_spec.dump();
+    r.status = status;
+    r.prompt_tokens = prompt_tokens();
+    r.completion_tokens = completion_tokens();
+    for (const ChoiceState& c : choices) {
+      if (!r.finish_reason.empty()) r.finish_reason += ",";
+      r.finish_reason += c.text.finished() ? finish_reason_name(c.text.finish_reason()) : "cancelled";
+      r.repetition_rate = std::max(r.repetition_rate, c.repetition.rate());
+    }
+    Status st = server->audit_->append(&r);
+    if (!st.is_ok()) {
+      spdlog::error("audit: cannot record request {}: {}", meta.id, st.message());
+      status = 500;
+      error_message = "the audit store failed: " + st.message();
+      return false;
+    }
+    return true;
+  }
+
   // The choice's `glassbox` object, once it has finished. A choice ended here (stop string,
   // repetition) gets its report with the engine's last event, one step later.
   json glass_json(ChoiceState& c) {
@@ -291,7 +325,11 @@ struct Generation {
       buf += kSseDone;
       end = true;
     } else if (all_finished()) {
-      if (req.include_usage) buf += sse_data(usage_chunk(meta, usage()));
+      if (audit()) {
+        if (req.include_usage) buf += sse_data(usage_chunk(meta, usage()));
+      } else {
+        buf += sse_data(error_body(make_error(500, "server_error", "audit_failed", error_message)));
+      }
       buf += kSseDone;
       end = true;
     }
@@ -316,6 +354,7 @@ struct Generation {
         error_message = "client disconnected";
       }
     }
+    audit();  // a request that ended early (disconnect, error) used its interventions too
     const Clock::time_point now = Clock::now();
     auto& m = server->metrics_;
     json reasons = json::array();
@@ -409,6 +448,11 @@ Server::Server(ServerConfig cfg, std::function<void(const std::string&)> request
 Server::~Server() { stop(); }
 
 Status Server::start() {
+  if (!cfg_.audit_db.empty()) {
+    Result<std::unique_ptr<AuditStore>> store = AuditStore::open(cfg_.audit_db);
+    if (!store.is_ok()) return store.status().with_context("audit_db");
+    audit_ = std::move(store.value());
+  }
   http_ = std::make_unique<httplib::Server>();
   const size_t threads = cfg_.http_threads > 0 ? static_cast<size_t>(cfg_.http_threads)
                                                : static_cast<size_t>(cfg_.max_concurrent_requests + 8);
@@ -712,7 +756,56 @@ void Server::handle_admin_glass(const httplib::Request& req, httplib::Response& 
   if (e) return send_error(res, *e);
   const std::string action = req.method == "POST" ? "rollback" : del ? "delete" : "set";
   write_log({{"event", "glassbox_change"}, {"kind", kind}, {"action", action}, {"key_id", caller.key_id}, {"change", change}});
+  if (Status st = audit_change(caller, kind, action, change); !st.is_ok()) {
+    return send_error(res, make_error(500, "server_error", "audit_failed",
+                                      "the change is in effect but the audit store failed: " + st.message()));
+  }
   res.set_content(json{{"ok", true}, {"kind", kind}, {"action", action}, {"change", change}}.dump(), "application/json");
+}
+
+Status Server::audit_change(const Caller& caller, const std::string& kind, const std::string& action, const json& change) {
+  if (audit_ == nullptr) return Status::ok();
+  AuditRecord r;
+  r.kind = kind;
+  r.key_id = caller.key_id;
+  r.model = cfg_.served_model_name + "@" + cfg_.model;
+  r.action = action;
+  r.spec_json = change.dump();
+  return audit_->append(&r);
+}
+
+void Server::handle_admin_audit(const httplib::Request& req, httplib::Response& res) {
+  Caller caller;
+  ApiError err;
+  if (!authorize(req, Role::kAdmin, &caller, &err)) return send_error(res, err);
+  if (audit_ == nullptr)
+    return send_error(res, make_error(404, "not_found_error", "no_audit_store", "this server has no audit_db"));
+  AuditQuery q;
+  q.kind = req.get_param_value("kind");
+  q.key_id = req.get_param_value("key_id");
+  q.request_id = req.get_param_value("request_id");
+  for (const char* name : {"since", "until"}) {
+    if (!req.has_param(name)) continue;
+    Result<int64_t> t = parse_time_ms(req.get_param_value(name));
+    if (!t.is_ok()) return send_error(res, invalid_field(name, std::string(name) + ": " + t.message()));
+    (std::string(name) == "since" ? q.since_ms : q.until_ms) = *t;
+  }
+  for (const char* name : {"after_id", "limit"}) {
+    if (!req.has_param(name)) continue;
+    const std::string v = req.get_param_value(name);
+    char* end = nullptr;
+    const long long x = std::strtoll(v.c_str(), &end, 10);
+    if (end == v.c_str() || *end != '\0') return send_error(res, invalid_field(name, std::string(name) + ": expected an integer"));
+    if (std::string(name) == "after_id") q.after_id = x;
+    else q.limit = static_cast<int32_t>(std::clamp<long long>(x, -1, kMaxAuditLimit + 1));
+  }
+  Result<std::vector<AuditRecord>> rows = audit_->query(q);
+  if (!rows.is_ok()) return send_error(res, invalid_field("", rows.message()));
+  json data = json::array();
+  for (const AuditRecord& r : *rows) data.push_back(audit_record_json(r));
+  json out = {{"object", "list"}, {"data", data}};
+  if (!rows->empty()) out["last_id"] = rows->back().id;
+  res.set_content(out.dump(), "application/json");
 }
 
 void Server::handle_generate(Endpoint endpoint, const httplib::Request& req, httplib::Response& res) {
@@ -890,6 +983,8 @@ void Server::handle_generate(Endpoint endpoint, const httplib::Request& req, htt
     g->status = e->status;
     g->error_message = e->message;
     send_error(res, *e);
+  } else if (!g->audit()) {
+    send_error(res, make_error(500, "server_error", "audit_failed", g->error_message));
   } else {
     std::vector<ChoiceOut> out;
     for (ChoiceState& c : g->choices) {
@@ -944,6 +1039,7 @@ void Server::install_routes() {
   http_->Post("/admin/glassbox/default/rollback", admin_glass);
   http_->Put(R"(/admin/glassbox/(presets|vectors|sessions)/([^/]+))", admin_glass);
   http_->Delete(R"(/admin/glassbox/(presets|vectors|sessions)/([^/]+))", admin_glass);
+  http_->Get("/admin/audit", guard([this](const httplib::Request& q, httplib::Response& r) { handle_admin_audit(q, r); }));
 
   // httplib's own errors (unknown route, body over max_body_bytes, malformed HTTP) get an
   // OpenAI error body; our handlers' errors already have one.

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "engine/request.h"
+#include "server/audit.h"
 #include "server/auth.h"
 #include "server/config.h"
 #include "server/glass_api.h"
@@ -29,6 +30,7 @@ struct Response;
 
 namespace gb::server {
 
+using json = nlohmann::json;
 struct Generation;
 
 // The metrics every request touches, looked up once so the hot path is only atomics.
@@ -92,6 +94,11 @@ class Server {
   void handle_admin_config(const httplib::Request& req, httplib::Response& res);
   // /admin/glassbox/...: policy, presets, vectors, sessions, the default set (admin role).
   void handle_admin_glass(const httplib::Request& req, httplib::Response& res);
+  // GET /admin/audit: the audit store's rows (admin role); query: kind, key_id, request_id, since,
+  // until (ISO-8601 or unix ms), after_id, limit.
+  void handle_admin_audit(const httplib::Request& req, httplib::Response& res);
+  // Appends a change (policy, preset, vector, session, default set) to the audit store, if any.
+  Status audit_change(const Caller& caller, const std::string& kind, const std::string& action, const json& change);
   // Logs the monitor's new massive-activation events (one JSON line each) every 500 ms.
   void monitor_loop();
   // Authenticates and checks the role; on failure fills *err.
@@ -115,6 +122,7 @@ class Server {
   const TextCodec* codec_ = nullptr;
   int32_t max_model_len_ = 0;
   std::unique_ptr<GlassService> glass_;  // made by attach()
+  std::unique_ptr<AuditStore> audit_;    // opened by start() when audit_db is set
   std::thread monitor_thread_;
   std::mutex monitor_mutex_;
   std::condition_variable monitor_wake_;

@@ -211,6 +211,39 @@ TEST_F(GlassHttpTest, VectorLibrarySessionsAndTheVersionedDefaultSet) {
   EXPECT_EQ(changes, 6);
 }
 
+// Every request that used an intervention and every change has a durable audit row, readable at
+// /admin/audit (admin only); requests without interventions have none.
+TEST_F(GlassHttpTest, AuditRowForEachUseAndChange) {
+  start(glass_config());
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_EQ(post("/v1/completions", completion({{"interventions", {scale(0.1 * i)}}}), kResearcherKey)->status, 200);
+  }
+  ASSERT_EQ(post("/v1/completions", completion({{"observe", {{"points", {"resid_post"}}}}}))->status, 200);
+  ASSERT_EQ(post("/v1/completions", completion({{"interventions", {scale(20)}}}), kResearcherKey)->status, 400);
+  ASSERT_EQ(admin("PUT", "/admin/glassbox/presets/p2", {{"interventions", {scale(0.5)}}})->status, 200);
+
+  EXPECT_EQ(client()->Get("/admin/audit", auth(kResearcherKey))->status, 403);
+  auto res = admin("GET", "/admin/audit?kind=request");
+  ASSERT_EQ(res->status, 200) << res->body;
+  const json rows = json::parse(res->body)["data"];
+  ASSERT_EQ(rows.size(), 3u);
+  for (const json& r : rows) {
+    EXPECT_EQ(r["key_id"], "rita");
+    EXPECT_EQ(r["status"], 200);
+    EXPECT_EQ(r["finish_reason"], "length");
+    EXPECT_EQ(r["completion_tokens"], 3);
+    EXPECT_EQ(r["spec"]["glassbox"]["interventions"][0]["op"], "scale");
+    EXPECT_EQ(r["spec_hash"].get<std::string>().size(), 64u);
+    EXPECT_EQ(r["model"], "tiny@/models/tiny");
+  }
+  EXPECT_NE(rows[0]["spec_hash"], rows[1]["spec_hash"]);  // different strengths
+  const json changes = json::parse(admin("GET", "/admin/audit?kind=preset")->body)["data"];
+  ASSERT_EQ(changes.size(), 1u);
+  EXPECT_EQ(changes[0]["action"], "set");
+  EXPECT_EQ(changes[0]["spec"]["preset"], "p2");
+  expect_error(admin("GET", "/admin/audit?since=yesterday"), 400, "invalid_request_error", "since");
+}
+
 TEST_F(GlassHttpTest, StreamingCarriesTheReportInTheFinalChunk) {
   start(glass_config());
   json body = completion({{"interventions", {scale(0.5)}}});
