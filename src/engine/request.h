@@ -106,6 +106,7 @@ struct EngineStats {
   int64_t prefix_cache_queries = 0;  // prompt tokens looked up in the prefix cache
   int64_t prefix_cache_hits = 0;     // of those, found
   int64_t preemptions = 0;
+  int64_t state_slots_used = 0;      // hybrid models: recurrent-state slots held by running sequences
   double last_step_seconds = 0;
 };
 
