@@ -7,8 +7,11 @@ namespace gb {
 
 std::string Model::describe() const {
   const ModelConfig& c = config_;
-  // The dtype of the first layer's MLP (every architecture has one; hybrid layer 0 has no q_proj).
-  return c.arch_name + " (" + format_ + ", " + std::string(dtype_name(weights_.layers.empty() ? DType::kF32 : weights_.layers[0].w_up.dtype)) +
+  // The dtype of the first layer's q_proj, or of its MLP when it has none (a hybrid model's linear layer).
+  const DType dt = weights_.layers.empty()                     ? DType::kF32
+                   : weights_.layers[0].wq.data != nullptr ? weights_.layers[0].wq.dtype
+                                                           : weights_.layers[0].w_up.dtype;
+  return c.arch_name + " (" + format_ + ", " + std::string(dtype_name(dt)) +
          "): " + std::to_string(c.n_layers) + " layers, hidden " + std::to_string(c.n_embd) + ", " +
          std::to_string(c.n_heads) + "/" + std::to_string(c.n_kv_heads) + " heads x " + std::to_string(c.head_dim) +
          ", ffn " + std::to_string(c.n_ff) + ", vocab " + std::to_string(c.vocab) +

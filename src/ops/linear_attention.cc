@@ -88,24 +88,21 @@ void gated_delta_recurrent(const DeltaHead& h, int64_t n, int64_t dk, int64_t dv
     float* o = h.out + t * h.out_stride;
     const float decay = std::exp(h.g[t * h.gb_stride]);
     const float beta = h.beta[t * h.gb_stride];
-    // Pass 1: decay the state and read the value it predicts for k (kv = Sᵀk).
+    // Pass 1 (reads the state): the value the decayed state predicts for k, e^g·Sᵀk.
     for (int64_t j = 0; j < dv; ++j) u[j] = 0.0f;
     for (int64_t r = 0; r < dk; ++r) {
-      float* row = state + r * dv;
+      const float* row = state + r * dv;
       const float kr = k[r];
-      for (int64_t j = 0; j < dv; ++j) {
-        row[j] *= decay;
-        u[j] += kr * row[j];
-      }
+      for (int64_t j = 0; j < dv; ++j) u[j] += kr * row[j];
     }
-    for (int64_t j = 0; j < dv; ++j) u[j] = beta * (v[j] - u[j]);
-    // Pass 2: write k uᵀ and read the output with the updated state.
+    for (int64_t j = 0; j < dv; ++j) u[j] = beta * (v[j] - decay * u[j]);
+    // Pass 2 (the one write): S = e^g·S + k uᵀ, and the output read from the updated rows.
     for (int64_t j = 0; j < dv; ++j) o[j] = 0.0f;
     for (int64_t r = 0; r < dk; ++r) {
       float* row = state + r * dv;
       const float kr = k[r], qr = q[r] * scale;
       for (int64_t j = 0; j < dv; ++j) {
-        row[j] += kr * u[j];
+        row[j] = decay * row[j] + kr * u[j];
         o[j] += qr * row[j];
       }
     }
