@@ -35,7 +35,7 @@ struct Shape {
 // Qwen3.5-0.8B (Qwen/Qwen3.5-0.8B text_config): hidden 1024, 24 layers in the pattern
 // 3 × linear_attention : 1 × full_attention, full attention 8 q / 2 kv heads × 256 with an output
 // gate and partial rotary 0.25, linear attention 16 key / 16 value heads × 128, conv kernel 4,
-// intermediate 3584, vocab 248320, tied embeddings, rope_theta 1e7.
+// intermediate 3584, vocab 248320, rope_theta 1e7; tied embeddings assumed (as small Qwen checkpoints do).
 Shape qwen35_0_8b() {
   Shape s;
   s.qwen35 = true;
