@@ -1,6 +1,7 @@
-// Writes a random-weight model for benchmarks, by default with Qwen3-0.6B's shapes: a Hugging
+// Writes a random-weight model for benchmarks, by default with Qwen3-0.6B's shapes (or, with
+// --shape qwen3.5-0.8b, Qwen3.5-0.8B's hybrid Gated DeltaNet + gated attention shapes): a Hugging
 // Face directory (BF16 safetensors) and GGUF files (BF16, Q8_0, Q4_0) with the same weights.
-// Usage: glassbox-make-model --out DIR [--types bf16,q8_0,q4_0] [--layers N] ...
+// Usage: glassbox-make-model --out DIR [--shape qwen3-0.6b|qwen3.5-0.8b] [--types bf16,q8_0,q4_0] [--layers N] ...
 #include <CLI/CLI.hpp>
 #include <cmath>
 #include <cstdio>
@@ -23,12 +24,34 @@ struct Shape {
   int64_t hidden = 1024, layers = 28, heads = 16, kv_heads = 8, head_dim = 128, ffn = 3072, vocab = 151936;
   int64_t max_pos = 40960;
   double rope_theta = 1e6, eps = 1e-6;
+  // Qwen3.5 hybrid (--shape qwen3.5-0.8b): every full_attention_interval-th layer is gated full
+  // attention, the others Gated DeltaNet with lin_k_heads/lin_v_heads heads of lin_dim.
+  bool qwen35 = false;
+  int64_t lin_k_heads = 16, lin_v_heads = 16, lin_dim = 128, conv_kernel = 4, full_interval = 4;
+  double partial_rotary = 0.25;
+  bool full_attention(int64_t l) const { return (l + 1) % full_interval == 0; }
 };
+
+// Qwen3.5-0.8B (Qwen/Qwen3.5-0.8B text_config): hidden 1024, 24 layers in the pattern
+// 3 × linear_attention : 1 × full_attention, full attention 8 q / 2 kv heads × 256 with an output
+// gate and partial rotary 0.25, linear attention 16 key / 16 value heads × 128, conv kernel 4,
+// intermediate 3584, vocab 248320, rope_theta 1e7; tied embeddings assumed (as small Qwen checkpoints do).
+Shape qwen35_0_8b() {
+  Shape s;
+  s.qwen35 = true;
+  s.hidden = 1024, s.layers = 24, s.heads = 8, s.kv_heads = 2, s.head_dim = 256, s.ffn = 3584, s.vocab = 248320;
+  s.max_pos = 262144;
+  s.rope_theta = 1e7;
+  return s;
+}
 
 struct Tensor {
   std::string hf_name, gguf_name;
   std::vector<int64_t> shape;  // outermost first
   std::vector<float> values;
+  std::vector<int64_t> gguf_shape = {};  // when GGUF's differs (conv1d [C, 1, K] -> [C, K])
+  bool keep_f32 = false;                 // stays F32 in quantized GGUFs (as llama-quantize leaves it)
+  float gguf_add = 0.0f;                 // added in the GGUF copy (Qwen3.5 stores its (1 + w) norms as 1 + w)
 };
 
 // xorshift64*: fast, deterministic, good enough for benchmark weights.
@@ -53,15 +76,108 @@ Tensor make(const std::string& hf, const std::string& gguf, std::vector<int64_t>
   return t;
 }
 
+// One Qwen3.5 layer: HF names (Qwen3_5ForCausalLM) and llama.cpp's qwen35 GGUF names. With as
+// many value heads as key heads (0.8B) the converter's value-head reorder is the identity. Norm
+// weights are zero-centred in HF (x̂·(1 + w)) and stored as 1 + w in GGUF, except the delta net's
+// own norm; A_log is stored as ssm_a = −exp(A_log).
+void add_qwen35_layer(std::vector<Tensor>* ts, const Shape& s, int64_t l, const std::string& hp, const std::string& gp,
+                      float w, uint64_t* seed) {
+  auto norm = [&](const std::string& hf, const std::string& gg, int64_t n) {
+    ts->push_back(make(hp + hf, gp + gg, {n}, 0.1f, 0, (*seed)++));
+    ts->back().gguf_add = 1.0f;
+  };
+  norm("input_layernorm.weight", "attn_norm.weight", s.hidden);
+  norm("post_attention_layernorm.weight", "post_attention_norm.weight", s.hidden);
+  ts->push_back(make(hp + "mlp.gate_proj.weight", gp + "ffn_gate.weight", {s.ffn, s.hidden}, w, 0, (*seed)++));
+  ts->push_back(make(hp + "mlp.up_proj.weight", gp + "ffn_up.weight", {s.ffn, s.hidden}, w, 0, (*seed)++));
+  ts->push_back(make(hp + "mlp.down_proj.weight", gp + "ffn_down.weight", {s.hidden, s.ffn}, w, 0, (*seed)++));
+  if (s.full_attention(l)) {
+    const int64_t qd = s.heads * s.head_dim, kvd = s.kv_heads * s.head_dim;
+    ts->push_back(make(hp + "self_attn.q_proj.weight", gp + "attn_q.weight", {2 * qd, s.hidden}, w, 0, (*seed)++));
+    ts->push_back(make(hp + "self_attn.k_proj.weight", gp + "attn_k.weight", {kvd, s.hidden}, w, 0, (*seed)++));
+    ts->push_back(make(hp + "self_attn.v_proj.weight", gp + "attn_v.weight", {kvd, s.hidden}, w, 0, (*seed)++));
+    ts->push_back(make(hp + "self_attn.o_proj.weight", gp + "attn_output.weight", {s.hidden, qd}, w, 0, (*seed)++));
+    norm("self_attn.q_norm.weight", "attn_q_norm.weight", s.head_dim);
+    norm("self_attn.k_norm.weight", "attn_k_norm.weight", s.head_dim);
+    return;
+  }
+  const int64_t kd = s.lin_k_heads * s.lin_dim, vd = s.lin_v_heads * s.lin_dim, conv = 2 * kd + vd;
+  const std::string la = hp + "linear_attn.";
+  ts->push_back(make(la + "in_proj_qkv.weight", gp + "attn_qkv.weight", {conv, s.hidden}, w, 0, (*seed)++));
+  ts->push_back(make(la + "in_proj_z.weight", gp + "attn_gate.weight", {vd, s.hidden}, w, 0, (*seed)++));
+  ts->push_back(make(la + "in_proj_b.weight", gp + "ssm_beta.weight", {s.lin_v_heads, s.hidden}, w, 0, (*seed)++));
+  ts->push_back(make(la + "in_proj_a.weight", gp + "ssm_alpha.weight", {s.lin_v_heads, s.hidden}, w, 0, (*seed)++));
+  ts->push_back(make(la + "out_proj.weight", gp + "ssm_out.weight", {s.hidden, vd}, w, 0, (*seed)++));
+  ts->push_back(make(la + "conv1d.weight", gp + "ssm_conv1d.weight", {conv, 1, s.conv_kernel}, 0.5f, 0, (*seed)++));
+  ts->back().gguf_shape = {conv, s.conv_kernel};
+  ts->back().keep_f32 = true;
+  ts->push_back(make(la + "dt_bias", gp + "ssm_dt.bias", {s.lin_v_heads}, 0.1f, 1, (*seed)++));
+  // A_log = log a for a in [1, 16): HF stores A_log, GGUF −exp(A_log) = −a.
+  Tensor a_log = make(la + "A_log", gp + "ssm_a", {s.lin_v_heads}, 7.5f, 8.5f, (*seed)++);
+  Tensor a_neg = a_log;
+  for (auto& v : a_log.values) v = std::log(v);
+  for (auto& v : a_neg.values) v = -v;
+  a_neg.hf_name.clear();  // GGUF only
+  a_log.gguf_name.clear();  // HF only
+  ts->push_back(std::move(a_log));
+  ts->push_back(std::move(a_neg));
+  ts->push_back(make(la + "norm.weight", gp + "ssm_norm.weight", {s.lin_dim}, 0.1f, 1, (*seed)++));
+}
+
+nlohmann::json qwen35_config(const Shape& s) {
+  nlohmann::json types = nlohmann::json::array();
+  for (int64_t l = 0; l < s.layers; ++l) types.push_back(s.full_attention(l) ? "full_attention" : "linear_attention");
+  return {{"architectures", {"Qwen3_5ForCausalLM"}},
+          {"model_type", "qwen3_5_text"},
+          {"hidden_size", s.hidden},
+          {"intermediate_size", s.ffn},
+          {"num_hidden_layers", s.layers},
+          {"num_attention_heads", s.heads},
+          {"num_key_value_heads", s.kv_heads},
+          {"head_dim", s.head_dim},
+          {"hidden_act", "silu"},
+          {"max_position_embeddings", s.max_pos},
+          {"rms_norm_eps", s.eps},
+          {"rope_parameters",
+           {{"rope_type", "default"},
+            {"rope_theta", s.rope_theta},
+            {"partial_rotary_factor", s.partial_rotary},
+            {"mrope_section", {11, 11, 10}},
+            {"mrope_interleaved", true}}},
+          {"attn_output_gate", true},
+          {"full_attention_interval", s.full_interval},
+          {"layer_types", types},
+          {"linear_conv_kernel_dim", s.conv_kernel},
+          {"linear_key_head_dim", s.lin_dim},
+          {"linear_value_head_dim", s.lin_dim},
+          {"linear_num_key_heads", s.lin_k_heads},
+          {"linear_num_value_heads", s.lin_v_heads},
+          {"attention_bias", false},
+          {"tie_word_embeddings", true},
+          {"vocab_size", s.vocab},
+          {"bos_token_id", 151643},
+          {"eos_token_id", 151645},
+          {"torch_dtype", "bfloat16"}};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"Write a random-weight Qwen3-shaped model (HF bf16 + GGUF) for benchmarks"};
   Shape s;
-  std::string out, types = "bf16,q8_0,q4_0";
+  std::string out, types = "bf16,q8_0,q4_0", shape = "qwen3-0.6b";
+  // The shape picks the defaults that --layers / --hidden / --ffn then override, so it is read first.
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if ((arg == "--shape" && i + 1 < argc && std::string(argv[i + 1]) == "qwen3.5-0.8b") || arg == "--shape=qwen3.5-0.8b") {
+      s = qwen35_0_8b();
+    }
+  }
   std::string vocab_gguf = "../shared/testdata/tokenizers/llama.cpp-vocab/ggml-vocab-qwen2.gguf";
   std::string tokenizer_json = "../shared/testdata/tokenizers/hf/qwen2-bpe/tokenizer.json";
   app.add_option("--out", out, "output directory")->required();
+  app.add_option("--shape", shape, "qwen3-0.6b (default) or qwen3.5-0.8b; --layers/--hidden/--ffn override");
+
   app.add_option("--types", types, "GGUF types to write (comma-separated: bf16, q8_0, q4_0, f32)");
   app.add_option("--layers", s.layers, "number of layers");
   app.add_option("--hidden", s.hidden, "hidden size");
@@ -69,6 +185,10 @@ int main(int argc, char** argv) {
   app.add_option("--vocab-gguf", vocab_gguf, "GGUF whose tokenizer.* metadata is copied");
   app.add_option("--tokenizer-json", tokenizer_json, "tokenizer.json copied into the HF directory");
   CLI11_PARSE(app, argc, argv);
+  if (shape != "qwen3-0.6b" && shape != "qwen3.5-0.8b") {
+    std::fprintf(stderr, "unknown --shape %s (qwen3-0.6b, qwen3.5-0.8b)\n", shape.c_str());
+    return 1;
+  }
 
   // Uniform weights of standard deviation 0.02 (scale 0.02 * sqrt(3)); norms around 1.
   const float w = 0.02f * std::sqrt(3.0f);
@@ -77,6 +197,10 @@ int main(int argc, char** argv) {
   ts.push_back(make("model.embed_tokens.weight", "token_embd.weight", {s.vocab, s.hidden}, w, 0, seed++));
   for (int64_t l = 0; l < s.layers; ++l) {
     const std::string hp = "model.layers." + std::to_string(l) + ".", gp = "blk." + std::to_string(l) + ".";
+    if (s.qwen35) {
+      add_qwen35_layer(&ts, s, l, hp, gp, w, &seed);
+      continue;
+    }
     ts.push_back(make(hp + "input_layernorm.weight", gp + "attn_norm.weight", {s.hidden}, 0.1f, 1, seed++));
     ts.push_back(make(hp + "self_attn.q_proj.weight", gp + "attn_q.weight", {s.heads * s.head_dim, s.hidden}, w, 0, seed++));
     ts.push_back(make(hp + "self_attn.k_proj.weight", gp + "attn_k.weight", {s.kv_heads * s.head_dim, s.hidden}, w, 0, seed++));
@@ -89,7 +213,12 @@ int main(int argc, char** argv) {
     ts.push_back(make(hp + "mlp.up_proj.weight", gp + "ffn_up.weight", {s.ffn, s.hidden}, w, 0, seed++));
     ts.push_back(make(hp + "mlp.down_proj.weight", gp + "ffn_down.weight", {s.hidden, s.ffn}, w, 0, seed++));
   }
-  ts.push_back(make("model.norm.weight", "output_norm.weight", {s.hidden}, 0.1f, 1, seed++));
+  if (s.qwen35) {
+    ts.push_back(make("model.norm.weight", "output_norm.weight", {s.hidden}, 0.1f, 0, seed++));
+    ts.back().gguf_add = 1.0f;
+  } else {
+    ts.push_back(make("model.norm.weight", "output_norm.weight", {s.hidden}, 0.1f, 1, seed++));
+  }
 
   namespace fs = std::filesystem;
   fs::create_directories(fs::path(out) / "hf");
@@ -104,13 +233,15 @@ int main(int argc, char** argv) {
       (void)gb::convert_row(t.values.data(), static_cast<int64_t>(t.values.size()), gb::DType::kBF16, b.data());
       bufs.push_back(std::move(b));
     }
-    for (size_t i = 0; i < ts.size(); ++i) entries.push_back({ts[i].hf_name, gb::DType::kBF16, ts[i].shape, bufs[i].data()});
+    for (size_t i = 0; i < ts.size(); ++i) {
+      if (!ts[i].hf_name.empty()) entries.push_back({ts[i].hf_name, gb::DType::kBF16, ts[i].shape, bufs[i].data()});
+    }
     const auto st = gb::write_safetensors((fs::path(out) / "hf" / "model.safetensors").string(), entries, {{"format", "pt"}});
     if (!st.is_ok()) {
       std::fprintf(stderr, "%s\n", st.message().c_str());
       return 1;
     }
-    nlohmann::json cfg = {
+    nlohmann::json cfg = s.qwen35 ? qwen35_config(s) : nlohmann::json{
         {"architectures", {"Qwen3ForCausalLM"}}, {"model_type", "qwen3"}, {"hidden_size", s.hidden},
         {"intermediate_size", s.ffn}, {"num_hidden_layers", s.layers}, {"num_attention_heads", s.heads},
         {"num_key_value_heads", s.kv_heads}, {"head_dim", s.head_dim}, {"hidden_act", "silu"},
@@ -141,18 +272,28 @@ int main(int argc, char** argv) {
     }
     gb::GgufWriter g;
     const uint32_t file_type = dt == gb::DType::kBF16 ? 32 : dt == gb::DType::kQ8_0 ? 7 : dt == gb::DType::kQ4_0 ? 2 : 0;
-    g.set("general.architecture", "qwen3");
-    g.set("general.name", "random-qwen3-0.6b-shape");
-    g.set("qwen3.block_count", static_cast<uint32_t>(s.layers));
-    g.set("qwen3.context_length", static_cast<uint32_t>(s.max_pos));
-    g.set("qwen3.embedding_length", static_cast<uint32_t>(s.hidden));
-    g.set("qwen3.feed_forward_length", static_cast<uint32_t>(s.ffn));
-    g.set("qwen3.attention.head_count", static_cast<uint32_t>(s.heads));
-    g.set("qwen3.attention.head_count_kv", static_cast<uint32_t>(s.kv_heads));
-    g.set("qwen3.rope.freq_base", static_cast<float>(s.rope_theta));
-    g.set("qwen3.attention.layer_norm_rms_epsilon", static_cast<float>(s.eps));
-    g.set("qwen3.attention.key_length", static_cast<uint32_t>(s.head_dim));
-    g.set("qwen3.attention.value_length", static_cast<uint32_t>(s.head_dim));
+    const std::string a = s.qwen35 ? "qwen35" : "qwen3";
+    g.set("general.architecture", a);
+    g.set("general.name", s.qwen35 ? "random-qwen3.5-0.8b-shape" : "random-qwen3-0.6b-shape");
+    g.set(a + ".block_count", static_cast<uint32_t>(s.layers));
+    g.set(a + ".context_length", static_cast<uint32_t>(s.max_pos));
+    g.set(a + ".embedding_length", static_cast<uint32_t>(s.hidden));
+    g.set(a + ".feed_forward_length", static_cast<uint32_t>(s.ffn));
+    g.set(a + ".attention.head_count", static_cast<uint32_t>(s.heads));
+    g.set(a + ".attention.head_count_kv", static_cast<uint32_t>(s.kv_heads));
+    g.set(a + ".rope.freq_base", static_cast<float>(s.rope_theta));
+    g.set(a + ".attention.layer_norm_rms_epsilon", static_cast<float>(s.eps));
+    g.set(a + ".attention.key_length", static_cast<uint32_t>(s.head_dim));
+    g.set(a + ".attention.value_length", static_cast<uint32_t>(s.head_dim));
+    if (s.qwen35) {
+      g.set(a + ".rope.dimension_count", static_cast<uint32_t>(s.head_dim * s.partial_rotary));
+      g.set(a + ".ssm.conv_kernel", static_cast<uint32_t>(s.conv_kernel));
+      g.set(a + ".ssm.state_size", static_cast<uint32_t>(s.lin_dim));
+      g.set(a + ".ssm.group_count", static_cast<uint32_t>(s.lin_k_heads));
+      g.set(a + ".ssm.time_step_rank", static_cast<uint32_t>(s.lin_v_heads));
+      g.set(a + ".ssm.inner_size", static_cast<uint32_t>(s.lin_v_heads * s.lin_dim));
+      g.set(a + ".full_attention_interval", static_cast<uint32_t>(s.full_interval));
+    }
     g.set("general.file_type", file_type);
     g.set("general.quantization_version", 2u);
     if (vocab.is_ok()) {
@@ -163,13 +304,21 @@ int main(int argc, char** argv) {
     std::vector<std::vector<uint8_t>> bufs(ts.size());
     for (size_t i = 0; i < ts.size(); ++i) {
       const Tensor& t = ts[i];
+      if (t.gguf_name.empty()) continue;
       // Norms stay F32, as llama-quantize leaves 1-D tensors.
-      const gb::DType tdt = t.shape.size() == 1 ? gb::DType::kF32 : dt;
+      const gb::DType tdt = t.shape.size() == 1 || t.keep_f32 ? gb::DType::kF32 : dt;
       const int64_t cols = t.shape.back(), rows = static_cast<int64_t>(t.values.size()) / cols;
       const int64_t rb = gb::row_bytes(tdt, cols);
       bufs[i].resize(rows * rb);
-      for (int64_t r = 0; r < rows; ++r) (void)gb::convert_row(t.values.data() + r * cols, cols, tdt, bufs[i].data() + r * rb);
-      g.add_tensor(t.gguf_name, tdt, t.shape, bufs[i].data(), bufs[i].size());
+      std::vector<float> shifted;
+      const float* vals = t.values.data();
+      if (t.gguf_add != 0.0f) {
+        shifted = t.values;
+        for (auto& v : shifted) v += t.gguf_add;
+        vals = shifted.data();
+      }
+      for (int64_t r = 0; r < rows; ++r) (void)gb::convert_row(vals + r * cols, cols, tdt, bufs[i].data() + r * rb);
+      g.add_tensor(t.gguf_name, tdt, t.gguf_shape.empty() ? t.shape : t.gguf_shape, bufs[i].data(), bufs[i].size());
     }
     const std::string path = (fs::path(out) / "gguf" / ("model-" + type + ".gguf")).string();
     const auto st = g.write(path);

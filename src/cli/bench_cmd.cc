@@ -47,7 +47,10 @@ int64_t weight_bytes(const ops::Weight& w) { return w.data ? w.rows * row_bytes(
 int64_t decode_weight_bytes(const ModelWeights& w) {
   int64_t total = weight_bytes(w.output);
   for (const auto& l : w.layers) {
-    for (const ops::Weight* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) total += weight_bytes(*m);
+    for (const ops::Weight* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down, &l.lin_qkv, &l.lin_z,
+                                 &l.lin_b, &l.lin_a, &l.lin_out}) {
+      total += weight_bytes(*m);
+    }
   }
   return total;
 }
@@ -70,7 +73,7 @@ int run_bench(const BenchOptions& o) {
     return 1;
   }
   const int32_t block = 16;
-  auto cache = KvCache::create(cfg, (ctx + block - 1) / block, block);
+  auto cache = KvCache::create(cfg, (ctx + block - 1) / block, block, /*n_state_slots=*/2);
   if (!cache.is_ok()) {
     std::fprintf(stderr, "glassbox bench: %s\n", cache.message().c_str());
     return 1;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 namespace gb {
 
@@ -21,8 +22,11 @@ Result<std::unique_ptr<Engine>> Engine::create(Model* model, const EngineConfig&
                          " tokens); load the model with a larger max_batch_tokens");
   }
   if (config.block_size <= 0) return Status::error("block_size must be positive");
-  // K and V, f32, for every layer (hybrid layer kinds will count only attention layers).
-  const int64_t bytes_per_block = int64_t{2} * mc.n_layers * mc.kv_dim() * config.block_size * 4;
+  // K and V, f32, for every attention layer (a hybrid model's linear-attention layers keep a
+  // fixed-size recurrent state per sequence instead, outside the blocks).
+  const int64_t n_attn_layers = std::max<int64_t>(1, mc.n_layers_of(LayerKind::kAttention));
+  const int64_t bytes_per_block = int64_t{2} * n_attn_layers * mc.kv_dim() * config.block_size * 4;
+  config.scheduler.recurrent_state = mc.hybrid();
   int64_t n_blocks;
   if (config.kv_cache_bytes > 0) {
     n_blocks = config.kv_cache_bytes / bytes_per_block;
@@ -36,8 +40,16 @@ Result<std::unique_ptr<Engine>> Engine::create(Model* model, const EngineConfig&
                          std::to_string(config.max_model_len) + " tokens (" + std::to_string(min_blocks) +
                          " blocks of " + std::to_string(bytes_per_block) + " bytes); raise the KV cache size or lower max_model_len");
   }
-  GB_ASSIGN_OR_RETURN(auto cache, KvCache::create(mc, static_cast<int32_t>(n_blocks), config.block_size));
+  GB_ASSIGN_OR_RETURN(auto cache, KvCache::create(mc, static_cast<int32_t>(n_blocks), config.block_size,
+                                                  config.scheduler.max_num_seqs));
   cache->prefault();
+  if (mc.hybrid()) {
+    std::fprintf(stderr,
+                 "glassbox: hybrid model (%d linear-attention layers): prefix caching is off (a cached KV block "
+                 "does not carry the recurrent state at its end); %d recurrent state slots, %.1f MiB\n",
+                 mc.n_layers_of(LayerKind::kLinearAttention), config.scheduler.max_num_seqs,
+                 static_cast<double>(cache->state_bytes()) / (1 << 20));
+  }
   return std::unique_ptr<Engine>(new Engine(model, config, std::move(cache)));
 }
 
@@ -244,7 +256,7 @@ Result<bool> Engine::step() {
       s.seq->channel->push(std::move(ev));
     }
     const std::span<const int32_t> ids(s.seq->tokens.data() + s.start, s.n_tokens);
-    batch_.add_sequence(ids, s.start, s.seq->block_table, config_.block_size, /*all_logits=*/false);
+    batch_.add_sequence(ids, s.start, s.seq->block_table, config_.block_size, /*all_logits=*/false, s.seq->state_slot);
     if (!s.samples) batch_.output_rows.pop_back();  // a prefill chunk short of the end: no logits
   }
   const bool monitored =
@@ -330,6 +342,7 @@ void Engine::publish_stats(double step_seconds) {
   stats_.preemptions = scheduler_.preemptions();
   stats_.monitor_steps = monitor_state_.steps_sampled;
   stats_.massive_events = monitor_state_.events_total;
+  stats_.state_slots_used = scheduler_.state_slots_used();
   if (step_seconds >= 0) stats_.step_seconds.observe(step_seconds);
 }
 

@@ -138,6 +138,7 @@ struct EngineStats {
   int64_t monitor_steps = 0;         // steps the massive-activation monitor sampled
   int64_t massive_events = 0;        // events the monitor counted (all layers)
   int64_t glass_requests = 0;        // requests run with a glass spec (observation or interventions)
+  int64_t state_slots_used = 0;      // hybrid models: recurrent-state slots held by running sequences
 };
 
 // The engine-wide massive-activation monitor, as counters the server turns into metrics.

@@ -7,6 +7,14 @@ namespace gb {
 Scheduler::Scheduler(const SchedulerConfig& config, BlockManager* blocks) : config_(config), blocks_(blocks) {
   scheduled_.reserve(config.max_num_seqs);
   running_.reserve(config.max_num_seqs);
+  if (config.recurrent_state) {
+    for (int32_t s = config.max_num_seqs - 1; s >= 0; --s) free_state_slots_.push_back(s);
+  }
+}
+
+void Scheduler::release_state_slot(Sequence* seq) {
+  if (seq->state_slot >= 0) free_state_slots_.push_back(seq->state_slot);
+  seq->state_slot = -1;
 }
 
 void Scheduler::add(std::unique_ptr<Sequence> seq) { waiting_.push_back(std::move(seq)); }
@@ -15,6 +23,7 @@ void Scheduler::preempt_last() {
   std::unique_ptr<Sequence> victim = std::move(running_.back());
   running_.pop_back();
   blocks_->release(&victim->block_table);
+  release_state_slot(victim.get());
   victim->block_hashes.clear();
   victim->n_computed = 0;
   ++preemptions_;
@@ -55,7 +64,7 @@ const std::vector<ScheduledSeq>& Scheduler::schedule() {
     std::vector<uint64_t> hashes;
     // At least the last token is computed so the step yields logits to sample from.
     const int32_t max_hit_blocks = (len - 1) / blocks_->block_size();
-    const int32_t hits = seq->skip_prefix_lookup
+    const int32_t hits = seq->skip_prefix_lookup || config_.recurrent_state
                              ? 0
                              : blocks_->acquire_prefix(seq->tokens, seq->request.cache_salt, max_hit_blocks, &table, &hashes);
     const int32_t cached = hits * blocks_->block_size();
@@ -71,6 +80,11 @@ const std::vector<ScheduledSeq>& Scheduler::schedule() {
       seq->n_cached_prompt = std::min(cached, seq->n_prompt);
       seq->admitted_once = true;
     }
+    if (config_.recurrent_state) {
+      // running_.size() < max_num_seqs, so a slot is free.
+      seq->state_slot = free_state_slots_.back();
+      free_state_slots_.pop_back();
+    }
     seq->block_table = std::move(table);
     seq->block_hashes = std::move(hashes);
     seq->n_computed = cached;
@@ -83,6 +97,7 @@ const std::vector<ScheduledSeq>& Scheduler::schedule() {
 }
 
 void Scheduler::publish_full_blocks(Sequence* seq) {
+  if (config_.recurrent_state) return;  // no prefix caching for hybrid models
   const int32_t bs = blocks_->block_size();
   const size_t full = static_cast<size_t>(seq->n_computed / bs);
   while (seq->block_hashes.size() < full) {
@@ -105,6 +120,7 @@ void Scheduler::commit() {
 
 void Scheduler::finish(Sequence* seq) {
   blocks_->release(&seq->block_table);
+  release_state_slot(seq);
   auto r = std::find_if(running_.begin(), running_.end(), [&](const auto& p) { return p.get() == seq; });
   if (r != running_.end()) {
     running_.erase(r);

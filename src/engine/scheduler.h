@@ -3,6 +3,10 @@
 // max_num_seqs and free KV blocks allow. No separate prefill and decode phases; a long prompt
 // is prefilled in chunks. When blocks run out, the newest running sequence is preempted and
 // later recomputed (its blocks freed; prefix-cache hits make the recompute cheap).
+// Hybrid models (SchedulerConfig::recurrent_state): every running sequence also holds one of
+// max_num_seqs recurrent-state slots, taken at admission and returned on preemption or finish
+// (a recompute starts again at position 0, which resets the state); prefix caching is off,
+// because a cached KV block does not carry the recurrent state at its end.
 #pragma once
 
 #include <cstdint>
@@ -27,6 +31,7 @@ struct Sequence {
   int32_t n_prompt = 0;
   int32_t n_computed = 0;              // leading tokens whose K/V are in the cache
   std::vector<int32_t> block_table;    // physical KV blocks in position order
+  int32_t state_slot = -1;             // hybrid models: recurrent-state slot while running, else -1
   std::vector<uint64_t> block_hashes;  // chained hashes of the leading full blocks published so far
   int32_t n_cached_prompt = 0;         // prompt tokens served by the prefix cache (first admission)
   bool admitted_once = false;
@@ -39,6 +44,9 @@ struct Sequence {
 struct SchedulerConfig {
   int32_t max_num_seqs = 64;
   int32_t max_num_batched_tokens = 512;
+  // The model has recurrent (linear-attention) layers: hand out state slots 0..max_num_seqs-1 and
+  // switch prefix caching off.
+  bool recurrent_state = false;
 };
 
 struct ScheduledSeq {
@@ -71,16 +79,21 @@ class Scheduler {
   int64_t prefix_queries() const { return prefix_queries_; }
   int64_t prefix_hits() const { return prefix_hits_; }
   bool idle() const { return running_.empty() && waiting_.empty(); }
+  int32_t state_slots_used() const {
+    return config_.recurrent_state ? config_.max_num_seqs - static_cast<int32_t>(free_state_slots_.size()) : 0;
+  }
 
  private:
   void preempt_last();
   void publish_full_blocks(Sequence* seq);
+  void release_state_slot(Sequence* seq);
 
   SchedulerConfig config_;
   BlockManager* blocks_;
   std::vector<std::unique_ptr<Sequence>> running_;  // admission order
   std::deque<std::unique_ptr<Sequence>> waiting_;   // FCFS; preempted sequences go to the front
   std::vector<ScheduledSeq> scheduled_;
+  std::vector<int32_t> free_state_slots_;  // recurrent_state: slots no running sequence holds
   int64_t preemptions_ = 0;
   int64_t prefix_queries_ = 0;
   int64_t prefix_hits_ = 0;

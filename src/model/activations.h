@@ -29,6 +29,23 @@ struct Activations {
   std::vector<float> scores;     // [n_threads, block_size] f32 attention scratch (sized on first use per block size)
   std::vector<int32_t> all_rows;  // [max_tokens] 0, 1, 2, ...: the row ids of per-layer hook tensors
   std::vector<double> inv_freq;  // [rope_dims / 2] RoPE frequencies incl. scaling
+
+  // Hybrid models only (empty otherwise). nk/nv/dk/dv: linear-attention heads and head dims;
+  // conv_dim = 2·nk·dk + nv·dv.
+  std::vector<float> q_gate;     // [max_tokens, n_heads · 2 · head_dim] f32 q_proj output (query | gate per head)
+  std::vector<float> attn_gate;  // [max_tokens, n_heads · head_dim] f32 gate of the attention heads
+  std::vector<float> lin_qkv;    // [max_tokens, conv_dim] f32 in_proj_qkv output (conv input)
+  std::vector<float> lin_conv;   // [max_tokens, conv_dim] f32 conv output: q | k (L2-normalised in place) | v
+  std::vector<float> lin_z;      // [max_tokens, nv · dv] f32 in_proj_z output (norm gate)
+  std::vector<float> lin_beta;   // [max_tokens, nv] f32 in_proj_b, then sigmoid
+  std::vector<float> lin_g;      // [max_tokens, nv] f32 in_proj_a, then log decay −exp(A_log)·softplus(a + dt_bias)
+  std::vector<float> lin_core;   // [max_tokens, nv · dv] f32 delta-rule output, then gated norm (out_proj input)
+  std::vector<float> delta_scratch;  // [n_threads, ops::gated_delta_chunk_scratch(kDeltaChunk, dv)] f32
+  std::vector<int32_t> seq_first;    // [max_tokens] first batch row of each batch sequence
+  std::vector<int32_t> seq_count;    // [max_tokens] its number of rows in the batch
 };
+
+// Chunk length of the delta rule's chunked (prefill) form, as in the reference implementations.
+inline constexpr int64_t kDeltaChunk = 64;
 
 }  // namespace gb

@@ -17,4 +17,9 @@ namespace gb {
 void forward_llama(const ModelConfig& c, const ModelWeights& w, Activations& a, ThreadPool& pool, const Batch& batch,
                    KvCache& cache, const Hooks* hooks, float* logits);
 
+// Qwen3.5 hybrid: Gated DeltaNet layers (recurrent state per sequence in the cache) and gated
+// full-attention layers. Also needs acts.seq_first / seq_count filled by Model::prepare_recurrent.
+void forward_qwen35(const ModelConfig& c, const ModelWeights& w, Activations& a, ThreadPool& pool, const Batch& batch,
+                    KvCache& cache, const Hooks* hooks, float* logits);
+
 }  // namespace gb

@@ -13,10 +13,10 @@ void Batch::clear() {
 }
 
 int32_t Batch::add_sequence(std::span<const int32_t> ids, int32_t start_pos, std::span<const int32_t> block_table,
-                            int32_t block_size, bool all_logits) {
+                            int32_t block_size, bool all_logits, int32_t state_slot) {
   const int32_t s = static_cast<int32_t>(seqs.size());
   const int32_t n = static_cast<int32_t>(ids.size());
-  seqs.push_back({block_table, start_pos + n});
+  seqs.push_back({block_table, start_pos + n, state_slot});
   for (int32_t i = 0; i < n; ++i) {
     const int32_t pos = start_pos + i;
     const size_t b = static_cast<size_t>(pos / block_size);

@@ -17,6 +17,10 @@ struct BatchSeq {
   std::span<const int32_t> block_table;
   // Tokens of this sequence in the cache once this step's tokens are written (= last position + 1).
   int32_t context_len = 0;
+  // Hybrid models: the sequence's recurrent-state slot in the KvCache (-1: none; required when the
+  // model has linear-attention layers). Its tokens must then be contiguous in the batch with
+  // consecutive positions, starting at 0 (the state is reset) or where the state left off.
+  int32_t state_slot = -1;
 };
 
 struct Batch {
@@ -35,9 +39,9 @@ struct Batch {
 
   // Appends `ids` of one sequence at positions start_pos.. and returns its index in seqs. Slots come
   // from block_table; logits are requested for every token (all_logits) or only the last one.
-  // The sequence's context_len becomes start_pos + ids.size().
+  // The sequence's context_len becomes start_pos + ids.size(); state_slot: see BatchSeq.
   int32_t add_sequence(std::span<const int32_t> ids, int32_t start_pos, std::span<const int32_t> block_table,
-                       int32_t block_size, bool all_logits);
+                       int32_t block_size, bool all_logits, int32_t state_slot = -1);
 };
 
 }  // namespace gb

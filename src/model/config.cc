@@ -85,6 +85,55 @@ Status check_range(const std::string& where, const char* what, int64_t v, int64_
   return Status::ok();
 }
 
+// The Qwen3.5 keys: layer_types (or full_attention_interval), the linear_* shape of the Gated
+// DeltaNet layers, the gated full attention.
+Status parse_qwen35_hf(const json& j, const std::string& where, ModelConfig* c) {
+  if (auto it = j.find("num_experts"); it != j.end() && it->is_number_integer() && it->get<int64_t>() > 0) {
+    return Status::error(where + ": Qwen3.5 mixture-of-experts models are not supported (num_experts = " + it->dump() + ")");
+  }
+  c->qk_norm = true;
+  c->attn_output_gate = true;
+  if (auto it = j.find("attn_output_gate"); it != j.end() && it->is_boolean()) c->attn_output_gate = it->get<bool>();
+  int64_t v = 0;
+  GB_RETURN_IF_ERROR(get_int(j, "linear_num_key_heads", 0, true, &v, where));
+  c->lin_k_heads = static_cast<int32_t>(v);
+  GB_RETURN_IF_ERROR(get_int(j, "linear_num_value_heads", 0, true, &v, where));
+  c->lin_v_heads = static_cast<int32_t>(v);
+  GB_RETURN_IF_ERROR(get_int(j, "linear_key_head_dim", 0, true, &v, where));
+  c->lin_k_dim = static_cast<int32_t>(v);
+  GB_RETURN_IF_ERROR(get_int(j, "linear_value_head_dim", 0, true, &v, where));
+  c->lin_v_dim = static_cast<int32_t>(v);
+  GB_RETURN_IF_ERROR(get_int(j, "linear_conv_kernel_dim", 4, false, &v, where));
+  c->lin_conv_kernel = static_cast<int32_t>(v);
+  auto lt = j.find("layer_types");
+  if (lt == j.end() || lt->is_null()) {
+    int64_t interval = 4;
+    GB_RETURN_IF_ERROR(get_int(j, "full_attention_interval", 4, false, &interval, where));
+    if (interval <= 0) return Status::error(where + ": 'full_attention_interval' must be positive");
+    for (int32_t il = 0; il < c->n_layers; ++il) {
+      c->layer_kinds[il] = (il + 1) % interval == 0 ? LayerKind::kAttention : LayerKind::kLinearAttention;
+    }
+    return Status::ok();
+  }
+  if (!lt->is_array() || static_cast<int64_t>(lt->size()) != c->n_layers) {
+    return Status::error(where + ": 'layer_types' must be a list of " + std::to_string(c->n_layers) +
+                         " entries (one per layer), found " + lt->dump().substr(0, 120));
+  }
+  for (int32_t il = 0; il < c->n_layers; ++il) {
+    const json& e = (*lt)[il];
+    const std::string s = e.is_string() ? e.get<std::string>() : e.dump();
+    if (s == "linear_attention") {
+      c->layer_kinds[il] = LayerKind::kLinearAttention;
+    } else if (s == "full_attention") {
+      c->layer_kinds[il] = LayerKind::kAttention;
+    } else {
+      return Status::error(where + ": layer_types[" + std::to_string(il) + "] = '" + s +
+                           "' is not supported (linear_attention, full_attention)");
+    }
+  }
+  return Status::ok();
+}
+
 }  // namespace
 
 std::vector<double> ModelConfig::rope_inv_freq() const {
@@ -94,6 +143,12 @@ std::vector<double> ModelConfig::rope_inv_freq() const {
     if (!rope_freq_divisors.empty()) inv[i] /= rope_freq_divisors[i];
   }
   return inv;
+}
+
+int32_t ModelConfig::n_layers_of(LayerKind k) const {
+  int32_t n = 0;
+  for (LayerKind l : layer_kinds) n += l == k;
+  return n;
 }
 
 Status ModelConfig::validate() const {
@@ -121,6 +176,17 @@ Status ModelConfig::validate() const {
   }
   if (!(rms_eps > 0.0f) || !(rope_theta > 0.0)) return Status::error(where + ": rms_norm_eps and rope_theta must be positive");
   if (static_cast<int32_t>(layer_kinds.size()) != n_layers) return Status::error(where + ": layer kinds do not match layers");
+  if (hybrid()) {
+    GB_RETURN_IF_ERROR(check_range(where, "linear attention key heads", lin_k_heads, 1, 4096));
+    GB_RETURN_IF_ERROR(check_range(where, "linear attention value heads", lin_v_heads, 1, 4096));
+    GB_RETURN_IF_ERROR(check_range(where, "linear attention key head dim", lin_k_dim, 1, 1024));
+    GB_RETURN_IF_ERROR(check_range(where, "linear attention value head dim", lin_v_dim, 1, 1024));
+    GB_RETURN_IF_ERROR(check_range(where, "linear attention conv kernel", lin_conv_kernel, 1, 64));
+    if (lin_v_heads % lin_k_heads != 0) {
+      return Status::error(where + ": " + std::to_string(lin_v_heads) + " linear attention value heads are not a multiple of " +
+                           std::to_string(lin_k_heads) + " key heads");
+    }
+  }
   for (int32_t id : eos_ids) GB_RETURN_IF_ERROR(check_range(where, "eos token id", id, 0, vocab - 1));
   if (bos_id >= vocab) return Status::error(where + ": bos token id " + std::to_string(bos_id) + " is outside the vocabulary");
   return Status::ok();
@@ -139,15 +205,34 @@ Result<ModelConfig> parse_hf_config(const json& j, const json* gen) {
     return Status::error(where + ": neither 'architectures' nor 'model_type' names the architecture");
   }
   const std::string& a = c.arch_name;
+  // The multimodal Qwen3.5 checkpoint: its language model's keys live in text_config (top-level
+  // keys such as tie_word_embeddings / eos_token_id fill the gaps); the vision tower is not loaded.
+  if (a == "Qwen3_5ForConditionalGeneration" || a == "qwen3_5") {
+    auto tc = j.find("text_config");
+    if (tc == j.end() || !tc->is_object()) {
+      return Status::error(where + ": " + a + " needs a 'text_config' object with the language model's settings");
+    }
+    json merged = *tc;
+    for (const auto& [k, v] : j.items()) {
+      if (k != "text_config" && k != "vision_config" && !merged.contains(k)) merged[k] = v;
+    }
+    merged["architectures"] = json::array({"Qwen3_5ForCausalLM"});
+    GB_ASSIGN_OR_RETURN(ModelConfig text, parse_hf_config(merged, gen));
+    text.arch_name = a;
+    return text;
+  }
   if (a == "LlamaForCausalLM" || a == "MistralForCausalLM" || a == "llama" || a == "mistral") {
     c.arch = Arch::kLlama;
   } else if (a == "Qwen2ForCausalLM" || a == "qwen2") {
     c.arch = Arch::kQwen2;
   } else if (a == "Qwen3ForCausalLM" || a == "qwen3") {
     c.arch = Arch::kQwen3;
+  } else if (a == "Qwen3_5ForCausalLM" || a == "qwen3_5_text") {
+    c.arch = Arch::kQwen35;
   } else {
     return Status::error(where + ": unsupported architecture '" + a +
-                         "' (supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM)");
+                         "' (supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
+                         "Qwen3_5ForCausalLM, Qwen3_5ForConditionalGeneration)");
   }
 
   int64_t v = 0;
@@ -194,7 +279,12 @@ Result<ModelConfig> parse_hf_config(const json& j, const json* gen) {
   c.rope_dims = c.head_dim;
   if (auto it = j.find("partial_rotary_factor"); it != j.end() && it->is_number()) {
     c.rope_dims = static_cast<int32_t>(c.head_dim * it->get<double>());
+  } else if (auto pr = rope_params.is_object() ? rope_params.find("partial_rotary_factor") : rope_params.end();
+             rope_params.is_object() && pr != rope_params.end() && pr->is_number()) {
+    c.rope_dims = static_cast<int32_t>(c.head_dim * pr->get<double>());
   }
+  // Qwen3.5's rope_parameters carry M-RoPE sections for image positions; with text-only
+  // positions (all three equal) M-RoPE is plain RoPE, so the sections are not needed.
   c.rope_style = ops::RopeStyle::kNeox;
   if (rope != nullptr) {
     std::string type = "default";
@@ -258,6 +348,7 @@ Result<ModelConfig> parse_hf_config(const json& j, const json* gen) {
   if (bos.empty()) GB_RETURN_IF_ERROR(get_ids(j, "bos_token_id", &bos, where));
   c.bos_id = bos.empty() ? -1 : bos[0];
   c.layer_kinds.assign(c.n_layers > 0 ? c.n_layers : 0, LayerKind::kAttention);
+  if (c.arch == Arch::kQwen35) GB_RETURN_IF_ERROR(parse_qwen35_hf(j, where, &c));
   GB_RETURN_IF_ERROR(c.validate().with_context(where));
   return c;
 }
@@ -281,8 +372,11 @@ Result<ModelConfig> parse_gguf_config(const std::map<std::string, json>& md, int
   } else if (a == "qwen3") {
     c.arch = Arch::kQwen3;
     c.rope_style = ops::RopeStyle::kNeox;
+  } else if (a == "qwen35") {
+    c.arch = Arch::kQwen35;
+    c.rope_style = ops::RopeStyle::kNeox;
   } else {
-    return Status::error(where + ": unsupported architecture '" + a + "' (supported: llama, qwen2, qwen3)");
+    return Status::error(where + ": unsupported architecture '" + a + "' (supported: llama, qwen2, qwen3, qwen35)");
   }
   auto get = [&](const std::string& key, int64_t fallback, bool required, int64_t* out) -> Status {
     auto it = md.find(a + "." + key);
@@ -351,7 +445,7 @@ Result<ModelConfig> parse_gguf_config(const std::map<std::string, json>& md, int
   if (rope_freqs != nullptr) c.rope_freq_divisors = *rope_freqs;
 
   c.qkv_bias = false;  // decided by the loader from the tensors present (Qwen2 always has them)
-  c.qk_norm = c.arch == Arch::kQwen3;
+  c.qk_norm = c.arch == Arch::kQwen3 || c.arch == Arch::kQwen35;
   auto id = [&](const char* key, std::vector<int32_t>* out) -> Status {
     auto it = md.find(key);
     if (it == md.end()) return Status::ok();
@@ -371,6 +465,33 @@ Result<ModelConfig> parse_gguf_config(const std::map<std::string, json>& md, int
   GB_RETURN_IF_ERROR(id("tokenizer.ggml.bos_token_id", &bos));
   c.bos_id = bos.empty() ? -1 : bos[0];
   c.layer_kinds.assign(c.n_layers > 0 ? c.n_layers : 0, LayerKind::kAttention);
+  if (c.arch == Arch::kQwen35) {
+    // llama.cpp's qwen35 keys: ssm.state_size is the key head dim (and, in llama.cpp, the value
+    // head dim), ssm.group_count the key heads, ssm.time_step_rank the value heads,
+    // ssm.inner_size = value heads · value head dim. Layer il is full attention iff
+    // (il + 1) % full_attention_interval == 0.
+    c.attn_output_gate = true;
+    c.lin_v_tiled = true;
+    int64_t state = 0, groups = 0, rank = 0, inner = 0, kernel = 0, interval = 0;
+    GB_RETURN_IF_ERROR(get("ssm.state_size", 0, true, &state));
+    GB_RETURN_IF_ERROR(get("ssm.group_count", 0, true, &groups));
+    GB_RETURN_IF_ERROR(get("ssm.time_step_rank", 0, true, &rank));
+    GB_RETURN_IF_ERROR(get("ssm.inner_size", 0, true, &inner));
+    GB_RETURN_IF_ERROR(get("ssm.conv_kernel", 4, false, &kernel));
+    GB_RETURN_IF_ERROR(get("full_attention_interval", 4, false, &interval));
+    if (rank <= 0 || inner % rank != 0 || interval <= 0) {
+      return Status::error(where + ": qwen35.ssm.inner_size " + std::to_string(inner) + " is not a multiple of ssm.time_step_rank " +
+                           std::to_string(rank) + ", or full_attention_interval " + std::to_string(interval) + " is not positive");
+    }
+    c.lin_k_dim = static_cast<int32_t>(state);
+    c.lin_k_heads = static_cast<int32_t>(groups);
+    c.lin_v_heads = static_cast<int32_t>(rank);
+    c.lin_v_dim = static_cast<int32_t>(inner / rank);
+    c.lin_conv_kernel = static_cast<int32_t>(kernel);
+    for (int32_t il = 0; il < c.n_layers; ++il) {
+      c.layer_kinds[il] = (il + 1) % interval == 0 ? LayerKind::kAttention : LayerKind::kLinearAttention;
+    }
+  }
   GB_RETURN_IF_ERROR(c.validate().with_context(where));
   return c;
 }

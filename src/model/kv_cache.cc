@@ -26,15 +26,40 @@ void BlockAllocator::release(int32_t block) {
   if (ref_count_[block] > 0 && --ref_count_[block] == 0) free_.push_back(block);
 }
 
-KvCache::KvCache(int32_t n_blocks, int32_t block_size, int64_t n_kv_heads, int64_t head_dim)
-    : n_blocks_(n_blocks), block_size_(block_size), n_kv_heads_(n_kv_heads), head_dim_(head_dim), allocator_(n_blocks) {}
+KvCache::KvCache(int32_t n_blocks, int32_t block_size, int64_t n_kv_heads, int64_t head_dim, int32_t n_state_slots)
+    : n_blocks_(n_blocks),
+      block_size_(block_size),
+      n_kv_heads_(n_kv_heads),
+      head_dim_(head_dim),
+      allocator_(n_blocks),
+      n_state_slots_(n_state_slots),
+      state_len_(n_state_slots, 0),
+      state_allocator_(n_state_slots) {}
 
-Result<std::unique_ptr<KvCache>> KvCache::create(const ModelConfig& config, int32_t n_blocks, int32_t block_size) {
+Result<std::unique_ptr<KvCache>> KvCache::create(const ModelConfig& config, int32_t n_blocks, int32_t block_size,
+                                                 int32_t n_state_slots) {
   if (n_blocks <= 0 || block_size <= 0) {
     return Status::error("KV cache: need a positive number of blocks and block size (got " + std::to_string(n_blocks) +
                          " blocks of " + std::to_string(block_size) + ")");
   }
-  std::unique_ptr<KvCache> c(new KvCache(n_blocks, block_size, config.n_kv_heads, config.head_dim));
+  const int32_t n_lin = config.n_layers_of(LayerKind::kLinearAttention);
+  if (n_lin > 0 && n_state_slots <= 0) {
+    return Status::error("KV cache: a hybrid model needs at least one recurrent state slot (got " +
+                         std::to_string(n_state_slots) + ")");
+  }
+  std::unique_ptr<KvCache> c(new KvCache(n_blocks, block_size, config.n_kv_heads, config.head_dim, n_lin > 0 ? n_state_slots : 0));
+  if (n_lin > 0) {
+    int32_t i = 0;
+    for (LayerKind k : config.layer_kinds) c->lin_index_.push_back(k == LayerKind::kLinearAttention ? i++ : -1);
+    c->conv_floats_ = config.lin_conv_state_floats();
+    c->slot_floats_ = c->conv_floats_ + config.lin_delta_state_floats();
+    c->state_floats_ = static_cast<size_t>(c->slot_floats_) * n_lin * n_state_slots;
+    c->state_.reset(new (std::nothrow) float[c->state_floats_]());
+    if (c->state_ == nullptr) {
+      return Status::error("KV cache: cannot allocate " + std::to_string(c->state_floats_ * sizeof(float) >> 20) +
+                           " MiB of recurrent state for " + std::to_string(n_state_slots) + " sequences");
+    }
+  }
   int32_t n_attn = 0;
   for (LayerKind k : config.layer_kinds) c->attn_index_.push_back(k == LayerKind::kAttention ? n_attn++ : -1);
   c->layer_floats_ = int64_t{n_blocks} * block_size * config.n_kv_heads * config.head_dim;
@@ -50,6 +75,15 @@ Result<std::unique_ptr<KvCache>> KvCache::create(const ModelConfig& config, int3
 }
 
 void KvCache::prefault() { std::fill_n(data_.get(), n_floats_, 0.0f); }
+
+void KvCache::reset_state(int32_t slot) {
+  for (int32_t il = 0; il < static_cast<int32_t>(lin_index_.size()); ++il) {
+    if (lin_index_[il] < 0) continue;
+    float* s = state_at(il, slot);
+    std::fill(s, s + slot_floats_, 0.0f);
+  }
+  state_len_[slot] = 0;
+}
 
 ops::PagedKv KvCache::layer(int32_t il) const {
   const int64_t a = attn_index_[il];

@@ -1,5 +1,7 @@
 // The paged KV cache: fixed-size blocks of token slots for every attention layer, preallocated,
-// and the allocator that hands blocks to sequences.
+// and the allocator that hands blocks to sequences. Hybrid models (Qwen3.5) also keep here, per
+// linear-attention layer, a fixed-size recurrent state (conv window + delta state) for each of
+// n_state_slots sequence slots: a sequence holds one slot for its lifetime, whatever its length.
 #pragma once
 
 #include <cstdint>
@@ -36,8 +38,10 @@ class BlockAllocator {
 class KvCache {
  public:
   // n_blocks blocks of block_size token slots for every attention layer of the model: f32,
-  // n_attention_layers · 2 · n_blocks · n_kv_heads · block_size · head_dim floats.
-  static Result<std::unique_ptr<KvCache>> create(const ModelConfig& config, int32_t n_blocks, int32_t block_size = 16);
+  // n_attention_layers · 2 · n_blocks · n_kv_heads · block_size · head_dim floats; for hybrid
+  // models also n_state_slots recurrent states (ignored, and nothing allocated, otherwise).
+  static Result<std::unique_ptr<KvCache>> create(const ModelConfig& config, int32_t n_blocks, int32_t block_size = 16,
+                                                 int32_t n_state_slots = 8);
 
   // Zero-fills the cache, faulting in every page: a server reserves its memory at start (an
   // out-of-memory there, not under load later) and no step pays first-touch page faults.
@@ -46,14 +50,31 @@ class KvCache {
   // The K/V arrays of layer il (an attention layer).
   ops::PagedKv layer(int32_t il) const;
 
+  // Recurrent state of sequence slot `slot` in linear-attention layer il:
+  // conv window [conv_kernel - 1, conv_dim] f32 and delta state [nv, dk, dv] f32.
+  float* conv_state(int32_t il, int32_t slot) const { return state_at(il, slot); }
+  float* delta_state(int32_t il, int32_t slot) const { return state_at(il, slot) + conv_floats_; }
+  // Zeroes the slot's state in every layer (a sequence starting at position 0).
+  void reset_state(int32_t slot);
+  // Tokens the slot's state has consumed (the next position it accepts, besides 0 = restart).
+  int32_t state_len(int32_t slot) const { return state_len_[slot]; }
+  void set_state_len(int32_t slot, int32_t n) { state_len_[slot] = n; }
+  int32_t n_state_slots() const { return n_state_slots_; }
+  // Hands out state slots to sequences (Session). The engine's scheduler assigns slots itself.
+  BlockAllocator& state_allocator() { return state_allocator_; }
+  size_t state_bytes() const { return state_floats_ * sizeof(float); }
+
   int32_t n_blocks() const { return n_blocks_; }
   int32_t block_size() const { return block_size_; }
   int64_t n_slots() const { return int64_t{n_blocks_} * block_size_; }
-  size_t bytes() const { return n_floats_ * sizeof(float); }
+  size_t bytes() const { return (n_floats_ + state_floats_) * sizeof(float); }
   BlockAllocator& allocator() { return allocator_; }
 
  private:
-  KvCache(int32_t n_blocks, int32_t block_size, int64_t n_kv_heads, int64_t head_dim);
+  KvCache(int32_t n_blocks, int32_t block_size, int64_t n_kv_heads, int64_t head_dim, int32_t n_state_slots);
+  float* state_at(int32_t il, int32_t slot) const {
+    return state_.get() + (int64_t{lin_index_[il]} * n_state_slots_ + slot) * slot_floats_;
+  }
   int32_t n_blocks_;
   int32_t block_size_;
   int64_t n_kv_heads_;
@@ -63,6 +84,14 @@ class KvCache {
   size_t n_floats_ = 0;
   std::unique_ptr<float[]> data_;    // [n_attention_layers, 2 (K, V), n_blocks, n_kv_heads, block_size, head_dim] f32
   BlockAllocator allocator_;
+  int32_t n_state_slots_ = 0;
+  std::vector<int32_t> lin_index_;   // [n_layers] index among linear-attention layers, -1 for other kinds
+  int64_t conv_floats_ = 0;          // per slot and layer: conv window
+  int64_t slot_floats_ = 0;          // per slot and layer: conv window + delta state
+  size_t state_floats_ = 0;
+  std::unique_ptr<float[]> state_;   // [n_linear_layers, n_state_slots, slot_floats] f32
+  std::vector<int32_t> state_len_;   // [n_state_slots]
+  BlockAllocator state_allocator_;
 };
 
 }  // namespace gb

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "model/arch.h"
+#include "model/parallel.h"
 #include "ops/activation.h"
 #include "ops/attention.h"
 #include "ops/matmul.h"
@@ -10,25 +11,6 @@
 #include "ops/rope.h"
 
 namespace gb {
-
-namespace {
-
-// Runs fn(begin, end) over [0, n) split across the pool when there is enough work to pay for the
-// fork/join (a decode step is ~10 regions per layer), inline otherwise.
-template <class F>
-void parallel_for(ThreadPool& pool, int64_t n, int64_t work, F&& fn) {
-  if (pool.size() == 1 || work < (1 << 15)) {
-    fn(int64_t{0}, n, 0);
-    return;
-  }
-  auto body = [&](int ti) {
-    const Range r = split_range(n, ti, pool.size());
-    if (r.begin < r.end) fn(r.begin, r.end, ti);
-  };
-  pool.run(body);
-}
-
-}  // namespace
 
 void forward_llama(const ModelConfig& c, const ModelWeights& w, Activations& a, ThreadPool& pool, const Batch& batch,
                    KvCache& cache, const Hooks* hooks, float* logits) {

@@ -1,5 +1,6 @@
 // load_model: Hugging Face directories and GGUF files → ModelConfig + ModelWeights, with every
 // tensor's presence, shape and dtype checked before the model can run.
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -75,6 +76,10 @@ class Binder {
   // 1-D tensors (norm weights, biases) become f32 copies: tiny, and the loop then never converts.
   Result<const float*> vector(const std::string& name, int64_t n) {
     GB_ASSIGN_OR_RETURN(const TensorView* t, get(name, {n}));
+    return vector_any_shape(name, t, n);
+  }
+
+  Result<const float*> vector_any_shape(const std::string& name, const TensorView* t, int64_t n) {
     std::vector<float> v(n);
     for (int64_t i = 0; i < n; ++i) {
       switch (t->dtype) {
@@ -93,6 +98,24 @@ class Binder {
     }
     store_->push_back(std::move(v));
     return store_->back().data();
+  }
+
+  // A small tensor of any of `shapes` (e.g. HF's conv1d [C, 1, K] or GGUF's squeezed [C, K]) as
+  // an f32 copy of numel values that the caller may transform in place.
+  Result<float*> copy_f32(const std::string& name, const std::vector<std::vector<int64_t>>& shapes, int64_t numel) {
+    const TensorView* t = ts_.find(name);
+    if (t == nullptr) return Status::error(ts_.where + ": tensor '" + name + "' is missing");
+    bool ok = false;
+    std::string expected;
+    for (const auto& s : shapes) {
+      ok = ok || t->shape == s;
+      expected += (expected.empty() ? "" : " or ") + shape_str(s);
+    }
+    if (!ok) {
+      return Status::error(ts_.where + ": tensor '" + name + "' has shape " + shape_str(t->shape) + ", expected " + expected);
+    }
+    GB_ASSIGN_OR_RETURN(const float* v, vector_any_shape(name, t, numel));
+    return const_cast<float*>(v);
   }
 
   Result<const float*> optional_vector(const std::string& name, int64_t n, bool wanted) {
@@ -135,6 +158,80 @@ Status bind_weights(const ModelConfig& c, const TensorSet& ts, bool gguf, ModelW
     GB_ASSIGN_OR_RETURN(L.w_gate, b.matrix(n.layer(l, "mlp.gate_proj.weight", "ffn_gate.weight"), c.n_ff, c.n_embd));
     GB_ASSIGN_OR_RETURN(L.w_up, b.matrix(n.layer(l, "mlp.up_proj.weight", "ffn_up.weight"), c.n_ff, c.n_embd));
     GB_ASSIGN_OR_RETURN(L.w_down, b.matrix(n.layer(l, "mlp.down_proj.weight", "ffn_down.weight"), c.n_embd, c.n_ff));
+  }
+  return Status::ok();
+}
+
+// Qwen3.5 (text part): Gated DeltaNet layers and gated full-attention layers as layer_kinds says.
+// Hugging Face norms compute x̂·(1 + w) and are stored as w: 1 is added here, so the loop runs one
+// RMSNorm for both formats (GGUF stores 1 + w already); the delta net's own norm is x̂·w in both.
+// A_log becomes −exp(A_log) as in GGUF's ssm_a. The vision tower and MTP layers are not loaded.
+Status bind_qwen35_weights(const ModelConfig& c, const TensorSet& ts, bool gguf, ModelWeights* w,
+                           std::vector<std::vector<float>>* store) {
+  Binder b(ts, store);
+  const std::string hp = ts.find("model.language_model.embed_tokens.weight") != nullptr ? "model.language_model." : "model.";
+  auto top = [&](const char* hf, const char* gg) { return gguf ? std::string(gg) : hp + hf; };
+  auto lname = [&](int l, const char* hf, const char* gg) {
+    return gguf ? "blk." + std::to_string(l) + "." + gg : hp + "layers." + std::to_string(l) + "." + hf;
+  };
+  auto norm = [&](const std::string& name, int64_t n) -> Result<const float*> {
+    GB_ASSIGN_OR_RETURN(float* v, b.copy_f32(name, {{n}}, n));
+    if (!gguf) {
+      for (int64_t i = 0; i < n; ++i) v[i] += 1.0f;
+    }
+    return static_cast<const float*>(v);
+  };
+  GB_ASSIGN_OR_RETURN(w->token_embd, b.matrix(top("embed_tokens.weight", "token_embd.weight"), c.vocab, c.n_embd));
+  GB_ASSIGN_OR_RETURN(w->output_norm, norm(top("norm.weight", "output_norm.weight"), c.n_embd));
+  if (c.tied_embeddings) {
+    w->output = w->token_embd;
+  } else {
+    GB_ASSIGN_OR_RETURN(w->output, b.matrix(gguf ? "output.weight" : "lm_head.weight", c.vocab, c.n_embd));
+  }
+  const int64_t qd = c.q_dim(), kvd = c.kv_dim(), hd = c.head_dim;
+  const int64_t conv = c.lin_conv_dim(), vd = c.lin_value_dim(), nv = c.lin_v_heads, K = c.lin_conv_kernel;
+  w->layers.resize(c.n_layers);
+  for (int l = 0; l < c.n_layers; ++l) {
+    LayerWeights& L = w->layers[l];
+    GB_ASSIGN_OR_RETURN(L.attn_norm, norm(lname(l, "input_layernorm.weight", "attn_norm.weight"), c.n_embd));
+    GB_ASSIGN_OR_RETURN(L.ffn_norm, norm(lname(l, "post_attention_layernorm.weight", "post_attention_norm.weight"), c.n_embd));
+    GB_ASSIGN_OR_RETURN(L.w_gate, b.matrix(lname(l, "mlp.gate_proj.weight", "ffn_gate.weight"), c.n_ff, c.n_embd));
+    GB_ASSIGN_OR_RETURN(L.w_up, b.matrix(lname(l, "mlp.up_proj.weight", "ffn_up.weight"), c.n_ff, c.n_embd));
+    GB_ASSIGN_OR_RETURN(L.w_down, b.matrix(lname(l, "mlp.down_proj.weight", "ffn_down.weight"), c.n_embd, c.n_ff));
+    if (c.layer_kinds[l] == LayerKind::kAttention) {
+      const int64_t q_rows = c.attn_output_gate ? 2 * qd : qd;
+      GB_ASSIGN_OR_RETURN(L.wq, b.matrix(lname(l, "self_attn.q_proj.weight", "attn_q.weight"), q_rows, c.n_embd));
+      GB_ASSIGN_OR_RETURN(L.wk, b.matrix(lname(l, "self_attn.k_proj.weight", "attn_k.weight"), kvd, c.n_embd));
+      GB_ASSIGN_OR_RETURN(L.wv, b.matrix(lname(l, "self_attn.v_proj.weight", "attn_v.weight"), kvd, c.n_embd));
+      GB_ASSIGN_OR_RETURN(L.wo, b.matrix(lname(l, "self_attn.o_proj.weight", "attn_output.weight"), c.n_embd, qd));
+      GB_ASSIGN_OR_RETURN(L.q_norm, norm(lname(l, "self_attn.q_norm.weight", "attn_q_norm.weight"), hd));
+      GB_ASSIGN_OR_RETURN(L.k_norm, norm(lname(l, "self_attn.k_norm.weight", "attn_k_norm.weight"), hd));
+      continue;
+    }
+    GB_ASSIGN_OR_RETURN(L.lin_qkv, b.matrix(lname(l, "linear_attn.in_proj_qkv.weight", "attn_qkv.weight"), conv, c.n_embd));
+    GB_ASSIGN_OR_RETURN(L.lin_z, b.matrix(lname(l, "linear_attn.in_proj_z.weight", "attn_gate.weight"), vd, c.n_embd));
+    GB_ASSIGN_OR_RETURN(L.lin_b, b.matrix(lname(l, "linear_attn.in_proj_b.weight", "ssm_beta.weight"), nv, c.n_embd));
+    GB_ASSIGN_OR_RETURN(L.lin_a, b.matrix(lname(l, "linear_attn.in_proj_a.weight", "ssm_alpha.weight"), nv, c.n_embd));
+    GB_ASSIGN_OR_RETURN(L.lin_out, b.matrix(lname(l, "linear_attn.out_proj.weight", "ssm_out.weight"), c.n_embd, vd));
+    GB_ASSIGN_OR_RETURN(float* cw, b.copy_f32(lname(l, "linear_attn.conv1d.weight", "ssm_conv1d.weight"),
+                                              {{conv, 1, K}, {conv, K}}, conv * K));
+    L.lin_conv = cw;
+    GB_ASSIGN_OR_RETURN(L.lin_dt_bias, b.vector(lname(l, "linear_attn.dt_bias", "ssm_dt.bias"), nv));
+    GB_ASSIGN_OR_RETURN(float* a, b.copy_f32(lname(l, "linear_attn.A_log", "ssm_a"), {{nv}}, nv));
+    if (!gguf) {
+      for (int64_t h = 0; h < nv; ++h) a[h] = -std::exp(a[h]);
+    }
+    L.lin_a_neg = a;
+    GB_ASSIGN_OR_RETURN(L.lin_norm, b.vector(lname(l, "linear_attn.norm.weight", "ssm_norm.weight"), c.lin_v_dim));
+  }
+  int64_t n_visual = 0, n_mtp = 0;
+  for (const auto& [name, t] : ts.tensors) {
+    n_visual += name.starts_with("model.visual.") || name.starts_with("visual.") || name.starts_with("v.");
+    n_mtp += name.starts_with("mtp.") || name.find(".mtp.") != std::string::npos;
+  }
+  if (n_visual + n_mtp > 0) {
+    std::fprintf(stderr, "glassbox: %s: text model only; skipping %lld vision tower and %lld MTP tensors\n",
+                 ts.where.c_str(), static_cast<long long>(n_visual), static_cast<long long>(n_mtp));
   }
   return Status::ok();
 }
@@ -275,7 +372,10 @@ Status convert_matrices_to_q8(const ModelConfig& c, ModelWeights* w, std::vector
     GB_RETURN_IF_ERROR(convert(&w->output));
   }
   for (LayerWeights& L : w->layers) {
-    for (ops::Weight* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) GB_RETURN_IF_ERROR(convert(m));
+    for (ops::Weight* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down, &L.lin_qkv, &L.lin_z, &L.lin_b,
+                           &L.lin_a, &L.lin_out}) {
+      if (m->data != nullptr) GB_RETURN_IF_ERROR(convert(m));
+    }
   }
   return Status::ok();
 }
@@ -308,7 +408,11 @@ Result<std::unique_ptr<Model>> load_model(const std::string& path, const LoadOpt
   }
   ModelWeights weights;
   std::vector<std::vector<float>> store;
-  GB_RETURN_IF_ERROR(bind_weights(loaded.config, loaded.tensors, loaded.gguf, &weights, &store));
+  if (loaded.config.arch == Arch::kQwen35) {
+    GB_RETURN_IF_ERROR(bind_qwen35_weights(loaded.config, loaded.tensors, loaded.gguf, &weights, &store));
+  } else {
+    GB_RETURN_IF_ERROR(bind_weights(loaded.config, loaded.tensors, loaded.gguf, &weights, &store));
+  }
   std::vector<ops::OwnedWeight> converted;
   if (options.convert_to_q8) GB_RETURN_IF_ERROR(convert_matrices_to_q8(loaded.config, &weights, &converted));
   std::unique_ptr<Model> m(new Model(std::move(loaded.config), options));

@@ -8,11 +8,57 @@ namespace gb {
 
 std::string Model::describe() const {
   const ModelConfig& c = config_;
-  return c.arch_name + " (" + format_ + ", " + std::string(dtype_name(weights_.layers.empty() ? DType::kF32 : weights_.layers[0].wq.dtype)) +
+  // The dtype of the first layer's q_proj, or of its MLP when it has none (a hybrid model's linear layer).
+  const DType dt = weights_.layers.empty()                     ? DType::kF32
+                   : weights_.layers[0].wq.data != nullptr ? weights_.layers[0].wq.dtype
+                                                           : weights_.layers[0].w_up.dtype;
+  return c.arch_name + " (" + format_ + ", " + std::string(dtype_name(dt)) +
          "): " + std::to_string(c.n_layers) + " layers, hidden " + std::to_string(c.n_embd) + ", " +
          std::to_string(c.n_heads) + "/" + std::to_string(c.n_kv_heads) + " heads x " + std::to_string(c.head_dim) +
          ", ffn " + std::to_string(c.n_ff) + ", vocab " + std::to_string(c.vocab) +
-         (c.tied_embeddings ? ", tied embeddings" : "");
+         (c.tied_embeddings ? ", tied embeddings" : "") +
+         (c.hybrid() ? ", " + std::to_string(c.n_layers_of(LayerKind::kLinearAttention)) + " Gated DeltaNet layers (" +
+                           std::to_string(c.lin_k_heads) + "/" + std::to_string(c.lin_v_heads) + " heads x " +
+                           std::to_string(c.lin_k_dim) + ")"
+                     : "");
+}
+
+Status Model::prepare_recurrent(const Batch& b, const KvCache& cache) {
+  auto bad = [](const std::string& m) { return Status::error("invalid batch: " + m); };
+  const size_t n_seqs = b.seqs.size();
+  if (static_cast<int64_t>(n_seqs) > acts_.max_tokens) return bad("more sequences than max_batch_tokens");
+  for (size_t s = 0; s < n_seqs; ++s) {
+    const int32_t slot = b.seqs[s].state_slot;
+    if (slot < 0 || slot >= cache.n_state_slots()) {
+      return bad("sequence " + std::to_string(s) + " has recurrent state slot " + std::to_string(slot) +
+                 "; this hybrid model needs one in [0, " + std::to_string(cache.n_state_slots()) + ")");
+    }
+    for (size_t r = 0; r < s; ++r) {
+      if (b.seqs[r].state_slot == slot) return bad("sequences " + std::to_string(r) + " and " + std::to_string(s) + " share state slot " + std::to_string(slot));
+    }
+    acts_.seq_count[s] = 0;
+  }
+  // The recurrence runs over each sequence's tokens in order: they must be contiguous rows with
+  // consecutive positions (Batch::add_sequence builds them so).
+  for (int64_t t = 0; t < b.n_tokens(); ++t) {
+    const int32_t s = b.seq_index[t];
+    if (acts_.seq_count[s] == 0) {
+      acts_.seq_first[s] = static_cast<int32_t>(t);
+    } else if (acts_.seq_first[s] + acts_.seq_count[s] != t || b.positions[t] != b.positions[t - 1] + 1) {
+      return bad("token " + std::to_string(t) + ": a hybrid model needs each sequence's tokens contiguous in the batch with consecutive positions");
+    }
+    ++acts_.seq_count[s];
+  }
+  for (size_t s = 0; s < n_seqs; ++s) {
+    if (acts_.seq_count[s] == 0) continue;
+    const int32_t start = b.positions[acts_.seq_first[s]];
+    const int32_t have = cache.state_len(b.seqs[s].state_slot);
+    if (start != 0 && start != have) {
+      return bad("sequence " + std::to_string(s) + " starts at position " + std::to_string(start) +
+                 " but its recurrent state holds " + std::to_string(have) + " tokens (a hybrid model's state cannot skip or rewind; restart at 0)");
+    }
+  }
+  return Status::ok();
 }
 
 Status Model::validate_batch(const Batch& b, const KvCache& cache) const {
@@ -87,6 +133,7 @@ Status Model::forward(const Batch& batch, KvCache& cache, const Hooks* hooks, fl
     }
   }
   if (batch.n_out() > 0 && logits == nullptr) return Status::error("forward: output rows requested but no logits buffer");
+  if (config_.hybrid()) GB_RETURN_IF_ERROR(prepare_recurrent(batch, cache));
   // Attention scratch grows with the cache's block size, once, outside the layer loop.
   const size_t need = static_cast<size_t>(pool_->size()) * cache.block_size();
   if (acts_.scores.size() < need) acts_.scores.resize(need);
@@ -95,6 +142,9 @@ Status Model::forward(const Batch& batch, KvCache& cache, const Hooks* hooks, fl
     case Arch::kQwen2:
     case Arch::kQwen3:
       forward_llama(config_, weights_, acts_, *pool_, batch, cache, hooks, logits);
+      return Status::ok();
+    case Arch::kQwen35:
+      forward_qwen35(config_, weights_, acts_, *pool_, batch, cache, hooks, logits);
       return Status::ok();
   }
   return Status::error("forward: unknown architecture");

@@ -49,6 +49,8 @@ class Model {
   Status validate_batch(const Batch& batch, const KvCache& cache) const;
 
  private:
+  // Hybrid models: checks state slots and per-sequence contiguity, and fills acts_.seq_first/count.
+  Status prepare_recurrent(const Batch& batch, const KvCache& cache);
   friend Result<std::unique_ptr<Model>> load_model(const std::string& path, const LoadOptions& options);
   Model(ModelConfig config, const LoadOptions& options);
 

@@ -12,6 +12,8 @@ Session::~Session() { reset(); }
 void Session::reset() {
   for (int32_t b : blocks_) cache_.allocator().release(b);
   blocks_.clear();
+  if (state_slot_ >= 0) cache_.state_allocator().release(state_slot_);
+  state_slot_ = -1;
   n_past_ = 0;
   logits_.clear();
 }
@@ -28,6 +30,13 @@ Status Session::feed(std::span<const int32_t> ids, const Hooks* hooks, bool all_
   if (total > model_.config().max_pos) {
     return Status::error("Session::feed: " + std::to_string(total) + " tokens exceed the model's context of " +
                          std::to_string(model_.config().max_pos));
+  }
+  if (model_.config().hybrid() && state_slot_ < 0) {
+    state_slot_ = cache_.state_allocator().allocate();
+    if (state_slot_ < 0) {
+      return Status::error("Session::feed: all " + std::to_string(cache_.n_state_slots()) +
+                           " recurrent state slots of the cache are in use");
+    }
   }
   const int32_t bs = cache_.block_size();
   const size_t old_blocks = blocks_.size();
@@ -48,7 +57,7 @@ Status Session::feed(std::span<const int32_t> ids, const Hooks* hooks, bool all_
     const size_t len = std::min(chunk, ids.size() - start);
     const bool last = start + len == ids.size();
     batch_.clear();
-    batch_.add_sequence(ids.subspan(start, len), n_past_, blocks_, bs, all_logits);
+    batch_.add_sequence(ids.subspan(start, len), n_past_, blocks_, bs, all_logits, state_slot_);
     if (!all_logits && !last) batch_.output_rows.clear();
     float* out = logits_.data() + (all_logits ? start * vocab : 0);
     GB_RETURN_IF_ERROR(model_.forward(batch_, cache_, hooks, out));

@@ -1,4 +1,4 @@
-// Session: one sequence on a model — its KV blocks, prefill (chunked to the model's batch size)
+// Session: one sequence on a model — its KV blocks (and recurrent-state slot for hybrid models), prefill (chunked to the model's batch size)
 // and decode one token at a time. For the CLI and tests; the server batches sequences itself.
 #pragma once
 
@@ -36,6 +36,7 @@ class Session {
   Model& model_;
   KvCache& cache_;
   std::vector<int32_t> blocks_;  // physical KV blocks in position order
+  int32_t state_slot_ = -1;      // hybrid models: the recurrent-state slot held from the first feed to reset()
   int32_t n_past_ = 0;
   Batch batch_;
   std::vector<float> logits_;  // [n_rows, vocab] f32

@@ -38,7 +38,8 @@ class NullObserver : public Observer {
 
 TEST(Allocation, WarmForwardStepsDoNotAllocate) {
   for (int threads : {1, 2}) {
-    for (const char* rel : {"models/stories260K", "testdata/reference/qwen2-bias/gguf/model-q4_0.gguf"}) {
+    for (const char* rel : {"models/stories260K", "testdata/reference/qwen2-bias/gguf/model-q4_0.gguf",
+                            "testdata/reference/qwen35-hybrid/gguf/model-q8_0.gguf"}) {
       SCOPED_TRACE(std::string(rel) + " threads " + std::to_string(threads));
       auto m = load_model(test::shared_path(rel), {.max_batch_tokens = 32, .n_threads = threads});
       ASSERT_TRUE(m.is_ok()) << m.message();
@@ -55,7 +56,7 @@ TEST(Allocation, WarmForwardStepsDoNotAllocate) {
       std::vector<int32_t> prompt(20, 5);
       auto step = [&](int pos, int n, const Hooks* h) {
         batch.clear();
-        batch.add_sequence(std::span(prompt).first(n), pos, table, 16, true);
+        batch.add_sequence(std::span(prompt).first(n), pos, table, 16, true, /*state_slot=*/0);  // hybrid: recurrent state
         return (*m)->forward(batch, **cache, h, logits.data());
       };
       // The glass box: interventions, observation (stats, top-k, massive detection, a capture)

@@ -57,7 +57,8 @@ TEST_P(DumpCli, WritesTheReferenceHookStates) {
 
 INSTANTIATE_TEST_SUITE_P(Reference, DumpCli,
                          ::testing::Values(std::make_pair("llama-gqa", "hf"),
-                                           std::make_pair("qwen3-qknorm", "gguf/model-f32.gguf")));
+                                           std::make_pair("qwen3-qknorm", "gguf/model-f32.gguf"),
+                                           std::make_pair("qwen35-hybrid", "gguf/model-f32.gguf")));
 
 TEST(DumpCliArgs, SelectsPointsAndLayersAndRejectsBadInput) {
   const std::string model = test::shared_path("models/stories260K");

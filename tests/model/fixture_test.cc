@@ -44,7 +44,8 @@ std::vector<SeqResult> run_batched(Model& model, const std::vector<std::vector<i
   }
   std::vector<SeqResult> out(seqs.size());
   Batch batch;
-  for (size_t s = 0; s < seqs.size(); ++s) batch.add_sequence(seqs[s], 0, tables[s], bs, true);
+  // State slot s per sequence (used by hybrid models only).
+  for (size_t s = 0; s < seqs.size(); ++s) batch.add_sequence(seqs[s], 0, tables[s], bs, true, static_cast<int32_t>(s));
   std::vector<float> logits(batch.n_out() * c.vocab);
   Status st = model.forward(batch, **cache, &hooks, logits.data());
   EXPECT_TRUE(st.is_ok()) << st.message();
@@ -58,7 +59,7 @@ std::vector<SeqResult> run_batched(Model& model, const std::vector<std::vector<i
     batch.clear();
     for (size_t s = 0; s < seqs.size(); ++s) {
       const int32_t tok[] = {forced[s][k]};
-      batch.add_sequence(tok, static_cast<int32_t>(seqs[s].size()) + k, tables[s], bs, true);
+      batch.add_sequence(tok, static_cast<int32_t>(seqs[s].size()) + k, tables[s], bs, true, static_cast<int32_t>(s));
     }
     st = model.forward(batch, **cache, nullptr, logits.data());
     EXPECT_TRUE(st.is_ok()) << st.message();
@@ -160,7 +161,8 @@ INSTANTIATE_TEST_SUITE_P(Reference, F32Fixture,
                          ::testing::Values(Case{"llama-gqa", "hf"}, Case{"llama-gqa", "gguf/model-f32.gguf"},
                                            Case{"llama3-untied", "hf"}, Case{"llama3-untied", "gguf/model-f32.gguf"},
                                            Case{"qwen2-bias", "hf"}, Case{"qwen2-bias", "gguf/model-f32.gguf"},
-                                           Case{"qwen3-qknorm", "hf"}, Case{"qwen3-qknorm", "gguf/model-f32.gguf"}),
+                                           Case{"qwen3-qknorm", "hf"}, Case{"qwen3-qknorm", "gguf/model-f32.gguf"},
+                                           Case{"qwen35-hybrid", "hf"}, Case{"qwen35-hybrid", "gguf/model-f32.gguf"}),
                          [](const auto& info) {
                            std::string n = std::string(info.param.fixture) + "_" + info.param.file;
                            for (char& ch : n) {
@@ -213,7 +215,8 @@ INSTANTIATE_TEST_SUITE_P(Reference, QuantFixture,
                          ::testing::Values(std::make_pair("llama-gqa", "q8_0"), std::make_pair("llama-gqa", "q4_0"),
                                            std::make_pair("llama3-untied", "q8_0"), std::make_pair("llama3-untied", "q4_0"),
                                            std::make_pair("qwen2-bias", "q8_0"), std::make_pair("qwen2-bias", "q4_0"),
-                                           std::make_pair("qwen3-qknorm", "q8_0"), std::make_pair("qwen3-qknorm", "q4_0")),
+                                           std::make_pair("qwen3-qknorm", "q8_0"), std::make_pair("qwen3-qknorm", "q4_0"),
+                                           std::make_pair("qwen35-hybrid", "q8_0"), std::make_pair("qwen35-hybrid", "q4_0")),
                          [](const auto& info) {
                            std::string n = std::string(info.param.first) + "_" + info.param.second;
                            for (char& ch : n) {
@@ -230,7 +233,7 @@ TEST_P(ConvertedQ8, HfConvertedAtLoadMatchesTheQ8Gguf) {
   const Reference ref = test::load_reference(GetParam());
   auto model = load_model(ref.dir + "/hf", {.max_batch_tokens = 64, .n_threads = 1, .convert_to_q8 = true});
   ASSERT_TRUE(model.is_ok()) << model.message();
-  EXPECT_EQ((*model)->weights().layers[0].wq.dtype, DType::kQ8_0);
+  EXPECT_EQ((*model)->weights().layers[0].w_up.dtype, DType::kQ8_0);
   std::vector<std::vector<int32_t>> seqs, greedy;
   for (int s = 0; s < ref.n_seqs(); ++s) {
     seqs.push_back(ref.ids(s));
@@ -250,7 +253,7 @@ TEST_P(ConvertedQ8, HfConvertedAtLoadMatchesTheQ8Gguf) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Reference, ConvertedQ8,
-                         ::testing::Values("llama-gqa", "llama3-untied", "qwen2-bias", "qwen3-qknorm"),
+                         ::testing::Values("llama-gqa", "llama3-untied", "qwen2-bias", "qwen3-qknorm", "qwen35-hybrid"),
                          [](const auto& info) {
                            std::string n = info.param;
                            for (char& ch : n) {

@@ -335,5 +335,73 @@ TEST(BadGguf, UnsupportedArchitectureAndMissingKey) {
                     {"llama.attention.head_count_kv", "one integer"});
 }
 
+// ---------------------------------------------------------------- Qwen3.5 (hybrid)
+
+namespace qwen35 {
+
+const std::string kHf = "testdata/reference/qwen35-hybrid/hf";
+const std::string kGguf = "testdata/reference/qwen35-hybrid/gguf/model-f32.gguf";
+
+TEST(Qwen35Loader, ReadsHybridConfigFromBothForms) {
+  auto h = load_model(test::shared_path(kHf), {.n_threads = 1});
+  ASSERT_TRUE(h.is_ok()) << h.message();
+  auto g = load_model(test::shared_path(kGguf), {.n_threads = 1});
+  ASSERT_TRUE(g.is_ok()) << g.message();
+  for (const ModelConfig* c : {&(*h)->config(), &(*g)->config()}) {
+    EXPECT_EQ(c->arch, Arch::kQwen35);
+    EXPECT_EQ(c->layer_kinds, (std::vector<LayerKind>{LayerKind::kLinearAttention, LayerKind::kLinearAttention,
+                                                      LayerKind::kLinearAttention, LayerKind::kAttention}));
+    EXPECT_EQ(c->lin_k_heads, 2);
+    EXPECT_EQ(c->lin_v_heads, 4);
+    EXPECT_EQ(c->lin_k_dim, 16);
+    EXPECT_EQ(c->lin_v_dim, 16);
+    EXPECT_EQ(c->lin_conv_kernel, 4);
+    EXPECT_EQ(c->rope_dims, 8);  // partial_rotary_factor 0.25 of head_dim 32
+    EXPECT_TRUE(c->attn_output_gate);
+    EXPECT_TRUE(c->qk_norm);
+    EXPECT_FALSE(c->tied_embeddings);
+  }
+  EXPECT_FALSE((*h)->config().lin_v_tiled);
+  EXPECT_TRUE((*g)->config().lin_v_tiled);
+}
+
+TEST(Qwen35Loader, BadLayerTypes) {
+  const std::string dir = copy_hf(kHf);
+  edit_json(dir + "/config.json", [](json& j) { j["layer_types"][1] = "sliding_attention"; });
+  expect_load_error(dir, {"config.json", "layer_types[1] = 'sliding_attention' is not supported"});
+  edit_json(dir + "/config.json", [](json& j) { j["layer_types"] = {"linear_attention", "full_attention"}; });
+  expect_load_error(dir, {"'layer_types' must be a list of 4 entries"});
+  edit_json(dir + "/config.json", [](json& j) {
+    j["layer_types"] = {"linear_attention", "linear_attention", "linear_attention", "full_attention"};
+    j.erase("linear_num_value_heads");
+  });
+  expect_load_error(dir, {"'linear_num_value_heads' is missing"});
+  edit_json(dir + "/config.json", [](json& j) { j["linear_num_value_heads"] = 3; });
+  expect_load_error(dir, {"3 linear attention value heads are not a multiple of 2 key heads"});
+}
+
+TEST(Qwen35Loader, MissingOrMisshapedLinearAttentionTensor) {
+  const std::string dir = copy_hf(kHf);
+  auto ts = st_tensors(read_st(dir + "/model.safetensors"));
+  std::erase_if(ts, [](const StTensor& t) { return t.name == "model.layers.1.linear_attn.A_log"; });
+  write_st(dir + "/model.safetensors", make_st(ts));
+  expect_load_error(dir, {"'model.layers.1.linear_attn.A_log' is missing"});
+
+  expect_load_error(rewrite_gguf(kGguf, [](GgufFile& g) {
+                      std::erase_if(g.tensors, [](const TensorView& t) { return t.name == "blk.2.ssm_conv1d.weight"; });
+                    }),
+                    {"'blk.2.ssm_conv1d.weight' is missing"});
+  expect_load_error(rewrite_gguf(kGguf, [](GgufFile& g) {
+                      for (auto& t : g.tensors) {
+                        if (t.name == "blk.0.ssm_conv1d.weight") t.shape = {64, 8};
+                      }
+                    }),
+                    {"blk.0.ssm_conv1d.weight", "shape [64, 8]", "expected [128, 1, 4] or [128, 4]"});
+  expect_load_error(rewrite_gguf(kGguf, [](GgufFile& g) { g.metadata.erase("qwen35.ssm.group_count"); }),
+                    {"'qwen35.ssm.group_count' is missing"});
+}
+
+}  // namespace qwen35
+
 }  // namespace
 }  // namespace gb

@@ -1,0 +1,204 @@
+// The Qwen3.5 hybrid layer loop (text part of Qwen3_5ForCausalLM / ...ForConditionalGeneration):
+// pre-norm blocks x += mixer(norm(x)); x += mlp(norm(x)), where the token mixer is either a Gated
+// DeltaNet (linear attention with a recurrent state per sequence) or gated full attention over
+// the paged KV cache (q_proj also yields a per-head sigmoid gate; q/k RMSNorm; partial rotary).
+#include <cmath>
+
+#include "model/arch.h"
+#include "model/parallel.h"
+#include "ops/activation.h"
+#include "ops/attention.h"
+#include "ops/linear_attention.h"
+#include "ops/matmul.h"
+#include "ops/rms_norm.h"
+#include "ops/rope.h"
+
+namespace gb {
+
+namespace {
+
+// Gated full attention of layer il: a.xn [n, n_embd] → a.attn_out [n, n_embd].
+void gated_attention(const ModelConfig& c, const LayerWeights& L, int32_t il, Activations& a, ThreadPool& pool,
+                     const Batch& batch, KvCache& cache) {
+  const int64_t n = batch.n_tokens();
+  const int64_t hd = c.head_dim, n_heads = c.n_heads, n_kv = c.n_kv_heads, group = n_heads / n_kv;
+  const int64_t qd = c.q_dim(), kvd = c.kv_dim();
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  if (c.attn_output_gate) {
+    // q_proj rows per head: head_dim query rows, then head_dim gate rows.
+    ops::matmul(pool, a.xn.data(), n, L.wq, a.q_gate.data());
+    for (int64_t t = 0; t < n; ++t) {
+      for (int64_t h = 0; h < n_heads; ++h) {
+        const float* src = a.q_gate.data() + t * 2 * qd + h * 2 * hd;
+        std::copy(src, src + hd, a.q.data() + t * qd + h * hd);
+        std::copy(src + hd, src + 2 * hd, a.attn_gate.data() + t * qd + h * hd);
+      }
+    }
+  } else {
+    ops::matmul(pool, a.xn.data(), n, L.wq, a.q.data());
+  }
+  ops::matmul(pool, a.xn.data(), n, L.wk, a.k.data());
+  ops::matmul(pool, a.xn.data(), n, L.wv, a.v.data());
+  ops::rms_norm(a.q.data(), L.q_norm, n * n_heads, hd, c.rms_eps, a.q.data());
+  ops::rms_norm(a.k.data(), L.k_norm, n * n_kv, hd, c.rms_eps, a.k.data());
+  // Partial rotary: the first rope_dims of each head (text positions: M-RoPE = plain RoPE).
+  ops::rope(a.q.data(), n, qd, n_heads, hd, c.rope_dims, a.rope_cos.data(), a.rope_sin.data(), c.rope_style);
+  ops::rope(a.k.data(), n, kvd, n_kv, hd, c.rope_dims, a.rope_cos.data(), a.rope_sin.data(), c.rope_style);
+
+  const ops::PagedKv kv = cache.layer(il);
+  for (int64_t t = 0; t < n; ++t) ops::kv_store(kv, batch.slots[t], a.k.data() + t * kvd, a.v.data() + t * kvd);
+  parallel_for(pool, n * n_heads, n * n_heads * (batch.positions[n - 1] + 1) * hd, [&](int64_t b, int64_t e, int ti) {
+    float* scores = a.scores.data() + static_cast<size_t>(ti) * cache.block_size();
+    for (int64_t item = b; item < e; ++item) {
+      const int64_t t = item / n_heads, h = item % n_heads;
+      const BatchSeq& seq = batch.seqs[batch.seq_index[t]];
+      ops::attend_head(a.q.data() + t * qd + h * hd, kv, h / group, seq.block_table.data(), batch.positions[t] + 1,
+                       scale, a.attn.data() + t * qd + h * hd, scores);
+    }
+  });
+  if (c.attn_output_gate) ops::sigmoid_mul(a.attn.data(), a.attn_gate.data(), n * qd);
+  ops::matmul(pool, a.attn.data(), n, L.wo, a.attn_out.data());
+}
+
+// Gated DeltaNet of layer il: a.xn [n, n_embd] → a.attn_out [n, n_embd] (out_proj output), reading
+// and updating every batch sequence's recurrent state (conv window, delta state) in place.
+void gated_delta_net(const ModelConfig& c, const LayerWeights& L, int32_t il, Activations& a, ThreadPool& pool,
+                     const Batch& batch, KvCache& cache) {
+  const int64_t n = batch.n_tokens(), n_seqs = static_cast<int64_t>(batch.seqs.size());
+  const int64_t nk = c.lin_k_heads, nv = c.lin_v_heads, dk = c.lin_k_dim, dv = c.lin_v_dim;
+  const int64_t key_dim = c.lin_key_dim(), vd = c.lin_value_dim(), conv_dim = c.lin_conv_dim();
+  const int64_t kernel = c.lin_conv_kernel, ratio = nv / nk;
+  ops::matmul(pool, a.xn.data(), n, L.lin_qkv, a.lin_qkv.data());
+  ops::matmul(pool, a.xn.data(), n, L.lin_z, a.lin_z.data());
+  ops::matmul(pool, a.xn.data(), n, L.lin_b, a.lin_beta.data());
+  ops::matmul(pool, a.xn.data(), n, L.lin_a, a.lin_g.data());
+  for (int64_t t = 0; t < n; ++t) {
+    float* beta = a.lin_beta.data() + t * nv;
+    float* g = a.lin_g.data() + t * nv;
+    for (int64_t h = 0; h < nv; ++h) {
+      beta[h] = 1.0f / (1.0f + std::exp(-beta[h]));
+      g[h] = L.lin_a_neg[h] * ops::softplus(g[h] + L.lin_dt_bias[h]);
+    }
+  }
+  // Causal conv over each sequence's tokens, continuing from its window.
+  parallel_for(pool, n_seqs, n * conv_dim * kernel, [&](int64_t b, int64_t e, int) {
+    for (int64_t s = b; s < e; ++s) {
+      const int64_t first = a.seq_first[s], count = a.seq_count[s];
+      if (count == 0) continue;
+      ops::causal_conv1d_silu(a.lin_qkv.data() + first * conv_dim, count, conv_dim, L.lin_conv, kernel,
+                              cache.conv_state(il, batch.seqs[s].state_slot), a.lin_conv.data() + first * conv_dim);
+    }
+  });
+  // q and k heads (the first 2·nk·dk channels of each row) L2-normalised in place.
+  for (int64_t t = 0; t < n; ++t) ops::l2_norm(a.lin_conv.data() + t * conv_dim, 2 * nk, dk, 1e-6f);
+
+  // One work item per (sequence, value head): chunked form for a prefill, the recurrence for a
+  // decode token; both update the head's state in place.
+  const size_t scratch_floats = ops::gated_delta_chunk_scratch(kDeltaChunk, dv);
+  parallel_for(pool, n_seqs * nv, n * nv * dk * dv * 4, [&](int64_t b, int64_t e, int ti) {
+    float* scratch = a.delta_scratch.data() + static_cast<size_t>(ti) * scratch_floats;
+    for (int64_t item = b; item < e; ++item) {
+      const int64_t s = item / nv, h = item % nv;
+      const int64_t first = a.seq_first[s], count = a.seq_count[s];
+      if (count == 0) continue;
+      const int64_t kh = c.lin_v_tiled ? h % nk : h / ratio;
+      const float* row = a.lin_conv.data() + first * conv_dim;
+      const ops::DeltaHead head{row + kh * dk,
+                                row + key_dim + kh * dk,
+                                conv_dim,
+                                row + 2 * key_dim + h * dv,
+                                conv_dim,
+                                a.lin_g.data() + first * nv + h,
+                                a.lin_beta.data() + first * nv + h,
+                                nv,
+                                a.lin_core.data() + first * vd + h * dv,
+                                vd};
+      float* state = cache.delta_state(il, batch.seqs[s].state_slot) + h * dk * dv;
+      if (count == 1) {
+        ops::gated_delta_recurrent(head, count, dk, dv, state);
+      } else {
+        ops::gated_delta_chunked(head, count, dk, dv, state, kDeltaChunk, scratch);
+      }
+    }
+  });
+  parallel_for(pool, n * nv, n * vd * 4, [&](int64_t b, int64_t e, int) {
+    ops::gated_rms_norm(a.lin_core.data() + b * dv, a.lin_z.data() + b * dv, L.lin_norm, e - b, dv, c.rms_eps,
+                        a.lin_core.data() + b * dv);
+  });
+  ops::matmul(pool, a.lin_core.data(), n, L.lin_out, a.attn_out.data());
+}
+
+}  // namespace
+
+void forward_qwen35(const ModelConfig& c, const ModelWeights& w, Activations& a, ThreadPool& pool, const Batch& batch,
+                    KvCache& cache, const Hooks* hooks, float* logits) {
+  const int64_t n = batch.n_tokens();
+  const int64_t n_out = batch.n_out();
+  const int64_t n_embd = c.n_embd, n_ff = c.n_ff, half = c.rope_dims / 2;
+  const int64_t n_seqs = static_cast<int64_t>(batch.seqs.size());
+  const float eps = c.rms_eps;
+  float* x = a.x.data();  // [n, n_embd] the residual stream
+
+  const uint32_t global_mask = hooks != nullptr ? hooks->global_mask() : 0;
+  const int32_t* all_rows = a.all_rows.data();
+
+  // A sequence starting at position 0 (new, or recomputed after preemption) starts from a zero state.
+  for (int64_t s = 0; s < n_seqs; ++s) {
+    if (a.seq_count[s] > 0 && batch.positions[a.seq_first[s]] == 0) cache.reset_state(batch.seqs[s].state_slot);
+  }
+
+  for (int64_t t = 0; t < n; ++t) ops::dequantize_row(w.token_embd, batch.tokens[t], x + t * n_embd);
+  hook_point(hooks, global_mask, HookPoint::kEmbed, -1, x, n, n_embd, all_rows, batch);
+
+  ops::rope_tables(batch.positions.data(), n, a.inv_freq.data(), half, a.rope_cos.data(), a.rope_sin.data());
+
+  for (int32_t il = 0; il < c.n_layers; ++il) {
+    const LayerWeights& L = w.layers[il];
+    const uint32_t mask = hooks != nullptr ? hooks->layer_mask(il) : 0;
+    hook_point(hooks, mask, HookPoint::kResidPre, il, x, n, n_embd, all_rows, batch);
+
+    // ---- token mixer ----
+    parallel_for(pool, n, n * n_embd, [&](int64_t b, int64_t e, int) {
+      ops::rms_norm(x + b * n_embd, L.attn_norm, e - b, n_embd, eps, a.xn.data() + b * n_embd);
+    });
+    if (c.layer_kinds[il] == LayerKind::kLinearAttention) {
+      gated_delta_net(c, L, il, a, pool, batch, cache);
+    } else {
+      gated_attention(c, L, il, a, pool, batch, cache);
+    }
+    hook_point(hooks, mask, HookPoint::kAttnOut, il, a.attn_out.data(), n, n_embd, all_rows, batch);
+    ops::add_inplace(x, a.attn_out.data(), n * n_embd);
+    hook_point(hooks, mask, HookPoint::kResidMid, il, x, n, n_embd, all_rows, batch);
+
+    // ---- MLP (SwiGLU) ----
+    parallel_for(pool, n, n * n_embd, [&](int64_t b, int64_t e, int) {
+      ops::rms_norm(x + b * n_embd, L.ffn_norm, e - b, n_embd, eps, a.xn.data() + b * n_embd);
+    });
+    ops::matmul(pool, a.xn.data(), n, L.w_gate, a.gate.data());
+    ops::matmul(pool, a.xn.data(), n, L.w_up, a.up.data());
+    parallel_for(pool, n * n_ff, n * n_ff * 8, [&](int64_t b, int64_t e, int) {
+      ops::silu_mul(a.gate.data() + b, a.up.data() + b, e - b, a.gate.data() + b);
+    });
+    hook_point(hooks, mask, HookPoint::kMlpAct, il, a.gate.data(), n, n_ff, all_rows, batch);
+    ops::matmul(pool, a.gate.data(), n, L.w_down, a.mlp_out.data());
+    hook_point(hooks, mask, HookPoint::kMlpOut, il, a.mlp_out.data(), n, n_embd, all_rows, batch);
+    ops::add_inplace(x, a.mlp_out.data(), n * n_embd);
+    hook_point(hooks, mask, HookPoint::kResidPost, il, x, n, n_embd, all_rows, batch);
+  }
+
+  for (int64_t s = 0; s < n_seqs; ++s) {
+    if (a.seq_count[s] == 0) continue;
+    cache.set_state_len(batch.seqs[s].state_slot, batch.positions[a.seq_first[s] + a.seq_count[s] - 1] + 1);
+  }
+
+  if (n_out == 0) return;
+  for (int64_t i = 0; i < n_out; ++i) {
+    ops::rms_norm(x + int64_t{batch.output_rows[i]} * n_embd, w.output_norm, 1, n_embd, eps, a.out_norm.data() + i * n_embd);
+  }
+  hook_point(hooks, global_mask, HookPoint::kFinalNorm, -1, a.out_norm.data(), n_out, n_embd, batch.output_rows.data(),
+             batch);
+  ops::matmul(pool, a.out_norm.data(), n_out, w.output, logits);
+  hook_point(hooks, global_mask, HookPoint::kLogits, -1, logits, n_out, c.vocab, batch.output_rows.data(), batch);
+}
+
+}  // namespace gb
