@@ -37,6 +37,13 @@ AuditRecord request_row(const std::string& request_id, const std::string& key_id
   return r;
 }
 
+// prefix + n, appended (GCC 12's -Wrestrict misfires on "k" + std::to_string(n) when inlined).
+std::string tag(const char* prefix, int n) {
+  std::string s(prefix);
+  s += std::to_string(n);
+  return s;
+}
+
 std::unique_ptr<AuditStore> open_store(const std::string& path) {
   auto s = AuditStore::open(path);
   EXPECT_TRUE(s.is_ok()) << s.message();
@@ -297,7 +304,7 @@ TEST(AuditTest, ConcurrentAppends) {
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
       for (int i = 0; i < kPerThread; ++i) {
-        AuditRecord r = request_row("t" + std::to_string(t) + "-" + std::to_string(i), "k" + std::to_string(t), 0);
+        AuditRecord r = request_row(tag("t", t) + tag("-", i), tag("k", t), 0);
         if (store->append(&r).is_ok()) ids[t].push_back(r.id);
         else failures++;
         if (i % 5 == 0) (void)store->query({});  // readers interleaved with writers
@@ -316,7 +323,7 @@ TEST(AuditTest, ConcurrentAppends) {
   EXPECT_EQ(store->count(), kThreads * kPerThread);
   for (int t = 0; t < kThreads; ++t) {
     AuditQuery q;
-    q.key_id = "k" + std::to_string(t);
+    q.key_id = tag("k", t);
     auto rows = store->query(q);
     ASSERT_TRUE(rows.is_ok());
     EXPECT_EQ(rows->size(), static_cast<size_t>(kPerThread));
