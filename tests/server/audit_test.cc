@@ -377,6 +377,44 @@ TEST(AuditTest, NewerSchemaAndForeignDatabase) {
   ASSERT_FALSE(in_missing_dir.is_ok());
 }
 
+// A damaged file is an error from open, append or query, never a crash.
+TEST(AuditTest, CorruptedFile) {
+  const std::string path = test::temp_dir() + "/audit.db";
+  {
+    auto store = open_store(path);
+    ASSERT_TRUE(store);
+    for (int i = 0; i < 200; ++i) {
+      AuditRecord r = request_row(tag("req-", i), "k", 0);
+      ASSERT_TRUE(store->append(&r).is_ok());
+    }
+  }  // closed: the WAL is checkpointed into the file
+  {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(4096);
+    const std::string junk(8192, '\xa5');
+    f.write(junk.data(), static_cast<std::streamsize>(junk.size()));
+  }
+  auto store = AuditStore::open(path);
+  if (!store.is_ok()) {
+    std::printf("open: %s\n", store.message().c_str());
+    EXPECT_NE(store.message().find(path), std::string::npos) << store.message();
+    return;
+  }
+  AuditQuery q;
+  q.limit = kMaxAuditLimit;
+  auto rows = (*store)->query(q);
+  AuditRecord r = request_row("after", "k", 0);
+  const Status s = (*store)->append(&r);
+  EXPECT_TRUE(!rows.is_ok() || !s.is_ok());
+  std::printf("query: %s\nappend: %s\n", rows.message().c_str(), s.message().c_str());
+  if (!rows.is_ok()) {
+    EXPECT_NE(rows.message().find("corrupt"), std::string::npos) << rows.message();
+  }
+  if (!s.is_ok()) {
+    EXPECT_NE(s.message().find("corrupt"), std::string::npos) << s.message();
+  }
+}
+
 TEST(AuditTest, WalAndSynchronousFull) {
   const std::string path = test::temp_dir() + "/audit.db";
   auto store = open_store(path);
