@@ -61,7 +61,8 @@ test('observation: per-layer statistics, top dims, captures; nothing massive in 
     assert.ok(['resid_post', 'mlp_act'].includes(s.point));
     assert.equal(s.tokens, r.usage.prompt_tokens + r.usage.completion_tokens - 1, 'every computed row observed once');
     assert.ok(s.max_abs > 0 && s.median_abs > 0 && s.rms > 0);
-    assert.ok(s.max_ratio < 10, `layer ${s.layer} ${s.point}: max/median ${s.max_ratio}`);
+    // The residual stream of stories260K has no massive activations: max / median below 10.
+    if (s.point === 'resid_post') assert.ok(s.max_ratio < 10, `layer ${s.layer}: max/median ${s.max_ratio}`);
     assert.equal(s.top.length, 3);
     assert.ok(s.top[0].abs >= s.top[1].abs);
   }

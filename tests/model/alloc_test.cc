@@ -72,7 +72,7 @@ TEST(Allocation, WarmForwardStepsDoNotAllocate) {
       spec.observe.enabled = true;
       spec.observe.points = {HookPoint::kResidPost, HookPoint::kMlpAct};
       spec.observe.top_k = 8;
-      spec.observe.captures = {{HookPoint::kResidPost, 1, 22}};
+      spec.observe.captures = {{HookPoint::kResidPost, 1, 42}};
       auto resolved = resolve_glass_spec(spec, mc);
       ASSERT_TRUE(resolved.is_ok()) << resolved.message();
       GlassAccumulator acc(*resolved, mc);
@@ -84,7 +84,7 @@ TEST(Allocation, WarmForwardStepsDoNotAllocate) {
       Hooks glass_hooks(mc.n_layers);
       auto glass_step = [&](int pos, int n) {
         batch.clear();
-        batch.add_sequence(std::span(prompt).first(n), pos, table, 16, true);
+        batch.add_sequence(std::span(prompt).first(n), pos, table, 16, true, /*state_slot=*/0);
         glass.clear();
         glass.add_sequence(0, n, pos, 20, &acc);
         glass.set_monitor(monitor, &monitor_out);
@@ -99,11 +99,12 @@ TEST(Allocation, WarmForwardStepsDoNotAllocate) {
       ASSERT_TRUE(glass_step(0, 20).is_ok());
       g_allocs = 0;
       g_counting = true;
-      Status a = step(21, 1, nullptr);       // decode, hooks off
-      Status b = step(22, 1, &hooks);        // decode, an observer on
-      Status c = step(23, 20, nullptr);      // a prefill chunk
-      Status d = glass_step(22, 1);          // decode with the glass box on
-      Status e = glass_step(0, 20);          // prefill with the glass box on
+      // Positions continue where the sequence left off (a hybrid model's recurrent state requires it).
+      Status a = step(20, 1, nullptr);       // decode, hooks off
+      Status b = step(21, 1, &hooks);        // decode, an observer on
+      Status c = step(22, 20, nullptr);      // a prefill chunk
+      Status d = glass_step(42, 1);          // decode with the glass box on
+      Status e = glass_step(0, 20);          // prefill with the glass box on (a fresh start)
       g_counting = false;
       EXPECT_TRUE(a.is_ok() && b.is_ok() && c.is_ok() && d.is_ok() && e.is_ok());
       EXPECT_GT(acc.report().stats[0].n_tokens, 0);
