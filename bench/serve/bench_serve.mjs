@@ -6,7 +6,8 @@
 // (per request (t_last − t_first)/(n − 1), p50/p99 over requests: vLLM's TPOT).
 //
 // Usage: node bench/serve/bench_serve.mjs --url http://127.0.0.1:8080 [--key KEY]
-//          [--concurrency 1,4,16,64] [--requests-per-client 2] [--prompt-len 32] [--output-len 32]
+//          [--concurrency 1,4,16,64] [--requests-per-client 1] [--min-requests 4] [--prompt-len 32]
+//          [--output-len 32]
 //          [--vocab 151936] [--model NAME]
 import { parseArgs } from 'node:util';
 
@@ -16,7 +17,8 @@ const { values: opt } = parseArgs({
     key: { type: 'string', default: '' },
     model: { type: 'string', default: '' },
     concurrency: { type: 'string', default: '1,4,16,64' },
-    'requests-per-client': { type: 'string', default: '2' },
+    'requests-per-client': { type: 'string', default: '1' },
+    'min-requests': { type: 'string', default: '4' },
     'prompt-len': { type: 'string', default: '32' },
     'output-len': { type: 'string', default: '32' },
     vocab: { type: 'string', default: '151936' },
@@ -81,7 +83,7 @@ const model = await modelName();
 await one(model, randomPrompt());  // warm-up
 const rows = [];
 for (const c of opt.concurrency.split(',').map(Number)) {
-  const perClient = Number(opt['requests-per-client']);
+  const perClient = Math.max(Number(opt['requests-per-client']), Math.ceil(Number(opt['min-requests']) / c));
   const results = [];
   const t0 = performance.now();
   await Promise.all(Array.from({ length: c }, async () => {

@@ -15,7 +15,7 @@ for t in $types; do
   pid=$!
   until curl -sf "http://127.0.0.1:$port/ready" > /dev/null; do sleep 1; done
   { echo "== $t $(date -u +%FT%TZ) load $(cut -d' ' -f1-3 /proc/loadavg)"
-    node bench/serve/bench_serve.mjs --url "http://127.0.0.1:$port" --concurrency 1,4,16,64 --requests-per-client 1
+    node bench/serve/bench_serve.mjs --url "http://127.0.0.1:$port" --concurrency 1,4,16,64
     echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"; } | tee -a bench/out/serve_bench.log
   kill $pid; wait $pid || true
 done

@@ -12,6 +12,16 @@
 
 namespace gb {
 
+// Shared by the loops (blocks.cc). embed_tokens: token embeddings into acts.x, then the embed hook.
+// residual_and_mlp: from attn_out (the token mixer's output in acts.attn_out) through the residual
+// add and the SwiGLU MLP to resid_post, with those five hook points. output_head: the final norm
+// of the output rows, lm_head, and the final_norm / logits hooks.
+void embed_tokens(const ModelConfig& c, const ModelWeights& w, Activations& a, const Batch& batch, const Hooks* hooks);
+void residual_and_mlp(const ModelConfig& c, const LayerWeights& L, int32_t il, Activations& a, ThreadPool& pool,
+                      const Batch& batch, const Hooks* hooks);
+void output_head(const ModelConfig& c, const ModelWeights& w, Activations& a, ThreadPool& pool, const Batch& batch,
+                 const Hooks* hooks, float* logits);
+
 // Llama, Mistral, Qwen2 (q/k/v bias), Qwen3 (q/k RMSNorm). The batch is already validated.
 // logits: [batch.n_out(), vocab] f32.
 void forward_llama(const ModelConfig& c, const ModelWeights& w, Activations& a, ThreadPool& pool, const Batch& batch,

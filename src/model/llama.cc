@@ -15,19 +15,16 @@ namespace gb {
 void forward_llama(const ModelConfig& c, const ModelWeights& w, Activations& a, ThreadPool& pool, const Batch& batch,
                    KvCache& cache, const Hooks* hooks, float* logits) {
   const int64_t n = batch.n_tokens();
-  const int64_t n_out = batch.n_out();
-  const int64_t n_embd = c.n_embd, n_ff = c.n_ff, hd = c.head_dim;
+  const int64_t n_embd = c.n_embd, hd = c.head_dim;
   const int64_t n_heads = c.n_heads, n_kv = c.n_kv_heads, group = n_heads / n_kv;
   const int64_t qd = c.q_dim(), kvd = c.kv_dim(), half = c.rope_dims / 2;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const float eps = c.rms_eps;
   float* x = a.x.data();  // [n, n_embd] the residual stream
 
-  const uint32_t global_mask = hooks != nullptr ? hooks->global_mask() : 0;
   const int32_t* all_rows = a.all_rows.data();
 
-  for (int64_t t = 0; t < n; ++t) ops::dequantize_row(w.token_embd, batch.tokens[t], x + t * n_embd);
-  hook_point(hooks, global_mask, HookPoint::kEmbed, -1, x, n, n_embd, all_rows, batch);
+  embed_tokens(c, w, a, batch, hooks);
 
   // cos/sin of this step's positions, shared by every layer.
   ops::rope_tables(batch.positions.data(), n, a.inv_freq.data(), half, a.rope_cos.data(), a.rope_sin.data());
@@ -73,35 +70,10 @@ void forward_llama(const ModelConfig& c, const ModelWeights& w, Activations& a, 
     });
     ops::matmul(pool, a.attn.data(), n, L.wo, a.attn_out.data());
     if (L.bo != nullptr) ops::add_bias(a.attn_out.data(), L.bo, n, n_embd);
-    hook_point(hooks, mask, HookPoint::kAttnOut, il, a.attn_out.data(), n, n_embd, all_rows, batch);
-    ops::add_inplace(x, a.attn_out.data(), n * n_embd);
-    hook_point(hooks, mask, HookPoint::kResidMid, il, x, n, n_embd, all_rows, batch);
-
-    // ---- MLP (SwiGLU) ----
-    parallel_for(pool, n, n * n_embd, [&](int64_t b, int64_t e, int) {
-      ops::rms_norm(x + b * n_embd, L.ffn_norm, e - b, n_embd, eps, a.xn.data() + b * n_embd);
-    });
-    ops::matmul(pool, a.xn.data(), n, L.w_gate, a.gate.data());
-    ops::matmul(pool, a.xn.data(), n, L.w_up, a.up.data());
-    parallel_for(pool, n * n_ff, n * n_ff * 8, [&](int64_t b, int64_t e, int) {
-      ops::silu_mul(a.gate.data() + b, a.up.data() + b, e - b, a.gate.data() + b);
-    });
-    hook_point(hooks, mask, HookPoint::kMlpAct, il, a.gate.data(), n, n_ff, all_rows, batch);
-    ops::matmul(pool, a.gate.data(), n, L.w_down, a.mlp_out.data());
-    hook_point(hooks, mask, HookPoint::kMlpOut, il, a.mlp_out.data(), n, n_embd, all_rows, batch);
-    ops::add_inplace(x, a.mlp_out.data(), n * n_embd);
-    hook_point(hooks, mask, HookPoint::kResidPost, il, x, n, n_embd, all_rows, batch);
+    residual_and_mlp(c, L, il, a, pool, batch, hooks);
   }
 
-  // Only the requested rows go through the final norm and lm_head (a prefill wants one).
-  if (n_out == 0) return;
-  for (int64_t i = 0; i < n_out; ++i) {
-    ops::rms_norm(x + int64_t{batch.output_rows[i]} * n_embd, w.output_norm, 1, n_embd, eps, a.out_norm.data() + i * n_embd);
-  }
-  hook_point(hooks, global_mask, HookPoint::kFinalNorm, -1, a.out_norm.data(), n_out, n_embd, batch.output_rows.data(),
-             batch);
-  ops::matmul(pool, a.out_norm.data(), n_out, w.output, logits);
-  hook_point(hooks, global_mask, HookPoint::kLogits, -1, logits, n_out, c.vocab, batch.output_rows.data(), batch);
+  output_head(c, w, a, pool, batch, hooks, logits);
 }
 
 }  // namespace gb

@@ -133,13 +133,11 @@ void gated_delta_net(const ModelConfig& c, const LayerWeights& L, int32_t il, Ac
 void forward_qwen35(const ModelConfig& c, const ModelWeights& w, Activations& a, ThreadPool& pool, const Batch& batch,
                     KvCache& cache, const Hooks* hooks, float* logits) {
   const int64_t n = batch.n_tokens();
-  const int64_t n_out = batch.n_out();
-  const int64_t n_embd = c.n_embd, n_ff = c.n_ff, half = c.rope_dims / 2;
+  const int64_t n_embd = c.n_embd, half = c.rope_dims / 2;
   const int64_t n_seqs = static_cast<int64_t>(batch.seqs.size());
   const float eps = c.rms_eps;
   float* x = a.x.data();  // [n, n_embd] the residual stream
 
-  const uint32_t global_mask = hooks != nullptr ? hooks->global_mask() : 0;
   const int32_t* all_rows = a.all_rows.data();
 
   // A sequence starting at position 0 (new, or recomputed after preemption) starts from a zero state.
@@ -147,8 +145,7 @@ void forward_qwen35(const ModelConfig& c, const ModelWeights& w, Activations& a,
     if (a.seq_count[s] > 0 && batch.positions[a.seq_first[s]] == 0) cache.reset_state(batch.seqs[s].state_slot);
   }
 
-  for (int64_t t = 0; t < n; ++t) ops::dequantize_row(w.token_embd, batch.tokens[t], x + t * n_embd);
-  hook_point(hooks, global_mask, HookPoint::kEmbed, -1, x, n, n_embd, all_rows, batch);
+  embed_tokens(c, w, a, batch, hooks);
 
   ops::rope_tables(batch.positions.data(), n, a.inv_freq.data(), half, a.rope_cos.data(), a.rope_sin.data());
 
@@ -166,24 +163,7 @@ void forward_qwen35(const ModelConfig& c, const ModelWeights& w, Activations& a,
     } else {
       gated_attention(c, L, il, a, pool, batch, cache);
     }
-    hook_point(hooks, mask, HookPoint::kAttnOut, il, a.attn_out.data(), n, n_embd, all_rows, batch);
-    ops::add_inplace(x, a.attn_out.data(), n * n_embd);
-    hook_point(hooks, mask, HookPoint::kResidMid, il, x, n, n_embd, all_rows, batch);
-
-    // ---- MLP (SwiGLU) ----
-    parallel_for(pool, n, n * n_embd, [&](int64_t b, int64_t e, int) {
-      ops::rms_norm(x + b * n_embd, L.ffn_norm, e - b, n_embd, eps, a.xn.data() + b * n_embd);
-    });
-    ops::matmul(pool, a.xn.data(), n, L.w_gate, a.gate.data());
-    ops::matmul(pool, a.xn.data(), n, L.w_up, a.up.data());
-    parallel_for(pool, n * n_ff, n * n_ff * 8, [&](int64_t b, int64_t e, int) {
-      ops::silu_mul(a.gate.data() + b, a.up.data() + b, e - b, a.gate.data() + b);
-    });
-    hook_point(hooks, mask, HookPoint::kMlpAct, il, a.gate.data(), n, n_ff, all_rows, batch);
-    ops::matmul(pool, a.gate.data(), n, L.w_down, a.mlp_out.data());
-    hook_point(hooks, mask, HookPoint::kMlpOut, il, a.mlp_out.data(), n, n_embd, all_rows, batch);
-    ops::add_inplace(x, a.mlp_out.data(), n * n_embd);
-    hook_point(hooks, mask, HookPoint::kResidPost, il, x, n, n_embd, all_rows, batch);
+    residual_and_mlp(c, L, il, a, pool, batch, hooks);
   }
 
   for (int64_t s = 0; s < n_seqs; ++s) {
@@ -191,14 +171,7 @@ void forward_qwen35(const ModelConfig& c, const ModelWeights& w, Activations& a,
     cache.set_state_len(batch.seqs[s].state_slot, batch.positions[a.seq_first[s] + a.seq_count[s] - 1] + 1);
   }
 
-  if (n_out == 0) return;
-  for (int64_t i = 0; i < n_out; ++i) {
-    ops::rms_norm(x + int64_t{batch.output_rows[i]} * n_embd, w.output_norm, 1, n_embd, eps, a.out_norm.data() + i * n_embd);
-  }
-  hook_point(hooks, global_mask, HookPoint::kFinalNorm, -1, a.out_norm.data(), n_out, n_embd, batch.output_rows.data(),
-             batch);
-  ops::matmul(pool, a.out_norm.data(), n_out, w.output, logits);
-  hook_point(hooks, global_mask, HookPoint::kLogits, -1, logits, n_out, c.vocab, batch.output_rows.data(), batch);
+  output_head(c, w, a, pool, batch, hooks, logits);
 }
 
 }  // namespace gb

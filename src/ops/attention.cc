@@ -8,24 +8,9 @@
 #include <limits>
 #include <vector>
 
+#include "ops/dot.h"
+
 namespace gb::ops {
-
-namespace {
-
-// q·k with eight independent partial sums: without -ffast-math a single running sum is a serial
-// dependency chain the compiler may not vectorise; eight lanes map onto SIMD registers.
-inline float dot(const float* a, const float* b, int64_t n) {
-  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    for (int l = 0; l < 8; ++l) acc[l] += a[i + l] * b[i + l];
-  }
-  float sum = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-  for (; i < n; ++i) sum += a[i] * b[i];
-  return sum;
-}
-
-}  // namespace
 
 void kv_store(const PagedKv& kv, int64_t slot, const float* k_row, const float* v_row) {
   const int64_t block = slot / kv.block_size;

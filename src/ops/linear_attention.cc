@@ -7,22 +7,13 @@
 #include <cmath>
 #include <vector>
 
+#include "ops/dot.h"
+
 namespace gb::ops {
 
 namespace {
 
 inline float silu(float x) { return x / (1.0f + std::exp(-x)); }
-
-inline float dot(const float* a, const float* b, int64_t n) {
-  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    for (int l = 0; l < 8; ++l) acc[l] += a[i + l] * b[i + l];
-  }
-  float sum = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-  for (; i < n; ++i) sum += a[i] * b[i];
-  return sum;
-}
 
 constexpr int64_t kMaxDv = 1024;  // ModelConfig::validate bounds linear_value_head_dim by this
 

@@ -530,16 +530,26 @@ std::optional<ApiError> GlassService::set_policy(const json& body, json* change)
   });
 }
 
-std::optional<ApiError> GlassService::put_preset(const std::string& name, const json& body, json* change) {
+template <class F>
+std::optional<ApiError> GlassService::put_set(const json& body, bool allow_presets, F&& store) {
   if (!available()) return bad("glassbox", "this server's engine does not support the glass box");
-  if (!body.is_object() || !body.contains("interventions") || !body["interventions"].is_array() || body["interventions"].empty())
-    return bad("interventions", "expected {\"interventions\": [...]} with at least one intervention");
+  if (!body.is_object() || !body.contains("interventions") || !body["interventions"].is_array())
+    return bad("interventions", "expected {\"interventions\": [...]}");
+  const json& list = body["interventions"];
   return update([&](GlassState& st) -> std::optional<ApiError> {
     std::vector<Intervention> ivs;
-    if (auto e = parse_interventions(body["interventions"], "interventions", st, false, &ivs)) return e;
-    st.policy.presets[name] = body["interventions"];
-    *change = {{"preset", name}, {"interventions", body["interventions"]}};
+    if (auto e = parse_interventions(list, "interventions", st, allow_presets, &ivs)) return e;
+    store(st, list);
     return std::nullopt;
+  });
+}
+
+std::optional<ApiError> GlassService::put_preset(const std::string& name, const json& body, json* change) {
+  if (body.is_object() && body.contains("interventions") && body["interventions"].empty())
+    return bad("interventions", "a preset needs at least one intervention");
+  return put_set(body, /*allow_presets=*/false, [&](GlassState& st, const json& list) {
+    st.policy.presets[name] = list;
+    *change = {{"preset", name}, {"interventions", list}};
   });
 }
 
@@ -604,15 +614,9 @@ std::optional<ApiError> GlassService::delete_vector(const std::string& name, jso
 }
 
 std::optional<ApiError> GlassService::put_session(const std::string& id, const json& body, json* change) {
-  if (!available()) return bad("glassbox", "this server's engine does not support the glass box");
-  if (!body.is_object() || !body.contains("interventions") || !body["interventions"].is_array())
-    return bad("interventions", "expected {\"interventions\": [...]}");
-  return update([&](GlassState& st) -> std::optional<ApiError> {
-    std::vector<Intervention> ivs;
-    if (auto e = parse_interventions(body["interventions"], "interventions", st, true, &ivs)) return e;
-    st.sessions[id] = body["interventions"];
-    *change = {{"session", id}, {"interventions", body["interventions"]}};
-    return std::nullopt;
+  return put_set(body, /*allow_presets=*/true, [&](GlassState& st, const json& list) {
+    st.sessions[id] = list;
+    *change = {{"session", id}, {"interventions", list}};
   });
 }
 
@@ -626,17 +630,11 @@ std::optional<ApiError> GlassService::delete_session(const std::string& id, json
 }
 
 std::optional<ApiError> GlassService::put_default(const json& body, json* change) {
-  if (!available()) return bad("glassbox", "this server's engine does not support the glass box");
-  if (!body.is_object() || !body.contains("interventions") || !body["interventions"].is_array())
-    return bad("interventions", "expected {\"interventions\": [...]}");
-  return update([&](GlassState& st) -> std::optional<ApiError> {
-    std::vector<Intervention> ivs;
-    if (auto e = parse_interventions(body["interventions"], "interventions", st, true, &ivs)) return e;
-    st.defaults.push_back(body["interventions"]);
+  return put_set(body, /*allow_presets=*/true, [&](GlassState& st, const json& list) {
+    st.defaults.push_back(list);
     const int64_t previous = st.default_version;
     st.default_version = static_cast<int64_t>(st.defaults.size());
-    *change = {{"version", st.default_version}, {"previous_version", previous}, {"interventions", body["interventions"]}};
-    return std::nullopt;
+    *change = {{"version", st.default_version}, {"previous_version", previous}, {"interventions", list}};
   });
 }
 

@@ -117,6 +117,10 @@ class GlassService {
                                     bool allow_presets, std::vector<Intervention>* out) const;
   std::optional<ApiError> check_policy(const std::vector<Intervention>& ivs, const std::string& where,
                                        const GlassState& st) const;
+  // A PUT defining a set ({"interventions": [...]}): validated against the candidate state, then
+  // store(state, list) keeps it.
+  template <class F>
+  std::optional<ApiError> put_set(const nlohmann::json& body, bool allow_presets, F&& store);
   // Applies fn to a copy of the state and swaps it in if fn succeeds.
   template <class F>
   std::optional<ApiError> update(F&& fn);

@@ -7,86 +7,26 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/mapped_file.h"
-#include "engine/engine.h"
-#include "support/test_support.h"
+#include "engine/engine_fixture.h"
 
 namespace gb {
 namespace {
 
 const std::string kFixture = "testdata/reference/qwen35-hybrid";
 
-struct Output {
-  std::vector<int32_t> tokens;
-  FinishReason finish = FinishReason::kNone;
-  int32_t cached = 0;
-};
+using test::collect;
+using test::Output;
 
-Output collect(RequestChannel& ch) {
-  Output out;
-  GenerationEvent ev;
-  while (ch.pop(&ev, std::chrono::milliseconds(0))) {
-    for (const auto& t : ev.tokens) out.tokens.push_back(t.token);
-    out.cached = ev.cached_prompt_tokens;
-    if (ev.finish != FinishReason::kNone) out.finish = ev.finish;
-  }
-  return out;
-}
-
-class HybridEngineTest : public ::testing::Test {
+class HybridEngineTest : public test::EngineFixture {
  protected:
-  static void SetUpTestSuite() {
-    auto m = load_model(test::shared_path(kFixture + "/hf"), {.max_batch_tokens = 128, .n_threads = 2});
-    ASSERT_TRUE(m.is_ok()) << m.message();
-    model_ = std::move(m).value().release();
-    auto ref = read_file(test::shared_path(kFixture + "/reference.json"));
-    ASSERT_TRUE(ref.is_ok());
-    ref_ = new nlohmann::json(nlohmann::json::parse(*ref));
-  }
-  static void TearDownTestSuite() {
-    delete model_;
-    delete ref_;
+  static void SetUpTestSuite() { load(kFixture + "/hf", kFixture, {.max_batch_tokens = 128, .n_threads = 2}); }
+  static std::unique_ptr<Engine> make_engine(int32_t max_seqs = 8, int32_t batched = 64, int64_t kv_bytes = 0) {
+    return engine(max_seqs, batched, kv_bytes);
   }
 
   // block_bytes of this model: K and V of its one attention layer, 2 kv heads × 32, 16 slots, f32.
   static constexpr int64_t kBlockBytes = int64_t{2} * 1 * 64 * 16 * 4;
-
-  std::unique_ptr<Engine> make_engine(int32_t max_seqs = 8, int32_t batched = 64, int64_t kv_bytes = 0) {
-    EngineConfig ec;
-    ec.scheduler.max_num_seqs = max_seqs;
-    ec.scheduler.max_num_batched_tokens = batched;
-    ec.kv_cache_bytes = kv_bytes;
-    auto e = Engine::create(model_, ec);
-    EXPECT_TRUE(e.is_ok()) << e.message();
-    return std::move(e).value();
-  }
-
-  static GenerationRequest greedy(std::vector<int32_t> prompt, int32_t max_tokens) {
-    GenerationRequest r;
-    r.prompt = std::move(prompt);
-    r.max_tokens = max_tokens;
-    r.sampling.temperature = 0;
-    r.ignore_eos = true;
-    return r;
-  }
-
-  std::vector<Output> run_together(Engine& e, const std::vector<GenerationRequest>& reqs) {
-    std::vector<std::shared_ptr<RequestChannel>> chans;
-    for (const auto& r : reqs) {
-      chans.push_back(std::make_shared<RequestChannel>());
-      EXPECT_TRUE(e.submit(r, chans.back()).is_ok());
-    }
-    EXPECT_TRUE(e.run_until_idle().is_ok());
-    std::vector<Output> outs;
-    for (auto& c : chans) outs.push_back(collect(*c));
-    return outs;
-  }
-
-  static Model* model_;
-  static nlohmann::json* ref_;
 };
-Model* HybridEngineTest::model_ = nullptr;
-nlohmann::json* HybridEngineTest::ref_ = nullptr;
 
 // Prompts of 5 .. 150 tokens: under, across and over the delta rule's 64-token chunk, and longer
 // than max_num_batched_tokens (64), so their prefill spans several steps.

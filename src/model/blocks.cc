@@ -1,0 +1,62 @@
+// The parts every layer loop shares: the embedding, the residual add of a token mixer's output
+// followed by the SwiGLU MLP, and the output head — with their hook points, in one place so each
+// architecture's loop emits them the same way.
+#include "model/arch.h"
+#include "model/parallel.h"
+#include "ops/activation.h"
+#include "ops/matmul.h"
+#include "ops/rms_norm.h"
+
+namespace gb {
+
+void embed_tokens(const ModelConfig& c, const ModelWeights& w, Activations& a, const Batch& batch, const Hooks* hooks) {
+  const int64_t n = batch.n_tokens(), n_embd = c.n_embd;
+  float* x = a.x.data();
+  for (int64_t t = 0; t < n; ++t) ops::dequantize_row(w.token_embd, batch.tokens[t], x + t * n_embd);
+  const uint32_t global_mask = hooks != nullptr ? hooks->global_mask() : 0;
+  hook_point(hooks, global_mask, HookPoint::kEmbed, -1, x, n, n_embd, a.all_rows.data(), batch);
+}
+
+void residual_and_mlp(const ModelConfig& c, const LayerWeights& L, int32_t il, Activations& a, ThreadPool& pool,
+                      const Batch& batch, const Hooks* hooks) {
+  const int64_t n = batch.n_tokens(), n_embd = c.n_embd, n_ff = c.n_ff;
+  const uint32_t mask = hooks != nullptr ? hooks->layer_mask(il) : 0;
+  const int32_t* all_rows = a.all_rows.data();
+  float* x = a.x.data();
+  hook_point(hooks, mask, HookPoint::kAttnOut, il, a.attn_out.data(), n, n_embd, all_rows, batch);
+  ops::add_inplace(x, a.attn_out.data(), n * n_embd);
+  hook_point(hooks, mask, HookPoint::kResidMid, il, x, n, n_embd, all_rows, batch);
+
+  parallel_for(pool, n, n * n_embd, [&](int64_t b, int64_t e, int) {
+    ops::rms_norm(x + b * n_embd, L.ffn_norm, e - b, n_embd, c.rms_eps, a.xn.data() + b * n_embd);
+  });
+  ops::matmul(pool, a.xn.data(), n, L.w_gate, a.gate.data());
+  ops::matmul(pool, a.xn.data(), n, L.w_up, a.up.data());
+  parallel_for(pool, n * n_ff, n * n_ff * 8, [&](int64_t b, int64_t e, int) {
+    ops::silu_mul(a.gate.data() + b, a.up.data() + b, e - b, a.gate.data() + b);
+  });
+  hook_point(hooks, mask, HookPoint::kMlpAct, il, a.gate.data(), n, n_ff, all_rows, batch);
+  ops::matmul(pool, a.gate.data(), n, L.w_down, a.mlp_out.data());
+  hook_point(hooks, mask, HookPoint::kMlpOut, il, a.mlp_out.data(), n, n_embd, all_rows, batch);
+  ops::add_inplace(x, a.mlp_out.data(), n * n_embd);
+  hook_point(hooks, mask, HookPoint::kResidPost, il, x, n, n_embd, all_rows, batch);
+}
+
+void output_head(const ModelConfig& c, const ModelWeights& w, Activations& a, ThreadPool& pool, const Batch& batch,
+                 const Hooks* hooks, float* logits) {
+  // Only the requested rows go through the final norm and lm_head (a prefill wants one).
+  const int64_t n_out = batch.n_out(), n_embd = c.n_embd;
+  if (n_out == 0) return;
+  const float* x = a.x.data();
+  for (int64_t i = 0; i < n_out; ++i) {
+    ops::rms_norm(x + int64_t{batch.output_rows[i]} * n_embd, w.output_norm, 1, n_embd, c.rms_eps,
+                  a.out_norm.data() + i * n_embd);
+  }
+  const uint32_t global_mask = hooks != nullptr ? hooks->global_mask() : 0;
+  hook_point(hooks, global_mask, HookPoint::kFinalNorm, -1, a.out_norm.data(), n_out, n_embd,
+             batch.output_rows.data(), batch);
+  ops::matmul(pool, a.out_norm.data(), n_out, w.output, logits);
+  hook_point(hooks, global_mask, HookPoint::kLogits, -1, logits, n_out, c.vocab, batch.output_rows.data(), batch);
+}
+
+}  // namespace gb

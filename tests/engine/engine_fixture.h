@@ -1,0 +1,94 @@
+// What the engine tests share: a model and its reference.json loaded once per suite, engines of a
+// given shape, greedy requests, and running requests together and collecting their outputs.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "core/mapped_file.h"
+#include "engine/engine.h"
+#include "support/test_support.h"
+
+namespace gb::test {
+
+struct Output {
+  std::vector<int32_t> tokens;
+  FinishReason finish = FinishReason::kNone;
+  int32_t cached = 0;
+  std::string error;
+};
+
+// Drains a channel: every token, the prefix-cache hits, the finish and its error.
+inline Output collect(RequestChannel& ch) {
+  Output out;
+  GenerationEvent ev;
+  while (ch.pop(&ev, std::chrono::milliseconds(0))) {
+    for (const auto& t : ev.tokens) out.tokens.push_back(t.token);
+    out.cached = ev.cached_prompt_tokens;
+    if (ev.finish != FinishReason::kNone) {
+      out.finish = ev.finish;
+      out.error = ev.error;
+    }
+  }
+  return out;
+}
+
+class EngineFixture : public ::testing::Test {
+ protected:
+  // Loads the model (a path under ../shared) and the reference.json in reference_dir.
+  static void load(const std::string& model, const std::string& reference_dir, const LoadOptions& options) {
+    auto m = load_model(shared_path(model), options);
+    ASSERT_TRUE(m.is_ok()) << m.message();
+    model_ = std::move(m).value().release();
+    auto ref = read_file(shared_path(reference_dir + "/reference.json"));
+    ASSERT_TRUE(ref.is_ok());
+    ref_ = new nlohmann::json(nlohmann::json::parse(*ref));
+  }
+  static void TearDownTestSuite() {
+    delete model_;
+    delete ref_;
+    model_ = nullptr;
+    ref_ = nullptr;
+  }
+
+  static std::unique_ptr<Engine> engine(int32_t max_seqs, int32_t batched, int64_t kv_bytes) {
+    EngineConfig ec;
+    ec.scheduler.max_num_seqs = max_seqs;
+    ec.scheduler.max_num_batched_tokens = batched;
+    ec.kv_cache_bytes = kv_bytes;
+    auto e = Engine::create(model_, ec);
+    EXPECT_TRUE(e.is_ok()) << e.message();
+    return std::move(e).value();
+  }
+
+  static GenerationRequest greedy(std::vector<int32_t> prompt, int32_t max_tokens) {
+    GenerationRequest r;
+    r.prompt = std::move(prompt);
+    r.max_tokens = max_tokens;
+    r.sampling.temperature = 0;
+    r.ignore_eos = true;
+    return r;
+  }
+
+  // Runs requests together in one engine and returns their outputs in order.
+  static std::vector<Output> run_together(Engine& e, const std::vector<GenerationRequest>& reqs) {
+    std::vector<std::shared_ptr<RequestChannel>> chans;
+    for (const auto& r : reqs) {
+      chans.push_back(std::make_shared<RequestChannel>());
+      EXPECT_TRUE(e.submit(r, chans.back()).is_ok());
+    }
+    EXPECT_TRUE(e.run_until_idle().is_ok());
+    std::vector<Output> outs;
+    for (auto& c : chans) outs.push_back(collect(*c));
+    return outs;
+  }
+
+  inline static Model* model_ = nullptr;
+  inline static nlohmann::json* ref_ = nullptr;
+};
+
+}  // namespace gb::test
