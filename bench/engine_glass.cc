@@ -134,7 +134,8 @@ double median(std::vector<double> v) {
   return v.size() % 2 ? v[k] : (v[k - 1] + v[k]) / 2;
 }
 
-// The glass work alone of one decode step of n sequences under cfg, in ms (median of 15): the
+// The glass work alone of one decode step of n sequences under cfg, in CPU ms of this thread
+// (median of 15; CPU time, so a shared host's other load does not inflate it): the
 // table built as the engine builds it, then applied at every hook point of every layer to
 // random rows. What the forward pass adds on top of plain; no noise from the matmuls.
 double direct_cost_ms(char cfg, int n, const ModelConfig& c) {
@@ -160,7 +161,8 @@ double direct_cost_ms(char cfg, int n, const ModelConfig& c) {
       const int32_t id[] = {5};
       batch.add_sequence(id, 8 + rep, table, 16, false);
     }
-    const auto t0 = std::chrono::steady_clock::now();
+    timespec c0, c1;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0);
     step.clear();
     for (int i = 0; i < n && !accs.empty(); ++i) step.add_sequence(i, 1, 8 + rep, 1, accs[static_cast<size_t>(i)].get());
     if (mc.enabled) step.set_monitor(mc, &mon);
@@ -172,7 +174,8 @@ double direct_cost_ms(char cfg, int n, const ModelConfig& c) {
         step.apply(hp, l, data.data(), n, hp == HookPoint::kMlpAct ? c.n_ff : c.n_embd, batch);
       }
     }
-    times.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c1);
+    times.push_back(1e3 * static_cast<double>(c1.tv_sec - c0.tv_sec) + 1e-6 * static_cast<double>(c1.tv_nsec - c0.tv_nsec));
   }
   return median(times);
 }
@@ -221,7 +224,7 @@ int main(int argc, char** argv) {
       }
       std::fprintf(stderr, "seqs %d rep %d done\n", n, rep);
     }
-    std::printf("\nglass work alone per decode step, %d sequences (1 thread; median of 15):", n);
+    std::printf("\nglass work alone per decode step, %d sequences (CPU ms of one thread, median of 15):", n);
     for (char cfg : o.configs) std::printf(" %c %.3f ms", cfg, direct_cost_ms(cfg, n, (*m)->config()));
     std::printf("\n");
     auto pct = [](const std::vector<double>& r, int which) {
