@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <map>
 #include <random>
+#include <ctime>
 
 #include "engine/engine.h"
 
@@ -40,22 +41,8 @@ std::shared_ptr<const GlassSpec> resolve_or_die(GlassSpec s, const ModelConfig& 
   return *r;
 }
 
-// Decode tokens/s of one run of configuration `cfg` with n sequences.
-double run(Model& m, char cfg, int n, const Options& o) {
-  const ModelConfig& c = m.config();
-  EngineConfig ec;
-  ec.scheduler.max_num_seqs = n;
-  ec.scheduler.max_num_batched_tokens = std::max(n, 16);
-  ec.max_model_len = 64;
-  if (cfg == 'b') {
-    ec.monitor.enabled = true;
-    ec.monitor.every_steps = o.monitor_every;
-  }
-  auto e = Engine::create(&m, ec);
-  if (!e.is_ok()) {
-    std::fprintf(stderr, "engine: %s\n", e.message().c_str());
-    std::exit(1);
-  }
+// The specs of configuration cfg; requests take them round robin.
+std::vector<std::shared_ptr<const GlassSpec>> make_specs(char cfg, const ModelConfig& c) {
   std::vector<std::shared_ptr<const GlassSpec>> specs;
   if (cfg == 'c') {
     GlassSpec s;
@@ -78,6 +65,38 @@ double run(Model& m, char cfg, int n, const Options& o) {
       specs.push_back(resolve_or_die(s, c));
     }
   }
+  return specs;
+}
+
+double cpu_seconds() {
+  timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+struct RunResult {
+  double tps;      // decode tokens per wall-clock second
+  double cpu_tps;  // decode tokens per CPU second of the process (all threads)
+  int64_t events;  // massive events the monitor counted
+};
+
+// Decode tokens/s of one run of configuration `cfg` with n sequences.
+RunResult run(Model& m, char cfg, int n, const Options& o) {
+  const ModelConfig& c = m.config();
+  EngineConfig ec;
+  ec.scheduler.max_num_seqs = n;
+  ec.scheduler.max_num_batched_tokens = std::max(n, 16);
+  ec.max_model_len = 64;
+  if (cfg == 'b') {
+    ec.monitor.enabled = true;
+    ec.monitor.every_steps = o.monitor_every;
+  }
+  auto e = Engine::create(&m, ec);
+  if (!e.is_ok()) {
+    std::fprintf(stderr, "engine: %s\n", e.message().c_str());
+    std::exit(1);
+  }
+  const auto specs = make_specs(cfg, c);
   std::mt19937 rng(42);
   std::vector<std::shared_ptr<RequestChannel>> chans;
   for (int i = 0; i < n; ++i) {
@@ -101,15 +120,64 @@ double run(Model& m, char cfg, int n, const Options& o) {
   step();  // prefill: every one-token prompt in one step
   step();  // warm-up decode
   const auto t0 = std::chrono::steady_clock::now();
+  const double c0 = cpu_seconds();
   for (int s = 0; s < o.steps; ++s) step();
+  const double cpu = cpu_seconds() - c0;
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return static_cast<double>(n) * o.steps / secs;
+  const double toks = static_cast<double>(n) * o.steps;
+  return {toks / secs, toks / cpu, (*e)->stats().massive_events};
 }
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t k = v.size() / 2;
   return v.size() % 2 ? v[k] : (v[k - 1] + v[k]) / 2;
+}
+
+// The glass work alone of one decode step of n sequences under cfg, in CPU ms of this thread
+// (median of 15; CPU time, so a shared host's other load does not inflate it): the
+// table built as the engine builds it, then applied at every hook point of every layer to
+// random rows. What the forward pass adds on top of plain; no noise from the matmuls.
+double direct_cost_ms(char cfg, int n, const ModelConfig& c) {
+  const auto specs = make_specs(cfg, c);
+  std::vector<std::unique_ptr<GlassAccumulator>> accs;
+  for (int i = 0; i < n && !specs.empty(); ++i) {
+    accs.push_back(std::make_unique<GlassAccumulator>(specs[static_cast<size_t>(i) % specs.size()], c));
+  }
+  MonitorConfig mc;
+  mc.enabled = cfg == 'b';
+  MonitorStep mon;
+  std::vector<int32_t> table(4, 0);
+  Batch batch;
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> data(static_cast<size_t>(n) * std::max(c.n_embd, c.n_ff));
+  for (auto& v : data) v = nd(rng);
+  GlassStep step(c);
+  std::vector<double> times;
+  for (int rep = 0; rep < 15; ++rep) {
+    batch.clear();  // decode rows at a new position each rep, as in a real decode
+    for (int i = 0; i < n; ++i) {
+      const int32_t id[] = {5};
+      batch.add_sequence(id, 8 + rep, table, 16, false);
+    }
+    timespec c0, c1;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0);
+    step.clear();
+    for (int i = 0; i < n && !accs.empty(); ++i) step.add_sequence(i, 1, 8 + rep, 1, accs[static_cast<size_t>(i)].get());
+    if (mc.enabled) step.set_monitor(mc, &mon);
+    step.finalize();
+    for (int32_t l = 0; l < c.n_layers; ++l) {
+      for (int p = 0; p < kNumLayerPoints; ++p) {
+        const auto hp = static_cast<HookPoint>(p);
+        if (!(step.layer_mask(l) & hook_bit(hp))) continue;
+        step.apply(hp, l, data.data(), n, hp == HookPoint::kMlpAct ? c.n_ff : c.n_embd, batch);
+      }
+    }
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c1);
+    times.push_back(1e3 * static_cast<double>(c1.tv_sec - c0.tv_sec) + 1e-6 * static_cast<double>(c1.tv_nsec - c0.tv_nsec));
+  }
+  return median(times);
 }
 
 }  // namespace
@@ -124,6 +192,8 @@ int main(int argc, char** argv) {
   app.add_option("--threads", o.threads, "threads");
   app.add_option("--monitor-every", o.monitor_every, "monitor sampling period in steps for (b)");
   app.add_option("--configs", o.configs, "configurations to run, e.g. abcde");
+  bool direct_only = false;
+  app.add_flag("--direct-only", direct_only, "only the glass work alone per step (no engine runs)");
   CLI11_PARSE(app, argc, argv);
 
   int max_seqs = *std::max_element(o.seqs.begin(), o.seqs.end());
@@ -134,29 +204,45 @@ int main(int argc, char** argv) {
   }
   std::printf("%s, %d threads, %d timed decode steps per run, %d reps, monitor every %d step(s)\n",
               (*m)->describe().c_str(), o.threads, o.steps, o.reps, o.monitor_every);
+  if (direct_only) o.reps = 0;
   for (int n : o.seqs) {
-    std::map<char, std::vector<double>> tps, ratio;
+    std::map<char, std::vector<double>> tps, ratio, cpu, cpu_ratio;
+    std::map<char, int64_t> events;
     for (int rep = 0; rep < o.reps; ++rep) {
-      std::map<char, double> this_rep;
+      std::map<char, RunResult> this_rep;
       for (size_t k = 0; k < o.configs.size(); ++k) {
         const char cfg = o.configs[(k + static_cast<size_t>(rep)) % o.configs.size()];  // rotate the order
         this_rep[cfg] = run(**m, cfg, n, o);
-        tps[cfg].push_back(this_rep[cfg]);
+        tps[cfg].push_back(this_rep[cfg].tps);
+        cpu[cfg].push_back(this_rep[cfg].cpu_tps);
+        events[cfg] += this_rep[cfg].events;
       }
       for (auto [cfg, v] : this_rep) {
-        if (this_rep.count('a')) ratio[cfg].push_back(v / this_rep['a']);
+        if (!this_rep.count('a')) continue;
+        ratio[cfg].push_back(v.tps / this_rep['a'].tps);
+        cpu_ratio[cfg].push_back(v.cpu_tps / this_rep['a'].cpu_tps);
       }
       std::fprintf(stderr, "seqs %d rep %d done\n", n, rep);
     }
-    std::printf("\n%d sequences\n| config | decode tok/s median | min – max | vs (a), median of per-rep ratios | min – max |\n"
-                "| --- | --- | --- | --- | --- |\n", n);
+    std::printf("\nglass work alone per decode step, %d sequences (CPU ms of one thread, median of 15):", n);
+    for (char cfg : o.configs) std::printf(" %c %.3f ms", cfg, direct_cost_ms(cfg, n, (*m)->config()));
+    std::printf("\n");
+    auto pct = [](const std::vector<double>& r, int which) {
+      if (r.empty()) return 0.0;
+      const double v = which == 0 ? median(r) : which < 0 ? *std::min_element(r.begin(), r.end())
+                                                          : *std::max_element(r.begin(), r.end());
+      return (v - 1) * 100;
+    };
+    std::printf("\n%d sequences\n| config | decode tok/s median (min – max) | vs (a): median of per-rep ratios (min – max) |"
+                " tok per CPU-s median | vs (a) per CPU-s (min – max) | monitor events |\n"
+                "| --- | --- | --- | --- | --- | --- |\n", n);
     for (char cfg : o.configs) {
       const auto& v = tps[cfg];
-      const auto& r = ratio[cfg];
-      std::printf("| %c | %.2f | %.2f – %.2f | %+.1f%% | %+.1f%% – %+.1f%% |\n", cfg, median(v),
-                  *std::min_element(v.begin(), v.end()), *std::max_element(v.begin(), v.end()),
-                  r.empty() ? 0.0 : (median(r) - 1) * 100, r.empty() ? 0.0 : (*std::min_element(r.begin(), r.end()) - 1) * 100,
-                  r.empty() ? 0.0 : (*std::max_element(r.begin(), r.end()) - 1) * 100);
+      if (v.empty()) continue;
+      std::printf("| %c | %.2f (%.2f – %.2f) | %+.1f%% (%+.1f%% – %+.1f%%) | %.2f | %+.1f%% (%+.1f%% – %+.1f%%) | %lld |\n", cfg,
+                  median(v), *std::min_element(v.begin(), v.end()), *std::max_element(v.begin(), v.end()),
+                  pct(ratio[cfg], 0), pct(ratio[cfg], -1), pct(ratio[cfg], 1), median(cpu[cfg]), pct(cpu_ratio[cfg], 0),
+                  pct(cpu_ratio[cfg], -1), pct(cpu_ratio[cfg], 1), static_cast<long long>(events[cfg]));
     }
   }
   return 0;

@@ -66,7 +66,6 @@ void Hooks::update_masks() {
 
 void Hooks::emit(HookPoint p, int32_t layer, float* data, int64_t n_rows, int64_t width, const int32_t* row_ids,
                  const Batch& batch) const {
-  if (glass_ != nullptr && is_layer_point(p)) glass_->apply(p, layer, data, n_rows, width, batch);
   dispatch(HookTensor{p, layer, data, n_rows, width, row_ids, &batch});
 }
 
@@ -78,6 +77,10 @@ bool Hooks::empty() const {
 }
 
 void Hooks::dispatch(const HookTensor& t) const {
+  if (glass_ != nullptr && is_layer_point(t.point)) {
+    // Hook tensors are views of the step's Activations, which the forward pass owns and writes.
+    glass_->apply(t.point, t.layer, const_cast<float*>(t.data), t.n_rows, t.width, *t.batch);
+  }
   for (Observer* o : observers_[index(t.point, t.layer)]) o->observe(t);
 }
 

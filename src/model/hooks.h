@@ -76,7 +76,9 @@ class Hooks {
   uint32_t global_mask() const { return masks_.back(); }
   bool empty() const;
 
-  // Calls the observers registered for t.point at t.layer.
+  // Same as emit() for a tensor already wrapped in a HookTensor (the older call form, kept so a
+  // layer loop written against it gets interventions too): t.data must point into the forward
+  // pass's writable activations, as every hook tensor does.
   void dispatch(const HookTensor& t) const;
 
   // A hook point's tensor was produced: applies the glass table's interventions for (p, layer) to
