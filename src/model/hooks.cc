@@ -66,7 +66,9 @@ void Hooks::update_masks() {
 
 void Hooks::emit(HookPoint p, int32_t layer, float* data, int64_t n_rows, int64_t width, const int32_t* row_ids,
                  const Batch& batch) const {
-  dispatch(HookTensor{p, layer, data, n_rows, width, row_ids, &batch});
+  if (glass_ != nullptr && is_layer_point(p)) glass_->apply(p, layer, data, n_rows, width, batch);
+  const HookTensor t{p, layer, data, n_rows, width, row_ids, &batch};
+  for (Observer* o : observers_[index(p, layer)]) o->observe(t);
 }
 
 bool Hooks::empty() const {
@@ -74,14 +76,6 @@ bool Hooks::empty() const {
     if (m != 0) return false;
   }
   return true;
-}
-
-void Hooks::dispatch(const HookTensor& t) const {
-  if (glass_ != nullptr && is_layer_point(t.point)) {
-    // Hook tensors are views of the step's Activations, which the forward pass owns and writes.
-    glass_->apply(t.point, t.layer, const_cast<float*>(t.data), t.n_rows, t.width, *t.batch);
-  }
-  for (Observer* o : observers_[index(t.point, t.layer)]) o->observe(t);
 }
 
 }  // namespace gb

@@ -76,11 +76,6 @@ class Hooks {
   uint32_t global_mask() const { return masks_.back(); }
   bool empty() const;
 
-  // Same as emit() for a tensor already wrapped in a HookTensor (the older call form, kept so a
-  // layer loop written against it gets interventions too): t.data must point into the forward
-  // pass's writable activations, as every hook tensor does.
-  void dispatch(const HookTensor& t) const;
-
   // A hook point's tensor was produced: applies the glass table's interventions for (p, layer) to
   // data in place (per-layer points; data rows are the batch rows 0..n_rows-1), records the
   // table's observations, then calls the observers. Layer loops call it through hook_point().

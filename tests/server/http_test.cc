@@ -309,7 +309,17 @@ TEST_F(HttpTest, MetricsExposeRequestsAndEngineState) {
   post("/v1/completions", {{"prompt", "x"}, {"max_tokens", 3}});
   post("/v1/completions", {{"prompt", "x"}});
   post("/v1/completions", {{"prompt", "x"}, {"top_p", 5}});
-  auto res = client()->Get("/metrics");
+  // glassbox_http_requests_total is counted by httplib's logger after the answer is written, so
+  // the last request's count may land just after its client has the answer: wait for it.
+  httplib::Result res = client()->Get("/metrics");
+  for (int i = 0; i < 200; ++i) {
+    if (i > 0) res = client()->Get("/metrics");
+    if (res && res->body.find("status=\"400\"} 1") != std::string::npos &&
+        res->body.find("status=\"200\"} 2") != std::string::npos)
+      break;
+    std::this_thread::sleep_for(10ms);
+  }
+  ASSERT_TRUE(res);
   ASSERT_EQ(res->status, 200);
   const std::string& m = res->body;
   EXPECT_NE(res->get_header_value("Content-Type").find("text/plain"), std::string::npos);
