@@ -1,6 +1,7 @@
 #include "server/glass_api.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <limits>
 #include <set>
@@ -138,8 +139,13 @@ std::string resolve_detail(const std::string& msg) {
   return ": " + msg;
 }
 
+// A float as the shortest decimal that reads back as it (-0.98, not -0.9800000190734863).
 json float_json(float v) {
-  if (std::isfinite(v)) return v;
+  if (std::isfinite(v)) {
+    char buf[32];
+    const auto r = std::to_chars(buf, buf + sizeof buf, v);
+    return std::strtod(std::string(buf, r.ptr).c_str(), nullptr);
+  }
   return std::isnan(v) ? json("nan") : json(v > 0 ? "inf" : "-inf");
 }
 
