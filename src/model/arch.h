@@ -17,6 +17,10 @@ namespace gb {
 // add and the SwiGLU MLP to resid_post, with those five hook points. output_head: the final norm
 // of the output rows, lm_head, and the final_norm / logits hooks.
 void embed_tokens(const ModelConfig& c, const ModelWeights& w, Activations& a, const Batch& batch, const Hooks* hooks);
+// paged_attention: stores this step's k/v (acts.k, acts.v) into layer il's cache slots, then
+// attends every (token, query head) over its own sequence: acts.q -> acts.attn.
+void paged_attention(const ModelConfig& c, int32_t il, Activations& a, ThreadPool& pool, const Batch& batch,
+                     KvCache& cache);
 void residual_and_mlp(const ModelConfig& c, const LayerWeights& L, int32_t il, Activations& a, ThreadPool& pool,
                       const Batch& batch, const Hooks* hooks);
 void output_head(const ModelConfig& c, const ModelWeights& w, Activations& a, ThreadPool& pool, const Batch& batch,

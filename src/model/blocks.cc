@@ -1,9 +1,12 @@
 // The parts every layer loop shares: the embedding, the residual add of a token mixer's output
 // followed by the SwiGLU MLP, and the output head — with their hook points, in one place so each
 // architecture's loop emits them the same way.
+#include <cmath>
+
 #include "model/arch.h"
 #include "model/parallel.h"
 #include "ops/activation.h"
+#include "ops/attention.h"
 #include "ops/matmul.h"
 #include "ops/rms_norm.h"
 
@@ -15,6 +18,27 @@ void embed_tokens(const ModelConfig& c, const ModelWeights& w, Activations& a, c
   for (int64_t t = 0; t < n; ++t) ops::dequantize_row(w.token_embd, batch.tokens[t], x + t * n_embd);
   const uint32_t global_mask = hooks != nullptr ? hooks->global_mask() : 0;
   hook_point(hooks, global_mask, HookPoint::kEmbed, -1, x, n, n_embd, a.all_rows.data(), batch);
+}
+
+void paged_attention(const ModelConfig& c, int32_t il, Activations& a, ThreadPool& pool, const Batch& batch,
+                     KvCache& cache) {
+  const int64_t n = batch.n_tokens(), hd = c.head_dim, n_heads = c.n_heads, group = n_heads / c.n_kv_heads;
+  const int64_t qd = c.q_dim(), kvd = c.kv_dim();
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  // Every token's k/v go into the cache before any token attends, so a prompt's tokens see
+  // each other (causally) within this step.
+  const ops::PagedKv kv = cache.layer(il);
+  for (int64_t t = 0; t < n; ++t) ops::kv_store(kv, batch.slots[t], a.k.data() + t * kvd, a.v.data() + t * kvd);
+  // One work item per (token, query head): each attends over its own sequence up to its position.
+  parallel_for(pool, n * n_heads, n * n_heads * (batch.positions[n - 1] + 1) * hd, [&](int64_t b, int64_t e, int ti) {
+    float* scores = a.scores.data() + static_cast<size_t>(ti) * cache.block_size();
+    for (int64_t item = b; item < e; ++item) {
+      const int64_t t = item / n_heads, h = item % n_heads;
+      const BatchSeq& seq = batch.seqs[batch.seq_index[t]];
+      ops::attend_head(a.q.data() + t * qd + h * hd, kv, h / group, seq.block_table.data(), batch.positions[t] + 1,
+                       scale, a.attn.data() + t * qd + h * hd, scores);
+    }
+  });
 }
 
 void residual_and_mlp(const ModelConfig& c, const LayerWeights& L, int32_t il, Activations& a, ThreadPool& pool,

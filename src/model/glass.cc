@@ -272,6 +272,24 @@ GlassAccumulator::GlassAccumulator(std::shared_ptr<const GlassSpec> spec, const 
   applied_rows_.assign(spec_->interventions.size(), 0);
 }
 
+AppliedIntervention applied_intervention(const Intervention& iv) {
+  AppliedIntervention a;
+  a.op = iv.op;
+  a.point = iv.point;
+  a.layer_first = iv.layer_first;
+  a.layer_last = iv.layer_last;
+  a.dims = iv.dims;
+  a.strength = iv.strength;
+  a.threshold = iv.threshold;
+  a.vector_size = static_cast<int64_t>(iv.vector.size());
+  double n2 = 0;
+  for (float v : iv.vector) n2 += static_cast<double>(v) * v;
+  a.vector_norm = static_cast<float>(std::sqrt(n2));
+  a.tokens = iv.tokens;
+  a.label = iv.label;
+  return a;
+}
+
 GlassReport GlassAccumulator::report() const {
   GlassReport r;
   for (int32_t l = 0; l < n_layers_; ++l) {
@@ -301,21 +319,7 @@ GlassReport GlassAccumulator::report() const {
   r.events_dropped = events_dropped_;
   r.captures = captures_;
   for (size_t k = 0; k < spec_->interventions.size(); ++k) {
-    const Intervention& iv = spec_->interventions[k];
-    AppliedIntervention a;
-    a.op = iv.op;
-    a.point = iv.point;
-    a.layer_first = iv.layer_first;
-    a.layer_last = iv.layer_last;
-    a.dims = iv.dims;
-    a.strength = iv.strength;
-    a.threshold = iv.threshold;
-    a.vector_size = static_cast<int64_t>(iv.vector.size());
-    double n2 = 0;
-    for (float v : iv.vector) n2 += static_cast<double>(v) * v;
-    a.vector_norm = static_cast<float>(std::sqrt(n2));
-    a.tokens = iv.tokens;
-    a.label = iv.label;
+    AppliedIntervention a = applied_intervention(spec_->interventions[k]);
     a.rows = applied_rows_[k];
     r.applied.push_back(std::move(a));
   }

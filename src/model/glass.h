@@ -171,6 +171,9 @@ struct AppliedIntervention {
   int64_t rows = 0;         // (token, layer) rows it was applied to
 };
 
+// An intervention as resolved (rows = 0: the caller counts them).
+AppliedIntervention applied_intervention(const Intervention& iv);
+
 struct GlassReport {
   std::vector<PointStats> stats;  // observed (layer, point) pairs, layer-major
   std::vector<MassiveEvent> events;  // in the order seen, at most kMaxEventsPerRequest

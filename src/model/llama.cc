@@ -16,9 +16,8 @@ void forward_llama(const ModelConfig& c, const ModelWeights& w, Activations& a, 
                    KvCache& cache, const Hooks* hooks, float* logits) {
   const int64_t n = batch.n_tokens();
   const int64_t n_embd = c.n_embd, hd = c.head_dim;
-  const int64_t n_heads = c.n_heads, n_kv = c.n_kv_heads, group = n_heads / n_kv;
+  const int64_t n_heads = c.n_heads, n_kv = c.n_kv_heads;
   const int64_t qd = c.q_dim(), kvd = c.kv_dim(), half = c.rope_dims / 2;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const float eps = c.rms_eps;
   float* x = a.x.data();  // [n, n_embd] the residual stream
 
@@ -52,22 +51,7 @@ void forward_llama(const ModelConfig& c, const ModelWeights& w, Activations& a, 
     }
     ops::rope(a.q.data(), n, qd, n_heads, hd, c.rope_dims, a.rope_cos.data(), a.rope_sin.data(), c.rope_style);
     ops::rope(a.k.data(), n, kvd, n_kv, hd, c.rope_dims, a.rope_cos.data(), a.rope_sin.data(), c.rope_style);
-
-    // Every token's k/v go into the cache before any token attends, so a prompt's tokens see
-    // each other (causally) within this step.
-    const ops::PagedKv kv = cache.layer(il);
-    for (int64_t t = 0; t < n; ++t) ops::kv_store(kv, batch.slots[t], a.k.data() + t * kvd, a.v.data() + t * kvd);
-
-    // One work item per (token, query head): each attends over its own sequence up to its position.
-    parallel_for(pool, n * n_heads, n * n_heads * (batch.positions[n - 1] + 1) * hd, [&](int64_t b, int64_t e, int ti) {
-      float* scores = a.scores.data() + static_cast<size_t>(ti) * cache.block_size();
-      for (int64_t item = b; item < e; ++item) {
-        const int64_t t = item / n_heads, h = item % n_heads;
-        const BatchSeq& seq = batch.seqs[batch.seq_index[t]];
-        ops::attend_head(a.q.data() + t * qd + h * hd, kv, h / group, seq.block_table.data(), batch.positions[t] + 1,
-                         scale, a.attn.data() + t * qd + h * hd, scores);
-      }
-    });
+    paged_attention(c, il, a, pool, batch, cache);
     ops::matmul(pool, a.attn.data(), n, L.wo, a.attn_out.data());
     if (L.bo != nullptr) ops::add_bias(a.attn_out.data(), L.bo, n, n_embd);
     residual_and_mlp(c, L, il, a, pool, batch, hooks);

@@ -21,9 +21,8 @@ namespace {
 void gated_attention(const ModelConfig& c, const LayerWeights& L, int32_t il, Activations& a, ThreadPool& pool,
                      const Batch& batch, KvCache& cache) {
   const int64_t n = batch.n_tokens();
-  const int64_t hd = c.head_dim, n_heads = c.n_heads, n_kv = c.n_kv_heads, group = n_heads / n_kv;
+  const int64_t hd = c.head_dim, n_heads = c.n_heads, n_kv = c.n_kv_heads;
   const int64_t qd = c.q_dim(), kvd = c.kv_dim();
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   if (c.attn_output_gate) {
     // q_proj rows per head: head_dim query rows, then head_dim gate rows.
     ops::matmul(pool, a.xn.data(), n, L.wq, a.q_gate.data());
@@ -44,18 +43,7 @@ void gated_attention(const ModelConfig& c, const LayerWeights& L, int32_t il, Ac
   // Partial rotary: the first rope_dims of each head (text positions: M-RoPE = plain RoPE).
   ops::rope(a.q.data(), n, qd, n_heads, hd, c.rope_dims, a.rope_cos.data(), a.rope_sin.data(), c.rope_style);
   ops::rope(a.k.data(), n, kvd, n_kv, hd, c.rope_dims, a.rope_cos.data(), a.rope_sin.data(), c.rope_style);
-
-  const ops::PagedKv kv = cache.layer(il);
-  for (int64_t t = 0; t < n; ++t) ops::kv_store(kv, batch.slots[t], a.k.data() + t * kvd, a.v.data() + t * kvd);
-  parallel_for(pool, n * n_heads, n * n_heads * (batch.positions[n - 1] + 1) * hd, [&](int64_t b, int64_t e, int ti) {
-    float* scores = a.scores.data() + static_cast<size_t>(ti) * cache.block_size();
-    for (int64_t item = b; item < e; ++item) {
-      const int64_t t = item / n_heads, h = item % n_heads;
-      const BatchSeq& seq = batch.seqs[batch.seq_index[t]];
-      ops::attend_head(a.q.data() + t * qd + h * hd, kv, h / group, seq.block_table.data(), batch.positions[t] + 1,
-                       scale, a.attn.data() + t * qd + h * hd, scores);
-    }
-  });
+  paged_attention(c, il, a, pool, batch, cache);
   if (c.attn_output_gate) ops::sigmoid_mul(a.attn.data(), a.attn_gate.data(), n * qd);
   ops::matmul(pool, a.attn.data(), n, L.wo, a.attn_out.data());
 }

@@ -195,17 +195,8 @@ void FakeEngine::loop() {
       if (done && a.request.glass != nullptr) {
         // A glass-box request's last event carries its report: here, the interventions as resolved.
         auto report = std::make_shared<GlassReport>();
-        for (const Intervention& iv : a.request.glass->interventions) {
-          AppliedIntervention ap;
-          ap.op = iv.op;
-          ap.point = iv.point;
-          ap.layer_first = iv.layer_first;
-          ap.layer_last = iv.layer_last;
-          ap.dims = iv.dims;
-          ap.strength = iv.strength;
-          ap.label = iv.label;
-          report->applied.push_back(std::move(ap));
-        }
+        for (const Intervention& iv : a.request.glass->interventions)
+          report->applied.push_back(applied_intervention(iv));
         ev.glass = std::move(report);
       }
       a.channel->push(std::move(ev));
