@@ -10,17 +10,27 @@ import { createRequire } from 'node:module';
 export const require = createRequire(new URL('../../tools/node/package.json', import.meta.url));
 
 // command: the server command line as one string ("build/glassbox serve --model ...");
-// config: the YAML config's lines. Returns { proc, origin, baseURL, stderr() }.
-export async function startServer(command, config) {
+// config: the YAML config's lines; options.requestLog: collect the JSON request log (stdout).
+// Returns { proc, origin, baseURL, stderr(), requestLog() } (requestLog: the parsed lines so far).
+export async function startServer(command, config, options = {}) {
   const cmd = command.split(/\s+/).filter(Boolean);
   if (cmd.length === 0) throw new Error('no server command given');
   const dir = mkdtempSync(join(tmpdir(), 'glassbox-e2e-'));
   const path = join(dir, 'glassbox.yaml');
   writeFileSync(path, [...config, ''].join('\n'));
   const proc = spawn(cmd[0], [...cmd.slice(1), '--config', path, '--host', '127.0.0.1', '--port', '0'], {
-    stdio: ['ignore', 'ignore', 'pipe'],
+    stdio: ['ignore', options.requestLog ? 'pipe' : 'ignore', 'pipe'],
   });
   let stderr = '';
+  const log = [];
+  let partial = '';
+  if (options.requestLog) {
+    proc.stdout.on('data', (chunk) => {
+      const lines = (partial + chunk.toString()).split('\n');
+      partial = lines.pop();
+      for (const l of lines) if (l.trim()) log.push(JSON.parse(l));
+    });
+  }
   const port = await new Promise((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error(`server did not start:\n${stderr}`)), 120_000);
     proc.stderr.on('data', (chunk) => {
@@ -36,7 +46,7 @@ export async function startServer(command, config) {
   const origin = `http://127.0.0.1:${port}`;
   for (let i = 0; i < 1200; i++) {
     const r = await fetch(`${origin}/ready`).catch(() => null);
-    if (r && r.status === 200) return { proc, origin, baseURL: `${origin}/v1`, stderr: () => stderr };
+    if (r && r.status === 200) return { proc, origin, baseURL: `${origin}/v1`, stderr: () => stderr, requestLog: () => log };
     await new Promise((res) => setTimeout(res, 100));
   }
   throw new Error(`server never became ready:\n${stderr}`);
