@@ -268,6 +268,24 @@ TEST(Stream, PeekShowsTheTextInPlace) {
   EXPECT_EQ(stream.push(ids[4]), "🎉");
 }
 
+// The case on stories260K: after "Once", the pieces of " upon a time," are streamed with
+// their spaces (what a logprob token must show), and peek gives each one before it is pushed.
+TEST(Stream, SentencePieceTokensKeepTheirSpaceAfterThePrompt) {
+  const Tokenizer& t = load_cached("models/stories260K");
+  const auto prompt = t.encode("Once", true);
+  const auto all = t.encode("Once upon a time,", true);
+  ASSERT_GT(all.size(), prompt.size());
+  StreamDecoder stream(t, true);
+  stream.prime(prompt);
+  std::vector<std::string> pieces;
+  for (size_t k = prompt.size(); k < all.size(); ++k) {
+    const std::string peeked = stream.peek(all[k]);
+    pieces.push_back(stream.push(all[k]));
+    EXPECT_EQ(peeked, pieces.back()) << k;
+  }
+  EXPECT_EQ(pieces, (std::vector<std::string>{" upon", " a", " time", ","}));
+}
+
 // --- concurrency -----------------------------------------------------------------------------
 
 TEST(Concurrency, ManyThreadsSameResults) {
