@@ -4,6 +4,7 @@
 // Usage: glassbox-make-model --out DIR [--shape qwen3-0.6b|qwen3.5-0.8b] [--types bf16,q8_0,q4_0] [--layers N] ...
 #include <CLI/CLI.hpp>
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -160,6 +161,38 @@ nlohmann::json qwen35_config(const Shape& s) {
           {"torch_dtype", "bfloat16"}};
 }
 
+// GLASSBOX_SHARED, else the shared test data directory the build was configured with.
+std::string shared_dir() {
+  if (const char* env = std::getenv("GLASSBOX_SHARED"); env != nullptr && *env != '\0') return env;
+  return GB_SHARED_DIR;
+}
+
+// Pads tokenizer.ggml.tokens (and token_type, scores) to n_vocab entries as convert_hf_to_gguf
+// does ("[PAD<id>]", type UNUSED, score -1000), so the vocabulary has one token per embedding
+// row; a tokenizer larger than the model's vocabulary is an error.
+gb::Status pad_vocabulary(nlohmann::json* meta, int64_t n_vocab) {
+  auto tokens = meta->find("tokenizer.ggml.tokens");
+  if (tokens == meta->end() || !tokens->is_array()) return gb::Status::error("no tokenizer.ggml.tokens array");
+  const int64_t n = static_cast<int64_t>(tokens->size());
+  if (n > n_vocab) {
+    return gb::Status::error(std::to_string(n) + " tokens, more than the model's vocabulary of " +
+                             std::to_string(n_vocab));
+  }
+  auto types = meta->find("tokenizer.ggml.token_type");
+  auto scores = meta->find("tokenizer.ggml.scores");
+  if (types != meta->end() && (!types->is_array() || static_cast<int64_t>(types->size()) != n))
+    return gb::Status::error("tokenizer.ggml.token_type does not have one entry per token");
+  if (scores != meta->end() && (!scores->is_array() || static_cast<int64_t>(scores->size()) != n))
+    return gb::Status::error("tokenizer.ggml.scores does not have one entry per token");
+  constexpr int32_t kUnused = 5;  // llama.cpp's LLAMA_TOKEN_TYPE_UNUSED
+  for (int64_t id = n; id < n_vocab; ++id) {
+    tokens->push_back("[PAD" + std::to_string(id) + "]");
+    if (types != meta->end()) types->push_back(kUnused);
+    if (scores != meta->end()) scores->push_back(-1000.0f);
+  }
+  return gb::Status::ok();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -173,8 +206,11 @@ int main(int argc, char** argv) {
       s = qwen35_0_8b();
     }
   }
-  std::string vocab_gguf = "../shared/testdata/tokenizers/llama.cpp-vocab/ggml-vocab-qwen2.gguf";
-  std::string tokenizer_json = "../shared/testdata/tokenizers/hf/qwen2-bpe/tokenizer.json";
+  // The default tokenizer comes from the shared test data (GLASSBOX_SHARED, else the directory
+  // this binary was configured with), never from the working directory.
+  const std::string shared = shared_dir();
+  std::string vocab_gguf = shared + "/testdata/tokenizers/llama.cpp-vocab/ggml-vocab-qwen2.gguf";
+  std::string tokenizer_json = shared + "/testdata/tokenizers/hf/qwen2-bpe/tokenizer.json";
   app.add_option("--out", out, "output directory")->required();
   app.add_option("--shape", shape, "qwen3-0.6b (default) or qwen3.5-0.8b; --layers/--hidden/--ffn override");
 
@@ -182,11 +218,40 @@ int main(int argc, char** argv) {
   app.add_option("--layers", s.layers, "number of layers");
   app.add_option("--hidden", s.hidden, "hidden size");
   app.add_option("--ffn", s.ffn, "intermediate size");
-  app.add_option("--vocab-gguf", vocab_gguf, "GGUF whose tokenizer.* metadata is copied");
-  app.add_option("--tokenizer-json", tokenizer_json, "tokenizer.json copied into the HF directory");
+  auto* vocab_flag = app.add_option("--vocab-gguf", vocab_gguf, "GGUF whose tokenizer.* metadata is copied")->capture_default_str();
+  auto* tokenizer_flag =
+      app.add_option("--tokenizer-json", tokenizer_json, "tokenizer.json copied into the HF directory")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   if (shape != "qwen3-0.6b" && shape != "qwen3.5-0.8b") {
     std::fprintf(stderr, "unknown --shape %s (qwen3-0.6b, qwen3.5-0.8b)\n", shape.c_str());
+    return 1;
+  }
+  // Both tokenizer files must exist before anything is written: a model without its tokenizer
+  // is not servable, and a mistyped path must not pass silently.
+  for (const auto& [path, flag] : {std::pair{vocab_gguf, vocab_flag}, std::pair{tokenizer_json, tokenizer_flag}}) {
+    if (std::filesystem::is_regular_file(path)) continue;
+    if (flag->count() > 0) {
+      std::fprintf(stderr, "glassbox-make-model: %s %s: no such file\n", flag->get_name().c_str(), path.c_str());
+    } else {
+      std::fprintf(stderr,
+                   "glassbox-make-model: the default tokenizer %s does not exist (set GLASSBOX_SHARED to the shared "
+                   "test data, or pass %s FILE)\n",
+                   path.c_str(), flag->get_name().c_str());
+    }
+    return 1;
+  }
+  auto vocab = gb::read_gguf(vocab_gguf);
+  if (!vocab.is_ok()) {
+    std::fprintf(stderr, "glassbox-make-model: --vocab-gguf %s: %s\n", vocab_gguf.c_str(), vocab.message().c_str());
+    return 1;
+  }
+  // The GGUF tokenizer, as llama.cpp requires it: exactly one token per embedding row.
+  nlohmann::json tokenizer_meta = nlohmann::json::object();
+  for (const auto& [k, v] : vocab->metadata) {
+    if (k.rfind("tokenizer.", 0) == 0) tokenizer_meta[k] = v;
+  }
+  if (gb::Status st = pad_vocabulary(&tokenizer_meta, s.vocab); !st.is_ok()) {
+    std::fprintf(stderr, "glassbox-make-model: --vocab-gguf %s: %s\n", vocab_gguf.c_str(), st.message().c_str());
     return 1;
   }
 
@@ -253,12 +318,14 @@ int main(int argc, char** argv) {
         << nlohmann::json{{"bos_token_id", 151643}, {"eos_token_id", {151645, 151643}}}.dump(2) << "\n";
     std::error_code ec;
     fs::copy_file(tokenizer_json, fs::path(out) / "hf" / "tokenizer.json", fs::copy_options::overwrite_existing, ec);
-    if (ec) std::fprintf(stderr, "note: no tokenizer.json copied (%s)\n", ec.message().c_str());
+    if (ec) {
+      std::fprintf(stderr, "glassbox-make-model: cannot copy %s: %s\n", tokenizer_json.c_str(), ec.message().c_str());
+      return 1;
+    }
     std::printf("wrote %s/hf (bf16)\n", out.c_str());
   }
 
   // GGUF files. Qwen3's q/k rows are not permuted (NEOX rope), so tensors map one to one.
-  auto vocab = gb::read_gguf(vocab_gguf);
   std::stringstream ss(types);
   for (std::string type; std::getline(ss, type, ',');) {
     gb::DType dt;
@@ -293,14 +360,12 @@ int main(int argc, char** argv) {
       g.set(a + ".ssm.time_step_rank", static_cast<uint32_t>(s.lin_v_heads));
       g.set(a + ".ssm.inner_size", static_cast<uint32_t>(s.lin_v_heads * s.lin_dim));
       g.set(a + ".full_attention_interval", static_cast<uint32_t>(s.full_interval));
+      // M-RoPE sections (t, h, w, unused) as convert_hf_to_gguf writes them: required by llama.cpp.
+      g.set(a + ".rope.dimension_sections", nlohmann::json::array({11, 11, 10, 0}));
     }
     g.set("general.file_type", file_type);
     g.set("general.quantization_version", 2u);
-    if (vocab.is_ok()) {
-      for (const auto& [k, v] : vocab->metadata) {
-        if (k.rfind("tokenizer.", 0) == 0) g.set(k, v);
-      }
-    }
+    for (const auto& [k, v] : tokenizer_meta.items()) g.set(k, v);
     std::vector<std::vector<uint8_t>> bufs(ts.size());
     for (size_t i = 0; i < ts.size(); ++i) {
       const Tensor& t = ts[i];

@@ -11,6 +11,7 @@ APT_PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev libspdlog-dev libfmt-dev libcpp-httplib-dev libssl-dev
   libyaml-cpp-dev libsqlite3-dev
+  curl                                  # the README's HTTP examples (tests/readme)
   python3-jinja2                        # second Jinja implementation for chat-template cross-checks
 )
 # Node.js (>= 20) with npm: Debian's packages only where the machine has none.

@@ -8,7 +8,9 @@
 // Usage: node bench/serve/bench_serve.mjs --url http://127.0.0.1:8080 [--key KEY]
 //          [--concurrency 1,4,16,64] [--requests-per-client 1] [--min-requests 4] [--prompt-len 32]
 //          [--output-len 32]
-//          [--vocab 151936] [--model NAME]
+//          [--vocab N] [--model NAME]
+// The prompt ids are drawn below the model's vocabulary size: --vocab, else what /v1/models says
+// (Glassbox: vocab_size; llama-server: meta.n_vocab). vLLM does not say it: pass --vocab.
 import { parseArgs } from 'node:util';
 
 const { values: opt } = parseArgs({
@@ -21,7 +23,7 @@ const { values: opt } = parseArgs({
     'min-requests': { type: 'string', default: '4' },
     'prompt-len': { type: 'string', default: '32' },
     'output-len': { type: 'string', default: '32' },
-    vocab: { type: 'string', default: '151936' },
+    vocab: { type: 'string', default: '' },
     seed: { type: 'string', default: '1' },
   },
 });
@@ -30,7 +32,7 @@ const headers = { 'Content-Type': 'application/json' };
 if (opt.key) headers.Authorization = `Bearer ${opt.key}`;
 const promptLen = Number(opt['prompt-len']);
 const outputLen = Number(opt['output-len']);
-const vocab = Number(opt.vocab);
+let vocab = 0;
 
 // xorshift32: reproducible prompts.
 let state = Number(opt.seed) >>> 0 || 1;
@@ -42,10 +44,21 @@ function rand() {
 }
 const randomPrompt = () => Array.from({ length: promptLen }, () => rand() % vocab);
 
-async function modelName() {
-  if (opt.model) return opt.model;
-  const r = await fetch(`${opt.url}/v1/models`, { headers });
-  return (await r.json()).data[0].id;
+// The model's name and vocabulary size, from the flags or GET /v1/models.
+async function modelInfo() {
+  let entry = null;
+  if (!opt.model || !opt.vocab) {
+    const r = await fetch(`${opt.url}/v1/models`, { headers });
+    if (r.status !== 200) throw new Error(`GET /v1/models: HTTP ${r.status}: ${await r.text()}`);
+    entry = (await r.json()).data?.[0];
+    if (!entry) throw new Error('GET /v1/models lists no model');
+  }
+  const name = opt.model || entry.id;
+  const n = Number(opt.vocab || entry.vocab_size || entry.meta?.n_vocab || 0);
+  if (!Number.isInteger(n) || n <= 0) {
+    throw new Error(`cannot tell the vocabulary size of ${name} (/v1/models has no vocab_size): pass --vocab N`);
+  }
+  return { name, vocab: n };
 }
 
 // One streamed request: times of each token-carrying chunk.
@@ -79,7 +92,9 @@ const pct = (xs, p) => {
   return s.length ? s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))] : NaN;
 };
 
-const model = await modelName();
+const info = await modelInfo();
+const model = info.name;
+vocab = info.vocab;
 await one(model, randomPrompt());  // warm-up
 const rows = [];
 for (const c of opt.concurrency.split(',').map(Number)) {
@@ -99,7 +114,7 @@ for (const c of opt.concurrency.split(',').map(Number)) {
   rows.push(row);
   console.log(JSON.stringify(row));
 }
-console.log(`\nmodel ${model}, prompt ${promptLen} tokens, output ${outputLen} tokens\n`);
+console.log(`\nmodel ${model} (vocabulary ${vocab}), prompt ${promptLen} tokens, output ${outputLen} tokens\n`);
 console.log('| concurrency | requests | output tok/s | TTFT p50 / p99 (ms) | ITL p50 / p99 (ms) |');
 console.log('| --- | --- | --- | --- | --- |');
 for (const r of rows) {

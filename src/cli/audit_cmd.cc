@@ -82,6 +82,22 @@ int run_audit(const AuditOptions& o) {
     print_table(*rows);
   }
   std::fflush(stdout);
+  // A full page: say whether more rows match, and how to get them (on stderr, so stdout stays
+  // the rows alone).
+  if (static_cast<int32_t>(rows->size()) == q.limit) {
+    server::AuditQuery next = q;
+    next.after_id = rows->back().id;
+    next.limit = 1;
+    auto more = (*store)->query(next);
+    if (more.is_ok() && !more->empty()) {
+      std::string hint = "the next page is --after-id " + std::to_string(rows->back().id);
+      if (q.limit < server::kMaxAuditLimit) {
+        hint += ", or more at once with --limit N (up to " + std::to_string(server::kMaxAuditLimit) + ")";
+      }
+      std::fprintf(stderr, "glassbox audit: %d row%s shown, more match: %s\n", q.limit, q.limit == 1 ? "" : "s",
+                   hint.c_str());
+    }
+  }
   return 0;
 }
 
@@ -98,7 +114,7 @@ void register_audit(CLI::App& app, Action* action) {
   cmd->add_option("--since", o->since, "From this time on (ISO-8601, e.g. 2026-11-30T08:00:00Z, or unix ms)");
   cmd->add_option("--until", o->until, "Before this time (ISO-8601 or unix ms)");
   cmd->add_option("--after-id", o->after_id, "Only ids greater than this (paging)")->check(CLI::NonNegativeNumber);
-  cmd->add_option("--limit", o->limit, "At most this many rows")->check(CLI::Range(1, server::kMaxAuditLimit));
+  cmd->add_option("--limit", o->limit, "At most this many rows (default 100; stderr says when more match)")->check(CLI::Range(1, server::kMaxAuditLimit));
   cmd->add_flag("--json", o->json, "One JSON object per line instead of a table");
   cmd->callback([o, action]() { *action = [o]() { return run_audit(*o); }; });
 }

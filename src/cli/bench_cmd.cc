@@ -8,6 +8,7 @@
 #include <random>
 
 #include "cli/commands.h"
+#include "cli/common_flags.h"
 #include "model/model.h"
 #include "model/session.h"
 
@@ -150,10 +151,10 @@ int run_bench(const BenchOptions& o) {
 void register_bench(CLI::App& app, Action* action) {
   auto opts = std::make_shared<BenchOptions>();
   CLI::App* cmd = app.add_subcommand("bench", "Prefill and decode tokens/s on synthetic token ids (like llama-bench)");
-  cmd->add_option("--model,-m", opts->model, "model directory (Hugging Face) or .gguf file")->required();
+  add_model_flag(*cmd, &opts->model)->required();
   cmd->add_option("--prompt-tokens,-p", opts->prompt_tokens, "prompt length for the prefill test (0: skip)")->capture_default_str();
   cmd->add_option("--gen-tokens,-n", opts->gen_tokens, "tokens for the decode test (0: skip)")->capture_default_str();
-  cmd->add_option("--threads,-t", opts->threads, "threads (0: all CPUs)")->capture_default_str();
+  add_threads_flag(*cmd, &opts->threads);
   cmd->add_option("--reps,-r", opts->reps, "measured repetitions (after one warm-up)")->capture_default_str()->check(CLI::Range(1, 1000));
   cmd->add_option("--batch,-b", opts->batch, "tokens per forward during prefill")->capture_default_str()->check(CLI::Range(1, 1 << 16));
   cmd->add_option("--bandwidth", opts->bandwidth_gbs, "measured memory bandwidth in GB/s, to report decode as a fraction of its limit");

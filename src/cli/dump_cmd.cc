@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/common_flags.h"
 #include "formats/safetensors.h"
 #include "model/observers.h"
 #include "model/session.h"
@@ -179,7 +180,7 @@ int run_dump(const DumpOptions& o) {
 void register_dump(CLI::App& app, Action* action) {
   auto o = std::make_shared<DumpOptions>();
   CLI::App* cmd = app.add_subcommand("dump", "Run a prompt and write hook-point tensors to a safetensors file");
-  cmd->add_option("--model,-m", o->model, "Hugging Face model directory or GGUF file")->required();
+  add_model_flag(*cmd, &o->model)->required();
   auto* ids = cmd->add_option("--prompt-ids", o->prompt_ids, "Token ids, e.g. \"1 2 3\"");
   auto* text = cmd->add_option("--prompt,-p", o->prompt, "Prompt text (tokenized with the model's tokenizer)");
   ids->excludes(text);
@@ -189,7 +190,7 @@ void register_dump(CLI::App& app, Action* action) {
       ->capture_default_str();
   cmd->add_option("--layers", o->layers, "'all', or layers and ranges: 0,2 or 1-3")->capture_default_str();
   cmd->add_option("--output,-o", o->out, "Output .safetensors file")->required();
-  cmd->add_option("--threads,-t", o->threads, "Threads (0: all CPUs)")->capture_default_str();
+  add_threads_flag(*cmd, &o->threads);
   cmd->add_flag("--stats", o->stats, "Print per-point statistics: max |x| (token, dim), median |x|, RMS");
   cmd->callback([o, action, ids, text] {
     if (ids->count() == 0 && text->count() == 0) throw CLI::RequiredError("--prompt-ids or --prompt");

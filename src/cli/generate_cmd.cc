@@ -6,6 +6,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "cli/common_flags.h"
 #include "core/mapped_file.h"
 #include "core/progress.h"
 #include "engine/chat_prompt.h"
@@ -18,10 +19,8 @@ namespace {
 struct GenerateOptions {
   std::string model, tokenizer, prompt, system, chat_template_file;
   bool chat = false, ignore_eos = false, show_ids = false, convert_q8 = false;
-  int max_tokens = 128, threads = 0, top_k = 40;
-  float temperature = 0.8f, top_p = 0.95f, min_p = 0.05f;
-  float repetition_penalty = 1.0f, presence_penalty = 0.0f, frequency_penalty = 0.0f;
-  int64_t seed = -1;
+  int max_tokens = 128, threads = 0;
+  SamplingFlags sampling;
 };
 
 int fail(const std::string& msg) {
@@ -77,15 +76,16 @@ int run_generate(const GenerateOptions& o) {
   req.prompt = (*tok)->encode(text, add_special);
   req.max_tokens = o.max_tokens;
   req.ignore_eos = o.ignore_eos;
-  req.sampling.temperature = o.temperature;
-  req.sampling.top_k = o.top_k;
-  req.sampling.top_p = o.top_p;
-  req.sampling.min_p = o.min_p;
-  req.sampling.repetition_penalty = o.repetition_penalty;
-  req.sampling.presence_penalty = o.presence_penalty;
-  req.sampling.frequency_penalty = o.frequency_penalty;
-  if (o.seed >= 0) {
-    req.sampling.seed = static_cast<uint64_t>(o.seed);
+  const SamplingFlags& sf = o.sampling;
+  req.sampling.temperature = sf.temperature;
+  req.sampling.top_k = sf.top_k;
+  req.sampling.top_p = sf.top_p;
+  req.sampling.min_p = sf.min_p;
+  req.sampling.repetition_penalty = sf.repetition_penalty;
+  req.sampling.presence_penalty = sf.presence_penalty;
+  req.sampling.frequency_penalty = sf.frequency_penalty;
+  if (sf.seed >= 0) {
+    req.sampling.seed = static_cast<uint64_t>(sf.seed);
     req.sampling.has_seed = true;
   }
   if (req.prompt.empty()) return fail("the prompt encodes to no tokens");
@@ -143,22 +143,15 @@ int run_generate(const GenerateOptions& o) {
 void register_generate(CLI::App& app, Action* action) {
   auto o = std::make_shared<GenerateOptions>();
   CLI::App* cmd = app.add_subcommand("generate", "Generate text from a prompt, streamed as it is produced");
-  cmd->add_option("--model,-m", o->model, "model directory (Hugging Face) or .gguf file")->required();
+  add_model_flag(*cmd, &o->model)->required();
   cmd->add_option("--prompt,-p", o->prompt, "prompt text")->required();
-  cmd->add_option("--tokenizer", o->tokenizer, "tokenizer (default: the model's own)");
+  add_tokenizer_flag(*cmd, &o->tokenizer, " (default: the model's own)");
   cmd->add_flag("--chat", o->chat, "render the prompt as a user message with the model's chat template");
   cmd->add_option("--system", o->system, "system message (with --chat)");
   cmd->add_option("--chat-template", o->chat_template_file, "Jinja chat template file overriding the model's");
   cmd->add_option("--max-tokens,-n", o->max_tokens, "tokens to generate at most")->capture_default_str()->check(CLI::Range(1, 1 << 20));
-  cmd->add_option("--temperature", o->temperature, "0 = greedy")->capture_default_str();
-  cmd->add_option("--top-k", o->top_k, "0 = off")->capture_default_str();
-  cmd->add_option("--top-p", o->top_p, "1 = off")->capture_default_str();
-  cmd->add_option("--min-p", o->min_p, "0 = off")->capture_default_str();
-  cmd->add_option("--repetition-penalty", o->repetition_penalty)->capture_default_str();
-  cmd->add_option("--presence-penalty", o->presence_penalty)->capture_default_str();
-  cmd->add_option("--frequency-penalty", o->frequency_penalty)->capture_default_str();
-  cmd->add_option("--seed", o->seed, "random seed (same seed and settings: same tokens)");
-  cmd->add_option("--threads,-t", o->threads, "threads (0: all CPUs)")->capture_default_str();
+  add_sampling_flags(*cmd, &o->sampling);
+  add_threads_flag(*cmd, &o->threads);
   cmd->add_flag("--ignore-eos", o->ignore_eos, "keep generating past end-of-sequence tokens");
   cmd->add_flag("--show-ids", o->show_ids, "print token ids instead of text");
   cmd->add_flag("--convert-q8", o->convert_q8, "convert f32/f16/bf16 matrices to Q8_0 at load (faster decode)");

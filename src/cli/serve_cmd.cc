@@ -12,6 +12,7 @@
 
 #include "chat/chat_template.h"
 #include "cli/commands.h"
+#include "cli/common_flags.h"
 #include "engine/engine.h"
 #include "model/model.h"
 #include "server/config.h"
@@ -30,9 +31,6 @@ class TokenizerCodec : public server::TextCodec {
 
   std::vector<int32_t> encode(std::string_view text, bool add_special) const override {
     return tokenizer_->encode(text, add_special);
-  }
-  std::string token_text(int32_t id) const override {
-    return tokenizer_->decode(std::span<const int32_t>(&id, 1), /*skip_special=*/false);
   }
   std::unique_ptr<server::StreamDetokenizer> stream(std::span<const int32_t> prompt) const override {
     return std::make_unique<Detokenizer>(*tokenizer_, prompt);
@@ -54,6 +52,7 @@ class TokenizerCodec : public server::TextCodec {
     }
     std::string push(int32_t id) override { return decoder_.push(id); }
     std::string flush() override { return decoder_.flush(); }
+    std::string peek(int32_t id) const override { return decoder_.peek(id); }
 
    private:
     StreamDecoder decoder_;
@@ -81,13 +80,50 @@ Result<std::unique_ptr<server::TextCodec>> make_codec(const server::ServerConfig
   return std::unique_ptr<server::TextCodec>(new TokenizerCodec(std::move(tokenizer), std::move(tmpl.value())));
 }
 
-int64_t kv_cache_bytes(const server::ServerConfig& cfg) {
-  if (cfg.kv_cache_bytes > 0) return cfg.kv_cache_bytes;
-  if (cfg.kv_cache_fraction > 0) {
-    const double ram = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
-    return static_cast<int64_t>(ram * cfg.kv_cache_fraction);
+std::string mib(int64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f MiB", static_cast<double>(bytes) / (1 << 20));
+  return buf;
+}
+
+// The KV cache's size in bytes: kv_cache_bytes or kv_cache_fraction when set, else room for
+// max_num_seqs sequences of max_model_len within the kv_cache_memory budget. It must hold at
+// least one sequence of max_model_len; when it cannot, the error names the settings to change.
+Result<int64_t> kv_cache_size(const server::ServerConfig& cfg, const ModelConfig& mc, int32_t block_size) {
+  const int64_t block_bytes = kv_block_bytes(mc, block_size);
+  const int64_t max_len = cfg.max_model_len > 0 ? cfg.max_model_len : mc.max_pos;
+  const int64_t seq_blocks = (max_len + block_size - 1) / block_size;
+  const char* setting = "--kv-cache-memory";
+  const char* key = "kv_cache_memory";
+  int64_t budget = cfg.kv_cache_memory;
+  int64_t n_blocks;
+  if (cfg.kv_cache_bytes > 0 || cfg.kv_cache_fraction > 0) {
+    setting = cfg.kv_cache_bytes > 0 ? "--kv-cache-bytes" : "--kv-cache-fraction";
+    key = cfg.kv_cache_bytes > 0 ? "kv_cache_bytes" : "kv_cache_fraction";
+    budget = cfg.kv_cache_bytes;
+    if (budget <= 0) {
+      const double ram = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
+      budget = static_cast<int64_t>(ram * cfg.kv_cache_fraction);
+    }
+    n_blocks = budget / block_bytes;
+  } else {
+    n_blocks = std::min(seq_blocks * cfg.max_num_seqs, budget / block_bytes);
   }
-  return 0;  // the engine's default: max_num_seqs full-length sequences, capped
+  if (n_blocks < seq_blocks) {
+    const int64_t fits = budget / block_bytes * block_size;
+    return Status::error("KV cache: one sequence of max_model_len " + std::to_string(max_len) + " tokens takes " +
+                         mib(seq_blocks * block_bytes) + ", more than " + std::string(setting) + " gives (" +
+                         mib(budget) + "): raise " + setting + " to at least " +
+                         std::to_string(seq_blocks * block_bytes) + " bytes, or lower --max-model-len to at most " +
+                         std::to_string(fits) + " (in the config file: " + key + ", max_model_len)");
+  }
+  std::fprintf(stderr,
+               "glassbox: KV cache %s: %lld blocks of %d tokens (%lld tokens; max_num_seqs %lld x max_model_len "
+               "%lld; %s %s)\n",
+               mib(n_blocks * block_bytes).c_str(), static_cast<long long>(n_blocks), block_size,
+               static_cast<long long>(n_blocks * block_size), static_cast<long long>(cfg.max_num_seqs),
+               static_cast<long long>(max_len), setting, mib(budget).c_str());
+  return n_blocks * block_bytes;
 }
 
 Result<server::Backend> make_backend(const server::ServerConfig& cfg) {
@@ -103,7 +139,7 @@ Result<server::Backend> make_backend(const server::ServerConfig& cfg) {
   ec.scheduler.max_num_seqs = static_cast<int32_t>(cfg.max_num_seqs);
   ec.scheduler.max_num_batched_tokens = static_cast<int32_t>(cfg.max_num_batched_tokens);
   ec.max_model_len = static_cast<int32_t>(cfg.max_model_len);
-  ec.kv_cache_bytes = kv_cache_bytes(cfg);
+  GB_ASSIGN_OR_RETURN(ec.kv_cache_bytes, kv_cache_size(cfg, model->config(), ec.block_size));
   ec.max_queue = static_cast<int32_t>(cfg.max_queue_length);
   // The always-on massive-activation monitor: resid_post of every layer, one step in N.
   ec.monitor.enabled = cfg.monitor_every_steps > 0;
@@ -124,7 +160,7 @@ void register_serve(CLI::App& app, Action* action) {
   CLI::App* cmd = app.add_subcommand("serve", "Serve a model over an OpenAI-compatible HTTP API");
   auto flags = std::make_shared<server::ConfigOverrides>();
   auto config_file = std::make_shared<std::string>();
-  server::add_config_flags(*cmd, flags.get(), config_file.get());
+  server::add_config_flags(*cmd, flags.get(), config_file.get(), kServeShortFlags);
   cmd->callback([action, flags, config_file] {
     *action = [flags, config_file]() -> int {
       // Before any thread exists, so SIGTERM/SIGINT reach only run_server's wait.

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/common_flags.h"
 #include "core/mapped_file.h"
 #include "engine/chat_prompt.h"
 #include "tokenizer/tokenizer.h"
@@ -18,7 +19,9 @@ namespace gb::cli {
 namespace {
 
 struct TokenizeOptions {
-  std::string tokenizer_path;
+  std::string tokenizer_path;  // --tokenizer
+  std::string model;           // -m/--model: the model's own tokenizer
+  std::string old_t;           // -t: the old spelling of --tokenizer, refused with a hint
   std::string text;
   std::string decode_ids;
   std::string chat_file;
@@ -103,7 +106,7 @@ int run_chat(const Tokenizer& tok, const TokenizeOptions& o) {
 }
 
 int run(const TokenizeOptions& o) {
-  auto loaded = Tokenizer::load(o.tokenizer_path);
+  auto loaded = Tokenizer::load(o.tokenizer_path.empty() ? o.model : o.tokenizer_path);
   if (!loaded.is_ok()) {
     std::fprintf(stderr, "glassbox tokenize: %s\n", loaded.message().c_str());
     return 1;
@@ -154,9 +157,12 @@ int run(const TokenizeOptions& o) {
 void register_tokenize(CLI::App& app, Action* action) {
   auto opts = std::make_shared<TokenizeOptions>();
   CLI::App* cmd = app.add_subcommand("tokenize", "Encode text to token ids and pieces, or decode ids to text");
-  cmd->add_option("--tokenizer,-t", opts->tokenizer_path,
-                  "Model directory (tokenizer.json + tokenizer_config.json), tokenizer.json, or .gguf file")
-      ->required();
+  auto* tokenizer = add_tokenizer_flag(*cmd, &opts->tokenizer_path, " (a directory: tokenizer.json + tokenizer_config.json)");
+  auto* model = add_model_flag(*cmd, &opts->model);
+  model->excludes(tokenizer);
+  // -t means --threads in every other subcommand; tokenizing has no threads. Named here only to
+  // tell a user of the old spelling what to write instead.
+  auto* old_t = cmd->add_option("-t", opts->old_t)->group("");
   cmd->add_option("text", opts->text, "Text to encode (read from standard input when omitted)");
   cmd->add_option("--decode,-d", opts->decode_ids, "Decode these ids instead (\"1 2 3\" or \"1,2,3\")");
   cmd->add_flag("--json", opts->json, "Print one JSON object: {\"ids\": [...], \"pieces\": [...]} ({\"text\": ...} with --decode)");
@@ -167,7 +173,14 @@ void register_tokenize(CLI::App& app, Action* action) {
                   "Render this JSON chat (messages array, or {\"messages\", \"tools\", \"add_generation_prompt\", ...}) "
                   "with the tokenizer's chat template and print the prompt");
   cmd->add_option("--chat-template", opts->chat_template_file, "With --chat: a Jinja template file to use instead");
-  cmd->callback([opts, action] { *action = [opts] { return run(*opts); }; });
+  cmd->callback([opts, action, tokenizer, model, old_t] {
+    if (old_t->count() > 0) {
+      throw CLI::ValidationError("-t", "tokenize takes the tokenizer as --tokenizer PATH or the model as -m PATH (-t is "
+                                       "--threads in the other subcommands)");
+    }
+    if (tokenizer->count() == 0 && model->count() == 0) throw CLI::RequiredError("--tokenizer PATH or -m MODEL");
+    *action = [opts] { return run(*opts); };
+  });
 }
 
 }  // namespace gb::cli

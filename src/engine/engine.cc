@@ -6,6 +6,11 @@
 
 namespace gb {
 
+int64_t kv_block_bytes(const ModelConfig& config, int32_t block_size) {
+  const int64_t n_attn_layers = std::max<int64_t>(1, config.n_layers_of(LayerKind::kAttention));
+  return int64_t{2} * n_attn_layers * config.kv_dim() * block_size * 4;
+}
+
 Result<std::unique_ptr<Engine>> Engine::create(Model* model, const EngineConfig& config_in) {
   EngineConfig config = config_in;
   const ModelConfig& mc = model->config();
@@ -22,10 +27,7 @@ Result<std::unique_ptr<Engine>> Engine::create(Model* model, const EngineConfig&
                          " tokens); load the model with a larger max_batch_tokens");
   }
   if (config.block_size <= 0) return Status::error("block_size must be positive");
-  // K and V, f32, for every attention layer (a hybrid model's linear-attention layers keep a
-  // fixed-size recurrent state per sequence instead, outside the blocks).
-  const int64_t n_attn_layers = std::max<int64_t>(1, mc.n_layers_of(LayerKind::kAttention));
-  const int64_t bytes_per_block = int64_t{2} * n_attn_layers * mc.kv_dim() * config.block_size * 4;
+  const int64_t bytes_per_block = kv_block_bytes(mc, config.block_size);
   config.scheduler.recurrent_state = mc.hybrid();
   int64_t n_blocks;
   if (config.kv_cache_bytes > 0) {

@@ -27,6 +27,10 @@ struct EngineConfig {
   MonitorConfig monitor;       // the massive-activation monitor (off by default; the server turns it on)
 };
 
+// Bytes of one KV block: K and V, f32, of block_size tokens in every attention layer (a hybrid
+// model's linear-attention layers keep a fixed-size recurrent state per sequence instead).
+int64_t kv_block_bytes(const ModelConfig& config, int32_t block_size);
+
 class Engine : public EngineApi {
  public:
   // The model must outlive the engine. Sizes the KV cache and checks the configuration.

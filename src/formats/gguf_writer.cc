@@ -60,6 +60,35 @@ void write_scalar(Out& o, uint32_t type, const nlohmann::json& v) {
   }
 }
 
+// One element type for a whole array: strings, bools, or the narrowest number type that holds
+// every element (any float: f32; any negative or signed: i32/i64; else u32/u64). 0 when the
+// elements mix kinds, which GGUF cannot store.
+uint32_t array_type(const nlohmann::json& v) {
+  if (v.empty()) return 4;
+  if (v[0].is_string() || v[0].is_boolean()) {
+    for (const auto& e : v) {
+      if (e.type() != v[0].type()) return 0;
+    }
+    return scalar_type(v[0]);
+  }
+  bool any_float = false, any_signed = false, wide = false;
+  for (const auto& e : v) {
+    if (!e.is_number()) return 0;
+    if (e.is_number_float()) {
+      any_float = true;
+    } else if (e.is_number_unsigned()) {
+      wide |= e.get<uint64_t>() > 0xffffffffull;
+    } else {
+      any_signed = true;
+      const int64_t i = e.get<int64_t>();
+      wide |= i < INT32_MIN || i > INT32_MAX;
+    }
+  }
+  if (any_float) return 6;
+  if (any_signed) return wide ? 11 : 5;
+  return wide ? 10 : 4;
+}
+
 }  // namespace
 
 void GgufWriter::set(const std::string& key, nlohmann::json value) {
@@ -79,8 +108,8 @@ void GgufWriter::add_tensor(const std::string& name, DType dtype, std::vector<in
 
 Status GgufWriter::write(const std::string& path) const {
   for (const auto& [key, v] : metadata_) {
-    if (v.is_null() || v.is_object() || (v.is_array() && !v.empty() && (v[0].is_array() || v[0].is_object())))
-      return Status::error("GGUF metadata '" + key + "' must be a scalar or an array of scalars");
+    if (v.is_null() || v.is_object() || (v.is_array() && array_type(v) == 0))
+      return Status::error("GGUF metadata '" + key + "' must be a scalar or an array of scalars of one kind");
   }
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(path.c_str(), "wb"), &std::fclose);
   if (!f) return Status::error("cannot create " + path + ": " + std::strerror(errno));
@@ -92,7 +121,7 @@ Status GgufWriter::write(const std::string& path) const {
   for (const auto& [key, v] : metadata_) {
     o.str(key);
     if (v.is_array()) {
-      const uint32_t et = v.empty() ? 4 : scalar_type(v[0]);
+      const uint32_t et = array_type(v);
       o.pod<uint32_t>(9);
       o.pod<uint32_t>(et);
       o.pod<uint64_t>(v.size());

@@ -14,7 +14,8 @@ namespace gb {
 class GgufWriter {
  public:
   // JSON values map to GGUF types: string, bool, unsigned -> u32 (u64 if larger), signed -> i32
-  // (i64 if larger), float -> f32, arrays of one of those (element type from the first element).
+  // (i64 if larger), float -> f32, arrays of one of those (one element type for the whole array:
+  // the narrowest that holds every element; mixing strings, bools and numbers is an error).
   void set(const std::string& key, nlohmann::json value);
 
   // Adds a tensor; shape is outermost first (written to GGUF as ne = reversed shape). The bytes

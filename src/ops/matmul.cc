@@ -176,13 +176,7 @@ void quantize(const float* x, int64_t cols, float* d, int8_t* q, uint8_t* a, int
 }
 
 void dequant_k(DType dtype, const uint8_t* row, int64_t cols, float* out) {
-  for (int64_t b = 0; b < cols / 256; ++b) {
-    if (dtype == DType::kQ4_K) {
-      dequantize_q4_k(row + b * 144, out + b * 256);
-    } else {
-      dequantize_q6_k(row + b * 210, out + b * 256);
-    }
-  }
+  dequant_k_row<dequantize_q4_k, dequantize_q6_k>(dtype, row, cols, out);
 }
 
 void rows(const KernelArgs& a, int64_t r0, int64_t r1) {
@@ -263,10 +257,8 @@ void dequantize_row(const Weight& w, int64_t r, float* out) {
       }
       return;
     case DType::kQ4_K:
-      for (int64_t b = 0; b < w.cols / 256; ++b) dequantize_q4_k(row + b * 144, out + b * 256);
-      return;
     case DType::kQ6_K:
-      for (int64_t b = 0; b < w.cols / 256; ++b) dequantize_q6_k(row + b * 210, out + b * 256);
+      dequant_k_row<dequantize_q4_k, dequantize_q6_k>(w.dtype, row, w.cols, out);
       return;
     default:
       std::memset(out, 0, w.cols * sizeof(float));  // unsupported types are rejected at load time

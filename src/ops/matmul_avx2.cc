@@ -175,13 +175,7 @@ void dequant_q6_k_block(const uint8_t* blk, float* out) {
 }  // namespace
 
 void dequant_k(DType dtype, const uint8_t* row, int64_t cols, float* out) {
-  for (int64_t b = 0; b < cols / 256; ++b) {
-    if (dtype == DType::kQ4_K) {
-      dequant_q4_k_block(row + b * 144, out + b * 256);
-    } else {
-      dequant_q6_k_block(row + b * 210, out + b * 256);
-    }
-  }
+  dequant_k_row<dequant_q4_k_block, dequant_q6_k_block>(dtype, row, cols, out);
 }
 
 }  // namespace gb::ops::avx2

@@ -44,6 +44,18 @@ using QuantizeKernel = void (*)(const float* x, int64_t cols, float* d, int8_t* 
 // bitwise equal to dequantize_row (same f32 operations in the same order as ggml's).
 using DequantKernel = void (*)(DType dtype, const uint8_t* row, int64_t cols, float* out);
 
+// One Q4_K / Q6_K super-block of 256 elements -> out [256] f32.
+using SuperBlockFn = void (*)(const uint8_t* blk, float* out);
+
+// A row of super-blocks -> out [cols] f32 with one ISA's block functions: the loop behind every
+// DequantKernel and the reference dequantize_row.
+template <SuperBlockFn kQ4K, SuperBlockFn kQ6K>
+inline void dequant_k_row(DType dtype, const uint8_t* row, int64_t cols, float* out) {
+  const bool q4 = dtype == DType::kQ4_K;
+  const int64_t block_bytes = q4 ? 144 : 210;  // GGML block_q4_K / block_q6_K
+  for (int64_t b = 0; b < cols / 256; ++b) (q4 ? kQ4K : kQ6K)(row + b * block_bytes, out + b * 256);
+}
+
 struct KernelSet {
   RowsKernel rows;
   QuantizeKernel quantize;

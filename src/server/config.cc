@@ -402,19 +402,22 @@ nlohmann::json config_to_json(const ServerConfig& cfg) {
   return j;
 }
 
-void add_config_flags(CLI::App& app, ConfigOverrides* flags, std::string* config_file) {
+void add_config_flags(CLI::App& app, ConfigOverrides* flags, std::string* config_file,
+                      const std::map<std::string, std::string>& short_flags) {
   app.add_option("--config", *config_file, "YAML config file (environment and flags override it)");
   ServerConfig defaults;
   visit_fields(defaults, [&](const FieldInfo& info, auto& field) {
     using T = std::decay_t<decltype(field)>;
     const std::string name = info.name;
+    std::string flag = "--" + dashed(name);
+    if (auto it = short_flags.find(name); it != short_flags.end()) flag = it->second + "," + flag;
     if constexpr (std::is_same_v<T, bool>) {
       app.add_flag_function(
-          "--" + dashed(name), [flags, name](int64_t count) { (*flags)[name] = count > 0 ? "true" : "false"; },
+          flag, [flags, name](int64_t count) { (*flags)[name] = count > 0 ? "true" : "false"; },
           info.help);
     } else {
       app.add_option_function<std::string>(
-             "--" + dashed(name), [flags, name](const std::string& v) { (*flags)[name] = v; }, info.help)
+             flag, [flags, name](const std::string& v) { (*flags)[name] = v; }, info.help)
           ->type_name(std::is_same_v<T, int64_t> ? "INT" : std::is_same_v<T, double> ? "NUMBER" : "TEXT");
     }
   });

@@ -66,8 +66,9 @@ struct ServerConfig {
   int64_t max_num_seqs = 64;
   int64_t max_num_batched_tokens = 2048;
   int64_t max_model_len = 0;       // 0: the model's own context length
-  int64_t kv_cache_bytes = 0;      // 0: use kv_cache_fraction or the engine's default
-  double kv_cache_fraction = 0;    // of physical RAM; 0: unset
+  int64_t kv_cache_memory = int64_t{4} << 30;  // budget: max_num_seqs sequences of max_model_len, at most this
+  int64_t kv_cache_bytes = 0;      // exact size instead of the budget rule; 0: unset
+  double kv_cache_fraction = 0;    // exact size as a fraction of physical RAM; 0: unset
   int64_t threads = 0;             // compute threads; 0: all cores
 
   // HTTP
@@ -127,8 +128,15 @@ void visit_fields(Config& c, F&& f) {
   f(FieldInfo{"max_num_seqs", "most sequences in one batch", 1, 1 << 20}, c.max_num_seqs);
   f(FieldInfo{"max_num_batched_tokens", "token budget of one engine step", 1, 1 << 24}, c.max_num_batched_tokens);
   f(FieldInfo{"max_model_len", "context length (0: the model's)", 0, 1 << 24}, c.max_model_len);
-  f(FieldInfo{"kv_cache_bytes", "KV cache size in bytes (0: unset)", 0, 1e15}, c.kv_cache_bytes);
-  f(FieldInfo{"kv_cache_fraction", "KV cache size as a fraction of RAM (0: unset)", 0, 1}, c.kv_cache_fraction);
+  f(FieldInfo{"kv_cache_memory",
+              "KV cache memory budget, bytes: room for max_num_seqs sequences of max_model_len, at most this", 1,
+              1e15},
+    c.kv_cache_memory);
+  f(FieldInfo{"kv_cache_bytes", "KV cache size in bytes, instead of the kv_cache_memory rule (0: unset)", 0, 1e15},
+    c.kv_cache_bytes);
+  f(FieldInfo{"kv_cache_fraction", "KV cache size as a fraction of RAM, instead of the kv_cache_memory rule (0: unset)",
+              0, 1},
+    c.kv_cache_fraction);
   f(FieldInfo{"threads", "compute threads (0: all cores)", 0, 4096}, c.threads);
   f(FieldInfo{"host", "address to listen on"}, c.host);
   f(FieldInfo{"port", "TCP port (0: any free port)", 0, 65535}, c.port);
@@ -186,7 +194,9 @@ Result<ServerConfig> load_config(const std::string& config_file, const EnvLookup
 nlohmann::json config_to_json(const ServerConfig& cfg);
 
 // Declares one flag per field on app (--config too); parsed values land in *flags and
-// *config_file. Flags are declared here once, from visit_fields.
-void add_config_flags(CLI::App& app, ConfigOverrides* flags, std::string* config_file);
+// *config_file. Flags are declared here once, from visit_fields; short_flags gives some fields a
+// short name too (field name -> "-m"), so they match the other subcommands.
+void add_config_flags(CLI::App& app, ConfigOverrides* flags, std::string* config_file,
+                      const std::map<std::string, std::string>& short_flags = {});
 
 }  // namespace gb::server

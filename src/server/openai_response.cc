@@ -33,40 +33,53 @@ json bytes_of(const std::string& s) {
   return b;
 }
 
-// Token strings can be partial UTF-8 (byte-fallback tokens); JSON needs valid UTF-8, so the
-// text is made valid and the exact bytes go in "bytes" (chat) as OpenAI does.
+// JSON needs valid UTF-8. A token's text is whole characters (the detokenizer holds a split
+// character back), but an alternative's may end mid-character; bad bytes become U+FFFD.
 std::string valid_utf8(const std::string& s) {
   return json::parse(json(s).dump(-1, ' ', false, json::error_handler_t::replace)).get<std::string>();
 }
 
+// Characters (code points) of valid UTF-8 text: the bytes that do not continue a character.
+int64_t code_points(const std::string& s) {
+  int64_t n = 0;
+  for (unsigned char c : s) n += (c & 0xC0) != 0x80;
+  return n;
+}
+
 }  // namespace
 
-json logprobs_json(Endpoint endpoint, const std::vector<GeneratedToken>& tokens, const TextCodec& codec,
+json logprobs_json(Endpoint endpoint, const std::vector<GeneratedToken>& tokens, const std::vector<TokenText>& texts,
                    int64_t* text_offset) {
+  static const TokenText kNone;
+  auto text_of = [&](size_t i) -> const TokenText& { return i < texts.size() ? texts[i] : kNone; };
+  auto alt_text = [](const TokenText& tt, size_t k) { return k < tt.top.size() ? valid_utf8(tt.top[k]) : std::string(); };
   if (endpoint == Endpoint::kChat) {
     json content = json::array();
-    for (const GeneratedToken& t : tokens) {
-      const std::string raw = codec.token_text(t.token);
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      const GeneratedToken& t = tokens[i];
+      const TokenText& tt = text_of(i);
       json top = json::array();
-      for (const TokenLogprob& alt : t.top) {
-        const std::string alt_raw = codec.token_text(alt.token);
-        top.push_back({{"token", valid_utf8(alt_raw)}, {"logprob", alt.logprob}, {"bytes", bytes_of(alt_raw)}});
+      for (size_t k = 0; k < t.top.size(); ++k) {
+        const std::string alt = alt_text(tt, k);
+        top.push_back({{"token", alt}, {"logprob", t.top[k].logprob}, {"bytes", bytes_of(alt)}});
       }
-      content.push_back(
-          {{"token", valid_utf8(raw)}, {"logprob", t.logprob}, {"bytes", bytes_of(raw)}, {"top_logprobs", top}});
+      const std::string text = valid_utf8(tt.text);
+      content.push_back({{"token", text}, {"logprob", t.logprob}, {"bytes", bytes_of(text)}, {"top_logprobs", top}});
     }
     return {{"content", content}, {"refusal", nullptr}};
   }
   json toks = json::array(), lps = json::array(), tops = json::array(), offsets = json::array();
-  for (const GeneratedToken& t : tokens) {
-    const std::string text = valid_utf8(codec.token_text(t.token));
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    const GeneratedToken& t = tokens[i];
+    const TokenText& tt = text_of(i);
+    const std::string text = valid_utf8(tt.text);
     toks.push_back(text);
     lps.push_back(t.logprob);
     json top = json::object();
-    for (const TokenLogprob& alt : t.top) top[valid_utf8(codec.token_text(alt.token))] = alt.logprob;
+    for (size_t k = 0; k < t.top.size(); ++k) top[alt_text(tt, k)] = t.top[k].logprob;
     tops.push_back(std::move(top));
     offsets.push_back(*text_offset);
-    *text_offset += static_cast<int64_t>(text.size());
+    *text_offset += code_points(text);
   }
   return {{"tokens", toks}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
 }

@@ -9,7 +9,7 @@
 
 #include "engine/request.h"
 #include "server/openai_request.h"
-#include "server/text_codec.h"
+#include "server/text_stream.h"
 
 namespace gb::server {
 
@@ -29,10 +29,12 @@ inline constexpr const char* kSseDone = "data: [DONE]\n\n";
 
 nlohmann::json usage_json(int64_t prompt_tokens, int64_t completion_tokens);
 
-// Logprobs of some tokens in the endpoint's shape. Completions: {tokens, token_logprobs,
-// top_logprobs, text_offset}, offsets continuing from *text_offset; chat: {content: [...]}.
-nlohmann::json logprobs_json(Endpoint endpoint, const std::vector<GeneratedToken>& tokens, const TextCodec& codec,
-                             int64_t* text_offset);
+// Logprobs of some tokens in the endpoint's shape, each token as the text it put into the
+// choice's text (texts[i] for tokens[i], from ChoiceText). Completions: {tokens, token_logprobs,
+// top_logprobs, text_offset}, offsets in characters (code points, as OpenAI and vLLM count)
+// continuing from *text_offset; chat: {content: [...]}, "bytes" the UTF-8 of each token's text.
+nlohmann::json logprobs_json(Endpoint endpoint, const std::vector<GeneratedToken>& tokens,
+                             const std::vector<TokenText>& texts, int64_t* text_offset);
 
 struct ChoiceOut {
   int32_t index = 0;

@@ -61,6 +61,7 @@ struct ChoiceState {
   ChoiceText text;
   std::string out_text;                   // non-streaming: the whole text
   std::vector<GeneratedToken> out_tokens; // non-streaming: tokens for logprobs
+  std::vector<TokenText> out_token_texts; // ... and the text each one added
   int64_t text_offset = 0;                // completions logprobs text_offset
   bool have_first_token = false;
   bool queue_observed = false;
@@ -166,6 +167,10 @@ struct Generation {
         c.repetition.window_rate() > glass.stop_on_repetition->max_rate) {
       ChoiceDelta rest = c.text.stop_now();
       d.text += rest.text;
+      for (size_t k = 0; k < rest.tokens.size(); ++k) {
+        d.tokens.push_back(std::move(rest.tokens[k]));
+        d.token_texts.push_back(std::move(rest.token_texts[k]));
+      }
       d.finished = true;
     }
     // A stop decided here ends the engine's sequence at its next step.
@@ -263,9 +268,10 @@ struct Generation {
     }
   }
 
-  nlohmann::json logprobs_for(ChoiceState& c, const std::vector<GeneratedToken>& tokens) {
+  nlohmann::json logprobs_for(ChoiceState& c, const std::vector<GeneratedToken>& tokens,
+                              const std::vector<TokenText>& texts) {
     if (req.top_logprobs < 0) return nullptr;
-    return logprobs_json(req.endpoint, tokens, *server->codec_, &c.text_offset);
+    return logprobs_json(req.endpoint, tokens, texts, &c.text_offset);
   }
 
   int64_t prompt_tokens() const {
@@ -306,7 +312,7 @@ struct Generation {
     if (client_gone) return false;
     for (auto& [i, d] : deltas) {
       ChoiceState& c = choices[i];
-      json lp = d.tokens.empty() ? json(nullptr) : logprobs_for(c, d.tokens);
+      json lp = d.tokens.empty() ? json(nullptr) : logprobs_for(c, d.tokens, d.token_texts);
       if (!d.text.empty() || !lp.is_null())
         buf += sse_data(stream_chunk(meta, c.index, false, d.text, lp, "", req.include_usage));
       const FinishReason r = c.text.finish_reason();
@@ -696,7 +702,8 @@ void Server::handle_models(const httplib::Request& req, httplib::Response& res, 
                       {"created", 0},
                       {"owned_by", "glassbox"},
                       {"root", cfg_.model},
-                      {"max_model_len", max_model_len_}};
+                      {"max_model_len", max_model_len_},
+                      {"vocab_size", codec_ != nullptr ? codec_->vocab_size() : 0}};
   if (id.empty()) return res.set_content(json{{"object", "list"}, {"data", json::array({model})}}.dump(),
                                          "application/json");
   if (id != cfg_.served_model_name) {
@@ -974,6 +981,7 @@ void Server::handle_generate(Endpoint endpoint, const httplib::Request& req, htt
       ChoiceState& c = g->choices[i];
       c.out_text += d.text;
       for (GeneratedToken& t : d.tokens) c.out_tokens.push_back(std::move(t));
+      for (TokenText& t : d.token_texts) c.out_token_texts.push_back(std::move(t));
     }
   }
   if (g->client_gone) {
@@ -988,7 +996,8 @@ void Server::handle_generate(Endpoint endpoint, const httplib::Request& req, htt
   } else {
     std::vector<ChoiceOut> out;
     for (ChoiceState& c : g->choices) {
-      out.push_back({c.index, c.out_text, g->logprobs_for(c, c.out_tokens), finish_reason_name(c.text.finish_reason()),
+      out.push_back({c.index, c.out_text, g->logprobs_for(c, c.out_tokens, c.out_token_texts),
+                     finish_reason_name(c.text.finish_reason()),
                      g->glass_json(c)});
     }
     res.set_content(full_response(g->meta, out, g->usage()).dump(-1, ' ', false,

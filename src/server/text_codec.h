@@ -25,6 +25,8 @@ class StreamDetokenizer {
   virtual std::string push(int32_t id) = 0;
   // Whatever is left at the end of the sequence.
   virtual std::string flush() = 0;
+  // The text id would add if it came next, without taking it (the alternatives in logprobs).
+  virtual std::string peek(int32_t id) const = 0;
 };
 
 // Must be safe to call from many HTTP threads at once (all methods const).
@@ -34,8 +36,6 @@ class TextCodec {
   // add_special: BOS/EOS as the tokenizer's post-processor says (completions prompts: true;
   // rendered chat templates: false, the template writes its own BOS).
   virtual std::vector<int32_t> encode(std::string_view text, bool add_special) const = 0;
-  // One token's text for logprobs (special tokens included, as their text).
-  virtual std::string token_text(int32_t id) const = 0;
   // A detokenizer for the continuation of `prompt`: the prompt's last tokens give the decoder
   // its context, so the first generated token keeps its leading space ("a time" + " there").
   virtual std::unique_ptr<StreamDetokenizer> stream(std::span<const int32_t> prompt) const = 0;

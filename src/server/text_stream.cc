@@ -45,6 +45,25 @@ std::string StopStringFilter::flush() {
 ChoiceText::ChoiceText(std::unique_ptr<StreamDetokenizer> detok, std::vector<std::string> stops)
     : detok_(std::move(detok)), filter_(std::move(stops)) {}
 
+void ChoiceText::emit(ChoiceDelta* delta, std::string text, bool all) {
+  emitted_bytes_ += static_cast<int64_t>(text.size());
+  delta->text += text;
+  size_t n = 0;
+  for (; n < held_.size(); ++n) {
+    HeldToken& h = held_[n];
+    const int64_t size = static_cast<int64_t>(h.text.text.size());
+    if (released_bytes_ + size > emitted_bytes_) {
+      if (!all) break;
+      // Past the end of the text (a stop string, or text the filter dropped): cut it there.
+      h.text.text.resize(static_cast<size_t>(std::max<int64_t>(0, emitted_bytes_ - released_bytes_)));
+    }
+    released_bytes_ += static_cast<int64_t>(h.text.text.size());
+    delta->tokens.push_back(std::move(h.token));
+    delta->token_texts.push_back(std::move(h.text));
+  }
+  held_.erase(held_.begin(), held_.begin() + static_cast<std::ptrdiff_t>(n));
+}
+
 ChoiceDelta ChoiceText::on_event(GenerationEvent& event) {
   ChoiceDelta delta;
   if (finished_) {
@@ -55,9 +74,16 @@ ChoiceDelta ChoiceText::on_event(GenerationEvent& event) {
   if (event.cached_prompt_tokens > 0) cached_prompt_tokens_ = event.cached_prompt_tokens;
   for (GeneratedToken& t : event.tokens) {
     ++completion_tokens_;
+    HeldToken h;
+    // The alternatives' texts at this place, before the chosen token moves the decoder on.
+    h.text.top.reserve(t.top.size());
+    for (const TokenLogprob& alt : t.top) h.text.top.push_back(detok_->peek(alt.token));
+    h.text.text = detok_->push(t.token);
     bool stopped = false;
-    delta.text += filter_.push(detok_->push(t.token), &stopped);
-    delta.tokens.push_back(std::move(t));
+    std::string out = filter_.push(h.text.text, &stopped);
+    h.token = std::move(t);
+    held_.push_back(std::move(h));
+    emit(&delta, std::move(out), /*all=*/stopped);
     if (stopped) {
       finished_ = stopped_by_string_ = true;
       finish_ = FinishReason::kStop;
@@ -67,12 +93,16 @@ ChoiceDelta ChoiceText::on_event(GenerationEvent& event) {
   }
   if (event.finish != FinishReason::kNone) {
     bool stopped = false;
-    delta.text += filter_.push(detok_->flush(), &stopped);
+    std::string rest = detok_->flush();
+    // The decoder's leftover (an incomplete character at the end) belongs to the last token.
+    if (!held_.empty()) held_.back().text.text += rest;
+    std::string out = filter_.push(rest, &stopped);
     if (stopped) {
       stopped_by_string_ = true;
     } else {
-      delta.text += filter_.flush();
+      out += filter_.flush();
     }
+    emit(&delta, std::move(out), /*all=*/true);
     finished_ = true;
     finish_ = stopped ? FinishReason::kStop : event.finish;
     error_ = event.error;
@@ -86,8 +116,11 @@ ChoiceDelta ChoiceText::stop_now() {
   delta.finished = true;
   if (finished_) return delta;
   bool stopped = false;
-  delta.text = filter_.push(detok_->flush(), &stopped);
-  if (!stopped) delta.text += filter_.flush();
+  std::string rest = detok_->flush();
+  if (!held_.empty()) held_.back().text.text += rest;
+  std::string out = filter_.push(rest, &stopped);
+  if (!stopped) out += filter_.flush();
+  emit(&delta, std::move(out), /*all=*/true);
   finished_ = stopped_by_repetition_ = true;
   finish_ = FinishReason::kStop;
   return delta;

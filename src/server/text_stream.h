@@ -28,10 +28,23 @@ class StopStringFilter {
   std::string pending_;  // not yet emitted; a proper prefix of some stop string, or empty
 };
 
+// What one generated token put into a choice's text, for logprobs. The texts of a choice's
+// tokens concatenate to exactly its text (a SentencePiece "▁upon" is " upon"; a token that ends
+// mid-character adds "", the one completing it the whole character; text after a stop string
+// is cut off). `top` is the text each alternative in GeneratedToken::top would have added there.
+struct TokenText {
+  std::string text;
+  std::vector<std::string> top;
+};
+
 // One streaming update of a choice.
 struct ChoiceDelta {
   std::string text;
-  std::vector<GeneratedToken> tokens;  // tokens consumed by this update (for logprobs)
+  // Tokens whose text is in `text` (or in an earlier update), for logprobs; token_texts[i]
+  // belongs to tokens[i]. A token whose text the stop-string filter holds back comes with the
+  // update that releases that text.
+  std::vector<GeneratedToken> tokens;
+  std::vector<TokenText> token_texts;
   bool finished = false;
 };
 
@@ -58,8 +71,19 @@ class ChoiceText {
   int32_t cached_prompt_tokens() const { return cached_prompt_tokens_; }
 
  private:
+  struct HeldToken {
+    GeneratedToken token;
+    TokenText text;
+  };
+  // Appends text to the delta and moves to it every held token whose text is now all emitted
+  // (every held token when `all`, its text cut at the end of the emitted text).
+  void emit(ChoiceDelta* delta, std::string text, bool all);
+
   std::unique_ptr<StreamDetokenizer> detok_;
   StopStringFilter filter_;
+  std::vector<HeldToken> held_;  // tokens whose text is not all emitted yet, oldest first
+  int64_t emitted_bytes_ = 0;    // bytes of text emitted so far
+  int64_t released_bytes_ = 0;   // bytes of text of the tokens released so far
   bool finished_ = false;
   bool stopped_by_string_ = false;
   bool stopped_by_repetition_ = false;

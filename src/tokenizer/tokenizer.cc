@@ -143,6 +143,18 @@ std::string StreamDecoder::push(int32_t id) {
   return fresh;
 }
 
+std::string StreamDecoder::peek(int32_t id) const {
+  std::vector<int32_t> ids = ids_;
+  ids.push_back(id);
+  const std::string text = tokenizer_->decode(ids, skip_special_);
+  // What is already shown (the context and any pending tokens, as they decode now) is not part
+  // of id's text; when pending bytes complete into a character with id, that character is.
+  const std::string shown = tokenizer_->decode(ids_, skip_special_);
+  if (text.size() >= shown.size() && text.compare(0, shown.size(), shown) == 0) return text.substr(shown.size());
+  if (text.size() >= prefix_.size() && text.compare(0, prefix_.size(), prefix_) == 0) return text.substr(prefix_.size());
+  return tokenizer_->decode(std::span<const int32_t>(&id, 1), skip_special_);
+}
+
 std::string StreamDecoder::flush() {
   std::string rest;
   if (ids_.size() > prefix_index_) {

@@ -127,6 +127,9 @@ class StreamDecoder {
   void prime(std::span<const int32_t> context);
   std::string push(int32_t id);
   std::string flush();
+  // The text id would add if it came next, without taking it (logprobs' alternatives): decoded
+  // in context like push, but never held back (an incomplete character shows as U+FFFD).
+  std::string peek(int32_t id) const;
 
  private:
   const Tokenizer* tokenizer_;

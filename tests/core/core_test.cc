@@ -232,6 +232,28 @@ TEST(GgufWriter, RoundTripsMetadataAndTensors) {
   EXPECT_EQ(std::memcmp(g->find_tensor("b")->data, b, sizeof(b)), 0);
 }
 
+// An array's element type holds every element, not just the first: [0, 0.5] is f32 (it was
+// written as i32, 0.5 truncated to 0), [1u, -1] is signed; mixed kinds are refused.
+TEST(GgufWriter, ArrayTypeHoldsEveryElement) {
+  GgufWriter w;
+  w.set("x.floats", nlohmann::json::array({0, 0.5}));
+  w.set("x.signed", nlohmann::json::array({1u, -1}));
+  w.set("x.sections", nlohmann::json::array({11, 11, 10, 0}));
+  const std::string path = test::temp_dir() + "/array_types.gguf";
+  ASSERT_TRUE(w.write(path).is_ok());
+  auto g = read_gguf(path);
+  ASSERT_TRUE(g.is_ok()) << g.message();
+  EXPECT_FLOAT_EQ((*g->find("x.floats"))[1].get<float>(), 0.5f);
+  EXPECT_EQ((*g->find("x.signed"))[1].get<int64_t>(), -1);
+  EXPECT_EQ((*g->find("x.sections")), nlohmann::json::array({11, 11, 10, 0}));
+
+  GgufWriter mixed;
+  mixed.set("x.mixed", nlohmann::json::array({1, "a"}));
+  const Status st = mixed.write(test::temp_dir() + "/mixed.gguf");
+  EXPECT_FALSE(st.is_ok());
+  EXPECT_NE(st.message().find("x.mixed"), std::string::npos) << st.message();
+}
+
 }  // namespace
 }  // namespace gb
 

@@ -122,5 +122,18 @@ TEST(ConfigTest, FlagsAreDeclaredFromTheFieldTable) {
   EXPECT_EQ(flags["max_num_batched_tokens"], "512");
 }
 
+// A field can also get a short name (serve's -m and -t, as in the other subcommands).
+TEST(ConfigTest, FieldsTakeShortFlags) {
+  CLI::App app;
+  ConfigOverrides flags;
+  std::string file;
+  add_config_flags(app, &flags, &file, {{"model", "-m"}, {"threads", "-t"}});
+  const char* argv[] = {"serve", "-m", "dir", "-t", "3", "--kv-cache-memory", "1000"};
+  app.parse(7, const_cast<char**>(argv));
+  EXPECT_EQ(flags["model"], "dir");
+  EXPECT_EQ(flags["threads"], "3");
+  EXPECT_EQ(flags["kv_cache_memory"], "1000");
+}
+
 }  // namespace
 }  // namespace gb::server

@@ -17,6 +17,12 @@ class FakeDetokenizer : public StreamDetokenizer {
     out.swap(pending_);
     return out;
   }
+  std::string peek(int32_t id) const override {
+    if (id < FakeCodec::kByte0) return "";
+    FakeDetokenizer copy = *this;
+    std::string text = copy.push(id);
+    return text.empty() ? "\xEF\xBF\xBD" : text;  // an incomplete character, as StreamDecoder shows it
+  }
 
  private:
   // Emits the longest prefix of pending_ that ends on a UTF-8 character boundary.
@@ -43,14 +49,6 @@ std::vector<int32_t> FakeCodec::encode(std::string_view text, bool add_special) 
   if (add_special) ids.push_back(kBos);
   for (unsigned char c : text) ids.push_back(kByte0 + c);
   return ids;
-}
-
-std::string FakeCodec::token_text(int32_t id) const {
-  if (id == 0) return "<unk>";
-  if (id == kBos) return "<s>";
-  if (id == kEos) return "</s>";
-  if (id >= kByte0 && id < 259) return std::string(1, static_cast<char>(id - kByte0));
-  return "";
 }
 
 std::unique_ptr<StreamDetokenizer> FakeCodec::stream(std::span<const int32_t>) const { return std::make_unique<FakeDetokenizer>(); }

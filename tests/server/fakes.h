@@ -23,7 +23,6 @@ class FakeCodec : public TextCodec {
  public:
   static constexpr int32_t kBos = 1, kEos = 2, kByte0 = 3;
   std::vector<int32_t> encode(std::string_view text, bool add_special) const override;
-  std::string token_text(int32_t id) const override;
   std::unique_ptr<StreamDetokenizer> stream(std::span<const int32_t> prompt = {}) const override;
   // "<|role|>content\n" per message, then "<|assistant|>". A message with content
   // "{% raise %}" makes the template fail (for the error path).

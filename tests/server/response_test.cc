@@ -49,22 +49,25 @@ TEST(ResponseTest, ChatShapes) {
 }
 
 TEST(ResponseTest, Logprobs) {
-  test::FakeCodec codec;
   std::vector<GeneratedToken> toks = {{3 + 'a', -0.5f, {{3 + 'a', -0.5f}, {3 + 'b', -1.5f}}}, {3 + 'c', -0.1f, {}}};
+  // Texts as ChoiceText makes them: what each token added (here with a leading space), and the
+  // alternatives' texts at their place.
+  std::vector<TokenText> texts = {{" a", {" a", " b"}}, {"\xC3\xA9", {}}};
   int64_t offset = 10;
-  json c = logprobs_json(Endpoint::kCompletions, toks, codec, &offset);
-  EXPECT_EQ(c, json::parse(R"({"tokens":["a","c"],"token_logprobs":[-0.5,-0.10000000149011612],
-    "top_logprobs":[{"a":-0.5,"b":-1.5},{}],"text_offset":[10,11]})"));
-  EXPECT_EQ(offset, 12);
-  json chat = logprobs_json(Endpoint::kChat, toks, codec, &offset);
-  EXPECT_EQ(chat["content"][0]["token"], "a");
-  EXPECT_EQ(chat["content"][0]["bytes"], json::array({97}));
-  EXPECT_EQ(chat["content"][0]["top_logprobs"][1]["token"], "b");
-  // A byte that is not valid UTF-8 alone is replaced in "token" and exact in "bytes".
-  std::vector<GeneratedToken> partial = {{3 + 0xC3, -1.0f, {}}};
-  json p = logprobs_json(Endpoint::kChat, partial, codec, &offset);
-  EXPECT_EQ(p["content"][0]["bytes"], json::array({0xC3}));
-  EXPECT_EQ(p["content"][0]["token"], "\xEF\xBF\xBD");
+  json c = logprobs_json(Endpoint::kCompletions, toks, texts, &offset);
+  EXPECT_EQ(c, json::parse(R"({"tokens":[" a","é"],"token_logprobs":[-0.5,-0.10000000149011612],
+    "top_logprobs":[{" a":-0.5," b":-1.5},{}],"text_offset":[10,12]})"));
+  EXPECT_EQ(offset, 13) << "offsets count characters: é is one";
+  json chat = logprobs_json(Endpoint::kChat, toks, texts, &offset);
+  EXPECT_EQ(chat["content"][0]["token"], " a");
+  EXPECT_EQ(chat["content"][0]["bytes"], json::array({32, 97}));
+  EXPECT_EQ(chat["content"][0]["top_logprobs"][1]["token"], " b");
+  EXPECT_EQ(chat["content"][1]["bytes"], json::array({0xC3, 0xA9}));
+  // An alternative that ends mid-character is made valid UTF-8.
+  std::vector<GeneratedToken> partial = {{3 + 'x', -1.0f, {{3 + 0xC3, -2.0f}}}};
+  std::vector<TokenText> partial_texts = {{"x", {"\xC3"}}};
+  json p = logprobs_json(Endpoint::kChat, partial, partial_texts, &offset);
+  EXPECT_EQ(p["content"][0]["top_logprobs"][0]["token"], "\xEF\xBF\xBD");
 }
 
 }  // namespace

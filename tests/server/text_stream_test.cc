@@ -91,7 +91,9 @@ TEST(ChoiceTextTest, CountsTokensUpToTheStop) {
   test::FakeCodec codec;
   ChoiceText t(codec.stream(), {"lo w"});
   auto ev = event_of("hel");
-  EXPECT_EQ(t.on_event(ev).text, "he");  // "l" could start "lo w"
+  ChoiceDelta first = t.on_event(ev);
+  EXPECT_EQ(first.text, "he");  // "l" could start "lo w"
+  EXPECT_EQ(first.tokens.size(), 2u);  // ... so its token waits for its text
   ev = event_of("lo world");
   ChoiceDelta d = t.on_event(ev);
   EXPECT_EQ(d.text, "l");
@@ -99,8 +101,54 @@ TEST(ChoiceTextTest, CountsTokensUpToTheStop) {
   EXPECT_TRUE(t.stopped_by_string());
   EXPECT_EQ(t.finish_reason(), FinishReason::kStop);
   EXPECT_EQ(t.completion_tokens(), 7);  // h e l l o ' ' w: the token that completed the stop counts
-  EXPECT_EQ(d.tokens.size(), 4u);
+  // The held "l", then l o ' ' w; the stop string's tokens add no text.
+  ASSERT_EQ(d.tokens.size(), 5u);
+  ASSERT_EQ(d.token_texts.size(), 5u);
+  EXPECT_EQ(d.token_texts[0].text, "l");
+  for (size_t i = 1; i < 5; ++i) EXPECT_EQ(d.token_texts[i].text, "") << i;
   EXPECT_EQ(t.prompt_tokens(), 5);
+}
+
+// Each token's text is what it added: the texts concatenate to the choice's text, however the
+// stop-string filter and the UTF-8 hold-back delay it.
+TEST(ChoiceTextTest, TokenTextsConcatenateToTheText) {
+  test::FakeCodec codec;
+  ChoiceText t(codec.stream(), {"xyz"});
+  std::string text, joined;
+  size_t n_tokens = 0;
+  auto take = [&](ChoiceDelta d) {
+    text += d.text;
+    ASSERT_EQ(d.tokens.size(), d.token_texts.size());
+    n_tokens += d.tokens.size();
+    for (const TokenText& tt : d.token_texts) joined += tt.text;
+  };
+  for (const std::string part : {"a\xC3", "\xA9 x", "y!", "x"}) {
+    GenerationEvent ev = event_of(part);
+    take(t.on_event(ev));
+    EXPECT_EQ(joined, text.substr(0, joined.size())) << "tokens never run ahead of the text";
+  }
+  GenerationEvent end = event_of("", FinishReason::kLength);
+  take(t.on_event(end));
+  EXPECT_EQ(text, "a\xC3\xA9 xy!x");
+  EXPECT_EQ(joined, text);
+  EXPECT_EQ(n_tokens, 8u);
+}
+
+// Alternatives get the text they would have added at their place.
+TEST(ChoiceTextTest, AlternativesTextInPlace) {
+  test::FakeCodec codec;
+  ChoiceText t(codec.stream(), {});
+  GenerationEvent ev = event_of("\xC3");
+  ev.tokens[0].top = {{test::FakeCodec::kByte0 + 0xC3, -0.1f}, {test::FakeCodec::kByte0 + 'q', -2.0f}};
+  ChoiceDelta d = t.on_event(ev);
+  ASSERT_EQ(d.token_texts.size(), 1u);
+  EXPECT_EQ(d.token_texts[0].text, "");  // ends mid-character: the next token carries it
+  EXPECT_EQ(d.token_texts[0].top, (std::vector<std::string>{"\xEF\xBF\xBD", "q"}));
+  ev = event_of("\xA9");
+  ev.tokens[0].top = {{test::FakeCodec::kByte0 + 0xA9, -0.1f}};
+  d = t.on_event(ev);
+  EXPECT_EQ(d.token_texts[0].text, "\xC3\xA9");
+  EXPECT_EQ(d.token_texts[0].top, (std::vector<std::string>{"\xC3\xA9"}));
 }
 
 TEST(ChoiceTextTest, EngineFinishFlushesHeldText) {

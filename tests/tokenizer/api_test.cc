@@ -247,6 +247,45 @@ TEST(Stream, GarbageBytesStayLinearAndComplete) {
   EXPECT_EQ(out, want);
 }
 
+// peek(id) is the text push(id) would give in place, without moving the stream: SentencePiece
+// words keep their space after the prompt, and a pending byte completes into its character.
+TEST(Stream, PeekShowsTheTextInPlace) {
+  const Tokenizer& t = load_cached(kLlama2);
+  const auto prompt = t.encode("Once upon a", true);
+  const auto time = t.encode("Once upon a time", true);
+  ASSERT_EQ(time.size(), prompt.size() + 1);
+  StreamDecoder stream(t, true);
+  stream.prime(prompt);
+  EXPECT_EQ(stream.peek(time.back()), " time");
+  EXPECT_EQ(stream.peek(time.back()), " time") << "peek leaves the stream as it was";
+  EXPECT_EQ(stream.push(time.back()), " time");
+  const auto ids = t.encode("🎉", false);  // ▁ + 4 byte tokens
+  ASSERT_EQ(ids.size(), 5u);
+  EXPECT_EQ(stream.push(ids[0]), " ");
+  for (size_t k = 1; k < 4; ++k) EXPECT_EQ(stream.push(ids[k]), "");
+  EXPECT_EQ(stream.peek(ids[4]), "🎉");
+  EXPECT_EQ(stream.peek(ids[1]), "\xEF\xBF\xBD") << "a byte that cannot continue the character";
+  EXPECT_EQ(stream.push(ids[4]), "🎉");
+}
+
+// The case on stories260K: after "Once", the pieces of " upon a time," are streamed with
+// their spaces (what a logprob token must show), and peek gives each one before it is pushed.
+TEST(Stream, SentencePieceTokensKeepTheirSpaceAfterThePrompt) {
+  const Tokenizer& t = load_cached("models/stories260K");
+  const auto prompt = t.encode("Once", true);
+  const auto all = t.encode("Once upon a time,", true);
+  ASSERT_GT(all.size(), prompt.size());
+  StreamDecoder stream(t, true);
+  stream.prime(prompt);
+  std::vector<std::string> pieces;
+  for (size_t k = prompt.size(); k < all.size(); ++k) {
+    const std::string peeked = stream.peek(all[k]);
+    pieces.push_back(stream.push(all[k]));
+    EXPECT_EQ(peeked, pieces.back()) << k;
+  }
+  EXPECT_EQ(pieces, (std::vector<std::string>{" upon", " a", " time", ","}));
+}
+
 // --- concurrency -----------------------------------------------------------------------------
 
 TEST(Concurrency, ManyThreadsSameResults) {

@@ -1,0 +1,31 @@
+// The shared flag declarations (common_flags.h).
+#include "cli/common_flags.h"
+
+namespace gb::cli {
+
+CLI::Option* add_model_flag(CLI::App& cmd, std::string* model) {
+  return cmd.add_option("-m,--model", *model, "model: Hugging Face directory or .gguf file");
+}
+
+CLI::Option* add_threads_flag(CLI::App& cmd, int* threads) {
+  return cmd.add_option("-t,--threads", *threads, "compute threads (0: all CPUs)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 4096));
+}
+
+CLI::Option* add_tokenizer_flag(CLI::App& cmd, std::string* path, const std::string& what) {
+  return cmd.add_option("--tokenizer", *path, "tokenizer: model directory, tokenizer.json or .gguf file" + what);
+}
+
+void add_sampling_flags(CLI::App& cmd, SamplingFlags* s) {
+  cmd.add_option("--temperature", s->temperature, "0 = greedy")->capture_default_str();
+  cmd.add_option("--top-k", s->top_k, "0 = off")->capture_default_str();
+  cmd.add_option("--top-p", s->top_p, "1 = off")->capture_default_str();
+  cmd.add_option("--min-p", s->min_p, "0 = off")->capture_default_str();
+  cmd.add_option("--repetition-penalty", s->repetition_penalty, "1 = off (Hugging Face rule)")->capture_default_str();
+  cmd.add_option("--presence-penalty", s->presence_penalty, "0 = off (OpenAI rule)")->capture_default_str();
+  cmd.add_option("--frequency-penalty", s->frequency_penalty, "0 = off (OpenAI rule)")->capture_default_str();
+  cmd.add_option("--seed", s->seed, "random seed (same seed and settings: same tokens)");
+}
+
+}  // namespace gb::cli
