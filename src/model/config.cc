@@ -308,11 +308,20 @@ Status parse_hf_rope(const json& j, const std::string& where, ModelConfig* c) {
     GB_RETURN_IF_ERROR(get_float(rope_params, "rope_theta", 10000.0, &c->rope_theta, where + " rope_parameters"));
   }
   c->rope_dims = c->head_dim;
+  const json* partial = nullptr;
   if (auto it = j.find("partial_rotary_factor"); it != j.end() && it->is_number()) {
-    c->rope_dims = static_cast<int32_t>(c->head_dim * it->get<double>());
+    partial = &*it;
   } else if (auto pr = rope_params.is_object() ? rope_params.find("partial_rotary_factor") : rope_params.end();
              rope_params.is_object() && pr != rope_params.end() && pr->is_number()) {
-    c->rope_dims = static_cast<int32_t>(c->head_dim * pr->get<double>());
+    partial = &*pr;
+  }
+  if (partial != nullptr) {
+    // Checked before the multiply: a factor like 1e300 would overflow the int conversion.
+    const double f = partial->get<double>();
+    if (!(f > 0.0 && f <= 1.0)) {
+      return Status::error(where + ": 'partial_rotary_factor' must be in (0, 1], found " + partial->dump());
+    }
+    c->rope_dims = static_cast<int32_t>(c->head_dim * f);
   }
   // Qwen3.5's rope_parameters carry M-RoPE sections for image positions; with text-only
   // positions (all three equal) M-RoPE is plain RoPE, so the sections are not needed.

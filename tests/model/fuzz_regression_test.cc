@@ -1,0 +1,37 @@
+// Inputs the libFuzzer targets in fuzz/ found to crash (or to hit undefined behaviour), inlined:
+// each must now be a clear error.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "model/config.h"
+
+namespace gb {
+namespace {
+
+// model_hf_config_fuzz: a huge partial_rotary_factor overflowed the int conversion of
+// head_dim * factor (UBSan: "1e+301 is outside the range of representable values of type 'int'").
+TEST(FuzzRegression, HfConfigHugePartialRotaryFactor) {
+  for (const char* factor : {"1e300", "-3", "0", "1.5"}) {
+    const std::string text = std::string(R"({"architectures": ["Qwen3ForCausalLM"], "num_hidden_layers": 2,
+      "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4, "vocab_size": 100,
+      "partial_rotary_factor": )") + factor + "}";
+    auto c = parse_hf_config(nlohmann::json::parse(text), nullptr);
+    ASSERT_FALSE(c.is_ok()) << factor;
+    EXPECT_NE(c.message().find("'partial_rotary_factor' must be in (0, 1]"), std::string::npos) << c.message();
+  }
+  // In rope_parameters (transformers 5) the same bound applies; a valid factor still works.
+  const auto j = nlohmann::json::parse(R"({"architectures": ["Qwen3ForCausalLM"], "num_hidden_layers": 2,
+      "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4, "vocab_size": 100})");
+  nlohmann::json bad = j, good = j;
+  bad["rope_parameters"] = {{"partial_rotary_factor", 1e300}};
+  good["rope_parameters"] = {{"partial_rotary_factor", 0.5}};
+  EXPECT_FALSE(parse_hf_config(bad, nullptr).is_ok());
+  auto c = parse_hf_config(good, nullptr);
+  ASSERT_TRUE(c.is_ok()) << c.message();
+  EXPECT_EQ(c->rope_dims, 8);  // head_dim 16 · 0.5
+}
+
+}  // namespace
+}  // namespace gb
