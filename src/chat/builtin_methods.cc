@@ -45,6 +45,50 @@ Result<bool> affix_match(const std::string& s, const Value& affix, bool prefix) 
   return error(std::string("startswith/endswith expects a string or tuple, not ") + type_name(affix));
 }
 
+// str.count(sub): non-overlapping occurrences; "" occurs between every character and at both ends.
+Value count_of(const std::string& s, const std::string& sub) {
+  if (sub.empty()) return Value(static_cast<int64_t>(utf8_length(s)) + 1);
+  int64_t n = 0;
+  for (size_t p = s.find(sub); p != std::string::npos; p = s.find(sub, p + sub.size())) ++n;
+  return Value(n);
+}
+
+// str.find / str.rfind: the character (not byte) index, or -1.
+Value find_of(const std::string& s, const std::string& sub, bool last) {
+  const size_t p = last ? s.rfind(sub) : s.find(sub);
+  if (p == std::string::npos) return Value(-1);
+  return Value(static_cast<int64_t>(byte_to_cp_index(s, p)));
+}
+
+Result<Value> join_with(Interpreter& in, const std::string& s, CallArgs& a) {
+  const Value* items_v = arg(a, 0, "iterable");
+  if (items_v == nullptr) return error("join takes exactly one argument");
+  GB_ASSIGN_OR_RETURN(std::vector<Value> items, iterate(*items_v, a.line));
+  std::string out;
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (!items[i].is_string()) return error(std::string("sequence item ") + std::to_string(i) + ": expected str instance, " + type_name(items[i]) + " found");
+    if (i > 0) out += s;
+    out += items[i].str();
+    GB_RETURN_IF_ERROR(in.check_size(out.size()));
+  }
+  return Value(std::move(out));
+}
+
+// str.isdigit / isalpha / isalnum / isspace: non-empty and every character in the class.
+bool all_of_class(const std::string& s, std::string_view name) {
+  const std::vector<CodePoint> cps = decode(s);
+  if (cps.empty()) return false;
+  for (const CodePoint& p : cps) {
+    bool ok = false;
+    if (name == "isdigit") ok = is_digit_cp(p.cp);
+    else if (name == "isalpha") ok = is_alpha(p.cp);
+    else if (name == "isalnum") ok = is_alpha(p.cp) || is_numeric_cp(p.cp);
+    else ok = is_space_cp(p.cp);
+    if (!ok) return false;
+  }
+  return true;
+}
+
 Result<Value> string_method(Interpreter& in, const std::string& s, std::string_view name, CallArgs& a) {
   if (name == "strip" || name == "lstrip" || name == "rstrip") {
     const Value* chars = arg(a, 0, "chars");
@@ -80,47 +124,15 @@ Result<Value> string_method(Interpreter& in, const std::string& s, std::string_v
   }
   if (name == "find" || name == "rfind" || name == "count") {
     GB_ASSIGN_OR_RETURN(std::string sub, string_arg(a, 0, "sub"));
-    if (name == "count") {
-      if (sub.empty()) return Value(static_cast<int64_t>(utf8_length(s)) + 1);
-      int64_t n = 0;
-      for (size_t p = s.find(sub); p != std::string::npos; p = s.find(sub, p + sub.size())) ++n;
-      return Value(n);
-    }
-    const size_t p = name == "find" ? s.find(sub) : s.rfind(sub);
-    if (p == std::string::npos) return Value(-1);
-    return Value(static_cast<int64_t>(byte_to_cp_index(s, p)));
+    return name == "count" ? count_of(s, sub) : find_of(s, sub, name == "rfind");
   }
-  if (name == "join") {
-    const Value* items_v = arg(a, 0, "iterable");
-    if (items_v == nullptr) return error("join takes exactly one argument");
-    GB_ASSIGN_OR_RETURN(std::vector<Value> items, iterate(*items_v, a.line));
-    std::string out;
-    for (size_t i = 0; i < items.size(); ++i) {
-      if (!items[i].is_string()) return error(std::string("sequence item ") + std::to_string(i) + ": expected str instance, " + type_name(items[i]) + " found");
-      if (i > 0) out += s;
-      out += items[i].str();
-      GB_RETURN_IF_ERROR(in.check_size(out.size()));
-    }
-    return Value(std::move(out));
-  }
+  if (name == "join") return join_with(in, s, a);
   if (name == "splitlines") {
     std::vector<Value> out;
     for (std::string& line : splitlines(s)) out.emplace_back(std::move(line));
     return Value::list(std::move(out));
   }
-  if (name == "isdigit" || name == "isalpha" || name == "isalnum" || name == "isspace") {
-    const std::vector<CodePoint> cps = decode(s);
-    if (cps.empty()) return Value(false);
-    for (const CodePoint& p : cps) {
-      bool ok = false;
-      if (name == "isdigit") ok = is_digit_cp(p.cp);
-      else if (name == "isalpha") ok = is_alpha(p.cp);
-      else if (name == "isalnum") ok = is_alpha(p.cp) || is_numeric_cp(p.cp);
-      else ok = is_space_cp(p.cp);
-      if (!ok) return Value(false);
-    }
-    return Value(true);
-  }
+  if (name == "isdigit" || name == "isalpha" || name == "isalnum" || name == "isspace") return Value(all_of_class(s, name));
   if (name == "islower" || name == "isupper") {
     return Value(name == "islower" ? py_islower(s) : py_isupper(s));
   }
