@@ -4,6 +4,8 @@
 #include <cmath>
 #include <numbers>
 
+#include "formats/json_nesting.h"
+
 namespace gb {
 
 namespace {
@@ -375,6 +377,11 @@ Status parse_hf_special_ids(const json& j, const json* gen, const std::string& w
 Result<ModelConfig> parse_hf_config(const json& j, const json* gen) {
   const std::string where = "config.json";
   if (!j.is_object()) return Status::error(where + ": not a JSON object");
+  // Error messages dump values and Qwen3.5's text_config is copied: both recurse per level.
+  if (json_nesting_exceeds(j)) return Status::error(where + ": nested deeper than " + std::to_string(kMaxJsonNesting) + " levels");
+  if (gen != nullptr && json_nesting_exceeds(*gen)) {
+    return Status::error("generation_config.json: nested deeper than " + std::to_string(kMaxJsonNesting) + " levels");
+  }
   ModelConfig c;
   if (auto it = j.find("architectures"); it != j.end() && it->is_array() && !it->empty() && (*it)[0].is_string()) {
     c.arch_name = (*it)[0].get<std::string>();

@@ -5,6 +5,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "formats/json_nesting.h"
 #include "tokenizer/builder.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/unicode.h"
@@ -401,10 +402,15 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::Builder::parse_hf(std::string_view
   json j = json::parse(tokenizer_json.begin(), tokenizer_json.end(), nullptr, false);
   if (j.is_discarded()) return Status::error("tokenizer.json is not valid JSON");
   if (!j.is_object()) return Status::error("tokenizer.json must be a JSON object");
+  // The component parsers recurse into Sequence entries (and j.value() copies): bound the depth.
+  if (json_nesting_exceeds(j)) return Status::error("tokenizer.json: nested deeper than " + std::to_string(kMaxJsonNesting) + " levels");
   json config;
   if (!config_json.empty()) {
     config = json::parse(config_json.begin(), config_json.end(), nullptr, false);
     if (config.is_discarded() || !config.is_object()) return Status::error("tokenizer_config.json is not a JSON object");
+    if (json_nesting_exceeds(config)) {
+      return Status::error("tokenizer_config.json: nested deeper than " + std::to_string(kMaxJsonNesting) + " levels");
+    }
   }
 
   Tokenizer::Builder b;

@@ -33,5 +33,27 @@ TEST(FuzzRegression, HfConfigHugePartialRotaryFactor) {
   EXPECT_EQ(c->rope_dims, 8);  // head_dim 16 · 0.5
 }
 
+// A config.json nested 100,000 deep overflowed the stack: error messages dump the offending value
+// (and Qwen3.5's text_config is copied), both recursing once per level. Found by running
+// model_hf_config_fuzz on a generated input (its -max_len kept the fuzzer itself below the depth).
+TEST(FuzzRegression, HfConfigDeepNesting) {
+  const size_t n = 100000;
+  const std::string deep = std::string(n, '[') + std::string(n, ']');
+  for (const std::string& text :
+       {R"({"architectures": ["LlamaForCausalLM"], "num_hidden_layers": )" + deep + "}",
+        R"({"architectures": ["Qwen3_5ForConditionalGeneration"], "text_config": {"x": )" + deep + "}}"}) {
+    auto c = parse_hf_config(nlohmann::json::parse(text), nullptr);
+    ASSERT_FALSE(c.is_ok());
+    EXPECT_NE(c.message().find("config.json: nested deeper than 64 levels"), std::string::npos) << c.message();
+  }
+  const auto ok = nlohmann::json::parse(R"({"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 2,
+      "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4, "vocab_size": 100})");
+  const auto gen = nlohmann::json::parse(R"({"eos_token_id": )" + deep + "}");
+  auto c = parse_hf_config(ok, &gen);
+  ASSERT_FALSE(c.is_ok());
+  EXPECT_NE(c.message().find("generation_config.json: nested deeper than 64 levels"), std::string::npos) << c.message();
+  EXPECT_TRUE(parse_hf_config(ok, nullptr).is_ok());
+}
+
 }  // namespace
 }  // namespace gb
