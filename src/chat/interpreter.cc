@@ -645,133 +645,150 @@ Result<Value> Interpreter::eval_test(const Expr& e) {
   return Value(*r != e.negated);
 }
 
+namespace {
+
+Result<Value> binary_sub(const Value& a, const Value& b, int line) {
+  if (is_intlike(a) && is_intlike(b)) {
+    int64_t r;
+    if (__builtin_sub_overflow(int_of(a), int_of(b), &r)) return render_error(line, "integer overflow");
+    return Value(r);
+  }
+  if (a.is_number() && b.is_number()) return Value(a.to_double() - b.to_double());
+  return type_error(line, "-", a, b);
+}
+
+Result<Value> binary_div(const Value& a, const Value& b, int line) {
+  if (!(a.is_number() && b.is_number())) return type_error(line, "/", a, b);
+  if (b.to_double() == 0.0) return render_error(line, "division by zero");
+  return Value(a.to_double() / b.to_double());
+}
+
+// `//` and `%`, flooring toward negative infinity as Python does.
+Result<Value> binary_floor_div_mod(BinOp op, const Value& a, const Value& b, int line) {
+  if (a.is_string() && op == BinOp::kMod) {
+    return render_error(line, "unsupported construct: '%' string formatting (use '~' or format())");
+  }
+  if (!(a.is_number() && b.is_number())) return type_error(line, op == BinOp::kMod ? "%" : "//", a, b);
+  if (b.to_double() == 0.0) return render_error(line, "division by zero");
+  if (is_intlike(a) && is_intlike(b)) {
+    const int64_t x = int_of(a);
+    const int64_t y = int_of(b);
+    if (x == INT64_MIN && y == -1) return render_error(line, "integer overflow");
+    int64_t q = x / y;
+    int64_t r = x % y;
+    if (r != 0 && ((r < 0) != (y < 0))) {  // Python floors toward negative infinity
+      --q;
+      r += y;
+    }
+    return Value(op == BinOp::kMod ? r : q);
+  }
+  const double x = a.to_double();
+  const double y = b.to_double();
+  const double q = std::floor(x / y);
+  if (op == BinOp::kFloorDiv) return Value(q);
+  double r = std::fmod(x, y);
+  if (r != 0 && ((r < 0) != (y < 0))) r += y;
+  return Value(r);
+}
+
+Result<Value> binary_pow(const Value& a, const Value& b, int line) {
+  if (!(a.is_number() && b.is_number())) return type_error(line, "**", a, b);
+  if (is_intlike(a) && is_intlike(b) && int_of(b) >= 0) {
+    int64_t base = int_of(a);
+    int64_t exp = int_of(b);
+    int64_t r = 1;
+    while (exp > 0) {  // square-and-multiply: at most 63 rounds before overflow
+      if (exp & 1) {
+        if (__builtin_mul_overflow(r, base, &r)) return render_error(line, "integer overflow");
+      }
+      exp >>= 1;
+      if (exp > 0 && __builtin_mul_overflow(base, base, &base)) return render_error(line, "integer overflow");
+    }
+    return Value(r);
+  }
+  if (a.to_double() == 0.0 && b.to_double() < 0) return render_error(line, "0.0 cannot be raised to a negative power");
+  return Value(std::pow(a.to_double(), b.to_double()));
+}
+
+}  // namespace
+
+// `~`: both sides as strings.
+Result<Value> Interpreter::binary_concat(Value a, const Value& b, int line) {
+  auto sa = to_display_string(a, limits_.max_output_bytes);
+  if (!sa.is_ok()) return render_error(line, sa.message());
+  auto sb = to_display_string(b, limits_.max_output_bytes);
+  if (!sb.is_ok()) return render_error(line, sb.message());
+  GB_RETURN_IF_ERROR(check_size(sa->size() + sb->size()));
+  if (a.is_string()) return concat(std::move(a), *sb);
+  return Value(*sa + *sb);
+}
+
+Result<Value> Interpreter::binary_add(Value a, const Value& b, int line) {
+  if (is_intlike(a) && is_intlike(b)) {
+    int64_t r;
+    if (__builtin_add_overflow(int_of(a), int_of(b), &r)) return render_error(line, "integer overflow");
+    return Value(r);
+  }
+  if (a.is_number() && b.is_number()) return Value(a.to_double() + b.to_double());
+  if (a.is_string() && b.is_string()) {
+    GB_RETURN_IF_ERROR(check_size(a.str().size() + b.str().size()));
+    return concat(std::move(a), b.str());
+  }
+  if (a.is_list() && b.is_list()) {
+    std::vector<Value> items = a.items();
+    items.insert(items.end(), b.items().begin(), b.items().end());
+    GB_RETURN_IF_ERROR(charge(static_cast<int64_t>(items.size())));
+    return Value::list(std::move(items));
+  }
+  return type_error(line, "+", a, b);
+}
+
+// Numbers multiply; a string or list times an integer repeats, within the size and step budgets.
+Result<Value> Interpreter::binary_mul(const Value& a, const Value& b, int line) {
+  if (is_intlike(a) && is_intlike(b)) {
+    int64_t r;
+    if (__builtin_mul_overflow(int_of(a), int_of(b), &r)) return render_error(line, "integer overflow");
+    return Value(r);
+  }
+  if (a.is_number() && b.is_number()) return Value(a.to_double() * b.to_double());
+  const Value* seq = a.is_string() || a.is_list() ? &a : &b;
+  const Value* count = seq == &a ? &b : &a;
+  if (!(seq->is_string() || seq->is_list()) || !is_intlike(*count)) return type_error(line, "*", a, b);
+  const int64_t n = std::max<int64_t>(0, int_of(*count));
+  if (seq->is_string()) {
+    const size_t len = seq->str().size();
+    if (len > 0 && static_cast<uint64_t>(n) > max_bytes() / len) return check_size(max_bytes() + 1);
+    std::string out;
+    out.reserve(len * static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) out += seq->str();
+    return Value(std::move(out));
+  }
+  const size_t len = seq->items().size();
+  if (len > 0 && static_cast<uint64_t>(n) > static_cast<uint64_t>(limits_.max_steps) / len) {
+    return charge(limits_.max_steps + 1);
+  }
+  GB_RETURN_IF_ERROR(charge(static_cast<int64_t>(len) * n));
+  std::vector<Value> out;
+  out.reserve(len * static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) out.insert(out.end(), seq->items().begin(), seq->items().end());
+  return Value::list(std::move(out));
+}
+
 Result<Value> Interpreter::eval_binary(const Expr& e) {
   GB_ASSIGN_OR_RETURN(Value a, eval(*e.args[0]));
   GB_ASSIGN_OR_RETURN(Value b, eval(*e.args[1]));
   const int line = e.line;
-  if (e.bin_op == BinOp::kConcat) {
-    auto sa = to_display_string(a, limits_.max_output_bytes);
-    if (!sa.is_ok()) return render_error(line, sa.message());
-    auto sb = to_display_string(b, limits_.max_output_bytes);
-    if (!sb.is_ok()) return render_error(line, sb.message());
-    GB_RETURN_IF_ERROR(check_size(sa->size() + sb->size()));
-    if (a.is_string()) return concat(std::move(a), *sb);
-    return Value(*sa + *sb);
-  }
+  if (e.bin_op == BinOp::kConcat) return binary_concat(std::move(a), b, line);
   if (a.is_undefined()) return undefined_error(a, line);
   if (b.is_undefined()) return undefined_error(b, line);
-  const bool ints = is_intlike(a) && is_intlike(b);
-  const bool nums = a.is_number() && b.is_number();
   switch (e.bin_op) {
-    case BinOp::kAdd: {
-      if (ints) {
-        int64_t r;
-        if (__builtin_add_overflow(int_of(a), int_of(b), &r)) return render_error(line, "integer overflow");
-        return Value(r);
-      }
-      if (nums) return Value(a.to_double() + b.to_double());
-      if (a.is_string() && b.is_string()) {
-        GB_RETURN_IF_ERROR(check_size(a.str().size() + b.str().size()));
-        return concat(std::move(a), b.str());
-      }
-      if (a.is_list() && b.is_list()) {
-        std::vector<Value> items = a.items();
-        items.insert(items.end(), b.items().begin(), b.items().end());
-        GB_RETURN_IF_ERROR(charge(static_cast<int64_t>(items.size())));
-        return Value::list(std::move(items));
-      }
-      return type_error(line, "+", a, b);
-    }
-    case BinOp::kSub: {
-      if (ints) {
-        int64_t r;
-        if (__builtin_sub_overflow(int_of(a), int_of(b), &r)) return render_error(line, "integer overflow");
-        return Value(r);
-      }
-      if (nums) return Value(a.to_double() - b.to_double());
-      return type_error(line, "-", a, b);
-    }
-    case BinOp::kMul: {
-      if (ints) {
-        int64_t r;
-        if (__builtin_mul_overflow(int_of(a), int_of(b), &r)) return render_error(line, "integer overflow");
-        return Value(r);
-      }
-      if (nums) return Value(a.to_double() * b.to_double());
-      const Value* seq = a.is_string() || a.is_list() ? &a : &b;
-      const Value* count = seq == &a ? &b : &a;
-      if ((seq->is_string() || seq->is_list()) && is_intlike(*count)) {
-        const int64_t n = std::max<int64_t>(0, int_of(*count));
-        if (seq->is_string()) {
-          const size_t len = seq->str().size();
-          if (len > 0 && static_cast<uint64_t>(n) > max_bytes() / len) return check_size(max_bytes() + 1);
-          std::string out;
-          out.reserve(len * static_cast<size_t>(n));
-          for (int64_t i = 0; i < n; ++i) out += seq->str();
-          return Value(std::move(out));
-        }
-        const size_t len = seq->items().size();
-        if (len > 0 && static_cast<uint64_t>(n) > static_cast<uint64_t>(limits_.max_steps) / len) {
-          return charge(limits_.max_steps + 1);
-        }
-        GB_RETURN_IF_ERROR(charge(static_cast<int64_t>(len) * n));
-        std::vector<Value> out;
-        out.reserve(len * static_cast<size_t>(n));
-        for (int64_t i = 0; i < n; ++i) out.insert(out.end(), seq->items().begin(), seq->items().end());
-        return Value::list(std::move(out));
-      }
-      return type_error(line, "*", a, b);
-    }
-    case BinOp::kDiv: {
-      if (!nums) return type_error(line, "/", a, b);
-      if (b.to_double() == 0.0) return render_error(line, "division by zero");
-      return Value(a.to_double() / b.to_double());
-    }
+    case BinOp::kAdd: return binary_add(std::move(a), b, line);
+    case BinOp::kSub: return binary_sub(a, b, line);
+    case BinOp::kMul: return binary_mul(a, b, line);
+    case BinOp::kDiv: return binary_div(a, b, line);
     case BinOp::kFloorDiv:
-    case BinOp::kMod: {
-      if (a.is_string() && e.bin_op == BinOp::kMod) {
-        return render_error(line, "unsupported construct: '%' string formatting (use '~' or format())");
-      }
-      if (!nums) return type_error(line, e.bin_op == BinOp::kMod ? "%" : "//", a, b);
-      if (b.to_double() == 0.0) return render_error(line, "division by zero");
-      if (ints) {
-        const int64_t x = int_of(a);
-        const int64_t y = int_of(b);
-        if (x == INT64_MIN && y == -1) return render_error(line, "integer overflow");
-        int64_t q = x / y;
-        int64_t r = x % y;
-        if (r != 0 && ((r < 0) != (y < 0))) {  // Python floors toward negative infinity
-          --q;
-          r += y;
-        }
-        return Value(e.bin_op == BinOp::kMod ? r : q);
-      }
-      const double x = a.to_double();
-      const double y = b.to_double();
-      const double q = std::floor(x / y);
-      if (e.bin_op == BinOp::kFloorDiv) return Value(q);
-      double r = std::fmod(x, y);
-      if (r != 0 && ((r < 0) != (y < 0))) r += y;
-      return Value(r);
-    }
-    case BinOp::kPow: {
-      if (!nums) return type_error(line, "**", a, b);
-      if (ints && int_of(b) >= 0) {
-        int64_t base = int_of(a);
-        int64_t exp = int_of(b);
-        int64_t r = 1;
-        while (exp > 0) {  // square-and-multiply: at most 63 rounds before overflow
-          if (exp & 1) {
-            if (__builtin_mul_overflow(r, base, &r)) return render_error(line, "integer overflow");
-          }
-          exp >>= 1;
-          if (exp > 0 && __builtin_mul_overflow(base, base, &base)) return render_error(line, "integer overflow");
-        }
-        return Value(r);
-      }
-      if (a.to_double() == 0.0 && b.to_double() < 0) return render_error(line, "0.0 cannot be raised to a negative power");
-      return Value(std::pow(a.to_double(), b.to_double()));
-    }
+    case BinOp::kMod: return binary_floor_div_mod(e.bin_op, a, b, line);
+    case BinOp::kPow: return binary_pow(a, b, line);
     case BinOp::kConcat: break;
   }
   return type_error(line, "?", a, b);

@@ -68,6 +68,10 @@ class Interpreter {
   Result<Value> eval_filter(const Expr& e, const Value* input);
   Result<Value> eval_test(const Expr& e);
   Result<Value> eval_binary(const Expr& e);
+  // The operators that need the budgets (the others are free functions in interpreter.cc).
+  Result<Value> binary_concat(Value a, const Value& b, int line);
+  Result<Value> binary_add(Value a, const Value& b, int line);
+  Result<Value> binary_mul(const Value& a, const Value& b, int line);
   Result<Value> eval_compare(const Expr& e);
   Result<Value> eval_collection(const Expr& e);
   Status eval_args(const Expr& e, size_t first, CallArgs& out);

@@ -153,24 +153,17 @@ class Parser {
     return e;
   }
 
-  Result<ExprPtr> parse_or() {
-    GB_ASSIGN_OR_RETURN(ExprPtr e, parse_and());
-    while (is_name("or")) {
-      const int line = cur().line;
-      advance();
-      GB_ASSIGN_OR_RETURN(ExprPtr rhs, parse_and());
-      GB_ASSIGN_OR_RETURN(e, make(ExprKind::kOr, line, two(std::move(e), std::move(rhs))));
-    }
-    return e;
-  }
+  // `a or b or c`, left-associative; `or` binds looser than `and`, `and` looser than `not`.
+  Result<ExprPtr> parse_or() { return parse_left_assoc("or", ExprKind::kOr, &Parser::parse_and); }
+  Result<ExprPtr> parse_and() { return parse_left_assoc("and", ExprKind::kAnd, &Parser::parse_not); }
 
-  Result<ExprPtr> parse_and() {
-    GB_ASSIGN_OR_RETURN(ExprPtr e, parse_not());
-    while (is_name("and")) {
+  Result<ExprPtr> parse_left_assoc(std::string_view word, ExprKind kind, Result<ExprPtr> (Parser::*operand)()) {
+    GB_ASSIGN_OR_RETURN(ExprPtr e, (this->*operand)());
+    while (is_name(word)) {
       const int line = cur().line;
       advance();
-      GB_ASSIGN_OR_RETURN(ExprPtr rhs, parse_not());
-      GB_ASSIGN_OR_RETURN(e, make(ExprKind::kAnd, line, two(std::move(e), std::move(rhs))));
+      GB_ASSIGN_OR_RETURN(ExprPtr rhs, (this->*operand)());
+      GB_ASSIGN_OR_RETURN(e, make(kind, line, two(std::move(e), std::move(rhs))));
     }
     return e;
   }
@@ -602,91 +595,25 @@ class Parser {
   Status parse_statement(const std::string& tag, int line, Body& body) {
     auto s = std::make_unique<Stmt>();
     s->line = line;
-    std::string end;
     if (tag == "if") {
-      s->kind = StmtKind::kIf;
-      std::string current = "if";
-      while (true) {
-        GB_ASSIGN_OR_RETURN(ExprPtr cond, parse_expression());
-        GB_RETURN_IF_ERROR(expect_block_end(current));
-        Body branch;
-        GB_RETURN_IF_ERROR(parse_body(branch, {"elif", "else", "endif"}, "if", line, end));
-        s->branches.emplace_back(std::move(cond), std::move(branch));
-        if (end != "elif") break;
-        current = "elif";
-      }
-      if (end == "else") {
-        GB_RETURN_IF_ERROR(expect_block_end("else"));
-        GB_RETURN_IF_ERROR(parse_body(s->else_body, {"endif"}, "if", line, end));
-      }
-      GB_RETURN_IF_ERROR(expect_block_end("endif"));
+      GB_RETURN_IF_ERROR(parse_if(*s));
     } else if (tag == "for") {
-      s->kind = StmtKind::kFor;
-      GB_RETURN_IF_ERROR(parse_targets(s->targets, "for"));
-      if (!skip_name("in")) return unexpected("'in' in 'for'");
-      GB_ASSIGN_OR_RETURN(s->expr, parse_or());
-      if (skip_name("if")) {
-        GB_ASSIGN_OR_RETURN(s->cond, parse_expression());
-      }
-      if (is_name("recursive")) return error(cur().line, "unsupported construct: recursive 'for' loop");
-      GB_RETURN_IF_ERROR(expect_block_end("for"));
-      ++loop_depth_;
-      Status st = parse_body(s->body, {"else", "endfor"}, "for", line, end);
-      --loop_depth_;
-      GB_RETURN_IF_ERROR(st);
-      if (end == "else") {
-        GB_RETURN_IF_ERROR(expect_block_end("else"));
-        GB_RETURN_IF_ERROR(parse_body(s->else_body, {"endfor"}, "for", line, end));
-      }
-      GB_RETURN_IF_ERROR(expect_block_end("endfor"));
+      GB_RETURN_IF_ERROR(parse_for(*s));
     } else if (tag == "set") {
-      GB_RETURN_IF_ERROR(parse_targets(s->targets, "set"));
-      if (s->targets.size() == 1 && skip_op(".")) {
-        GB_ASSIGN_OR_RETURN(s->attr, expect_name("an attribute name in 'set'"));
-      }
-      if (skip_op("=")) {
-        s->kind = StmtKind::kSet;
-        GB_ASSIGN_OR_RETURN(s->expr, parse_expression());
-        if (is_op(",")) {  // set a, b = x, y
-          std::vector<ExprPtr> items;
-          items.push_back(std::move(s->expr));
-          while (skip_op(",")) {
-            GB_ASSIGN_OR_RETURN(ExprPtr item, parse_expression());
-            items.push_back(std::move(item));
-          }
-          GB_ASSIGN_OR_RETURN(s->expr, make(ExprKind::kTuple, line, std::move(items)));
-        }
-        GB_RETURN_IF_ERROR(expect_block_end("set"));
-      } else {
-        if (s->targets.size() != 1 || !s->attr.empty()) return unexpected("'=' in 'set'");
-        s->kind = StmtKind::kSetBlock;
-        GB_RETURN_IF_ERROR(expect_block_end("set"));
-        GB_RETURN_IF_ERROR(parse_body(s->body, {"endset"}, "set", line, end));
-        GB_RETURN_IF_ERROR(expect_block_end("endset"));
-      }
+      GB_RETURN_IF_ERROR(parse_set(*s));
     } else if (tag == "macro") {
       s->kind = StmtKind::kMacro;
       GB_ASSIGN_OR_RETURN(s->name, expect_name("a macro name"));
       GB_RETURN_IF_ERROR(parse_params(s->params));
       GB_RETURN_IF_ERROR(expect_block_end("macro"));
-      const int saved_loop_depth = loop_depth_;
-      loop_depth_ = 0;  // break/continue cannot cross a macro boundary
-      Status st = parse_body(s->body, {"endmacro"}, "macro", line, end);
-      loop_depth_ = saved_loop_depth;
-      GB_RETURN_IF_ERROR(st);
-      GB_RETURN_IF_ERROR(expect_block_end("endmacro"));
+      GB_RETURN_IF_ERROR(parse_body_to(s->body, "macro", "endmacro", line, /*outside_loops=*/true));
     } else if (tag == "call") {
       s->kind = StmtKind::kCallBlock;
       if (is_op("(")) GB_RETURN_IF_ERROR(parse_params(s->params));
       GB_ASSIGN_OR_RETURN(s->expr, parse_expression());
       if (s->expr->kind != ExprKind::kCall) return error(line, "'call' expects a macro call");
       GB_RETURN_IF_ERROR(expect_block_end("call"));
-      const int saved_loop_depth = loop_depth_;
-      loop_depth_ = 0;
-      Status st = parse_body(s->body, {"endcall"}, "call", line, end);
-      loop_depth_ = saved_loop_depth;
-      GB_RETURN_IF_ERROR(st);
-      GB_RETURN_IF_ERROR(expect_block_end("endcall"));
+      GB_RETURN_IF_ERROR(parse_body_to(s->body, "call", "endcall", line, /*outside_loops=*/true));
     } else if (tag == "filter") {
       s->kind = StmtKind::kFilterBlock;
       GB_ASSIGN_OR_RETURN(s->expr, parse_filter(nullptr));
@@ -694,30 +621,18 @@ class Parser {
         GB_ASSIGN_OR_RETURN(s->expr, parse_filter(std::move(s->expr)));
       }
       GB_RETURN_IF_ERROR(expect_block_end("filter"));
-      GB_RETURN_IF_ERROR(parse_body(s->body, {"endfilter"}, "filter", line, end));
-      GB_RETURN_IF_ERROR(expect_block_end("endfilter"));
+      GB_RETURN_IF_ERROR(parse_body_to(s->body, "filter", "endfilter", line));
     } else if (tag == "break" || tag == "continue") {
       if (loop_depth_ == 0) return error(line, "'" + tag + "' outside of a 'for' loop");
       s->kind = tag == "break" ? StmtKind::kBreak : StmtKind::kContinue;
       GB_RETURN_IF_ERROR(expect_block_end(tag));
     } else if (tag == "with") {
-      s->kind = StmtKind::kWith;
-      while (cur().type != TokenType::kBlockEnd) {
-        if (!s->params.empty()) GB_RETURN_IF_ERROR(expect_op(","));
-        GB_ASSIGN_OR_RETURN(std::string name, expect_name("a variable name in 'with'"));
-        GB_RETURN_IF_ERROR(expect_op("="));
-        GB_ASSIGN_OR_RETURN(ExprPtr value, parse_expression());
-        s->params.emplace_back(std::move(name), std::move(value));
-      }
-      GB_RETURN_IF_ERROR(expect_block_end("with"));
-      GB_RETURN_IF_ERROR(parse_body(s->body, {"endwith"}, "with", line, end));
-      GB_RETURN_IF_ERROR(expect_block_end("endwith"));
+      GB_RETURN_IF_ERROR(parse_with(*s));
     } else if (tag == "generation") {
       // transformers' AssistantTracker marks assistant text for masks; rendering is unchanged.
       s->kind = StmtKind::kBlock;
       GB_RETURN_IF_ERROR(expect_block_end("generation"));
-      GB_RETURN_IF_ERROR(parse_body(s->body, {"endgeneration"}, "generation", line, end));
-      GB_RETURN_IF_ERROR(expect_block_end("endgeneration"));
+      GB_RETURN_IF_ERROR(parse_body_to(s->body, "generation", "endgeneration", line));
     } else if (std::find(std::begin(kUnsupportedTags), std::end(kUnsupportedTags), tag) != std::end(kUnsupportedTags)) {
       return error(line, "unsupported tag '" + tag + "'");
     } else if (tag.rfind("end", 0) == 0 || tag == "else" || tag == "elif") {
@@ -727,6 +642,102 @@ class Parser {
     }
     body.push_back(std::move(s));
     return Status::ok();
+  }
+
+  // The body of a block up to its `{% end_tag %}`. outside_loops: break/continue inside do not
+  // reach an enclosing loop (macro and call bodies).
+  Status parse_body_to(Body& body, std::string_view tag, std::string_view end_tag, int line, bool outside_loops = false) {
+    std::string end;
+    const int saved_loop_depth = loop_depth_;
+    if (outside_loops) loop_depth_ = 0;
+    Status st = parse_body(body, {end_tag}, tag, line, end);
+    loop_depth_ = saved_loop_depth;
+    GB_RETURN_IF_ERROR(st);
+    return expect_block_end(end_tag);
+  }
+
+  // if / elif... / else / endif
+  Status parse_if(Stmt& s) {
+    s.kind = StmtKind::kIf;
+    std::string current = "if";
+    std::string end;
+    while (true) {
+      GB_ASSIGN_OR_RETURN(ExprPtr cond, parse_expression());
+      GB_RETURN_IF_ERROR(expect_block_end(current));
+      Body branch;
+      GB_RETURN_IF_ERROR(parse_body(branch, {"elif", "else", "endif"}, "if", s.line, end));
+      s.branches.emplace_back(std::move(cond), std::move(branch));
+      if (end != "elif") break;
+      current = "elif";
+    }
+    if (end == "else") {
+      GB_RETURN_IF_ERROR(expect_block_end("else"));
+      GB_RETURN_IF_ERROR(parse_body(s.else_body, {"endif"}, "if", s.line, end));
+    }
+    return expect_block_end("endif");
+  }
+
+  // for targets in iterable [if cond] / else / endfor
+  Status parse_for(Stmt& s) {
+    s.kind = StmtKind::kFor;
+    GB_RETURN_IF_ERROR(parse_targets(s.targets, "for"));
+    if (!skip_name("in")) return unexpected("'in' in 'for'");
+    GB_ASSIGN_OR_RETURN(s.expr, parse_or());
+    if (skip_name("if")) {
+      GB_ASSIGN_OR_RETURN(s.cond, parse_expression());
+    }
+    if (is_name("recursive")) return error(cur().line, "unsupported construct: recursive 'for' loop");
+    GB_RETURN_IF_ERROR(expect_block_end("for"));
+    std::string end;
+    ++loop_depth_;
+    Status st = parse_body(s.body, {"else", "endfor"}, "for", s.line, end);
+    --loop_depth_;
+    GB_RETURN_IF_ERROR(st);
+    if (end == "else") {
+      GB_RETURN_IF_ERROR(expect_block_end("else"));
+      GB_RETURN_IF_ERROR(parse_body(s.else_body, {"endfor"}, "for", s.line, end));
+    }
+    return expect_block_end("endfor");
+  }
+
+  // set x = expr, set a, b = x, y, set ns.attr = expr, or the block form set x / endset.
+  Status parse_set(Stmt& s) {
+    GB_RETURN_IF_ERROR(parse_targets(s.targets, "set"));
+    if (s.targets.size() == 1 && skip_op(".")) {
+      GB_ASSIGN_OR_RETURN(s.attr, expect_name("an attribute name in 'set'"));
+    }
+    if (!skip_op("=")) {
+      if (s.targets.size() != 1 || !s.attr.empty()) return unexpected("'=' in 'set'");
+      s.kind = StmtKind::kSetBlock;
+      GB_RETURN_IF_ERROR(expect_block_end("set"));
+      return parse_body_to(s.body, "set", "endset", s.line);
+    }
+    s.kind = StmtKind::kSet;
+    GB_ASSIGN_OR_RETURN(s.expr, parse_expression());
+    if (is_op(",")) {  // set a, b = x, y
+      std::vector<ExprPtr> items;
+      items.push_back(std::move(s.expr));
+      while (skip_op(",")) {
+        GB_ASSIGN_OR_RETURN(ExprPtr item, parse_expression());
+        items.push_back(std::move(item));
+      }
+      GB_ASSIGN_OR_RETURN(s.expr, make(ExprKind::kTuple, s.line, std::move(items)));
+    }
+    return expect_block_end("set");
+  }
+
+  // with a = x, b = y / endwith
+  Status parse_with(Stmt& s) {
+    s.kind = StmtKind::kWith;
+    while (cur().type != TokenType::kBlockEnd) {
+      if (!s.params.empty()) GB_RETURN_IF_ERROR(expect_op(","));
+      GB_ASSIGN_OR_RETURN(std::string name, expect_name("a variable name in 'with'"));
+      GB_RETURN_IF_ERROR(expect_op("="));
+      GB_ASSIGN_OR_RETURN(ExprPtr value, parse_expression());
+      s.params.emplace_back(std::move(name), std::move(value));
+    }
+    GB_RETURN_IF_ERROR(expect_block_end("with"));
+    return parse_body_to(s.body, "with", "endwith", s.line);
   }
 
   // "a" or "a, b" or "(a, b)".

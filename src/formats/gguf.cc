@@ -144,6 +144,92 @@ Result<GgufFile> read_gguf(const std::string& path) {
   return parse_gguf(std::move(file));
 }
 
+namespace {
+
+// A tensor info as the file states it, before it is checked against the data.
+struct RawTensor {
+  std::string name;
+  std::vector<int64_t> ne;  // GGML order: ne[0] is the row length
+  uint32_t type = 0;
+  uint64_t offset;
+};
+
+Status read_metadata(Reader& r, uint64_t n_kv, GgufFile* g) {
+  for (uint64_t i = 0; i < n_kv; ++i) {
+    std::string key;
+    uint32_t type = 0;
+    GB_RETURN_IF_ERROR(r.read_string(&key, "metadata key"));
+    GB_RETURN_IF_ERROR(r.read(&type, "metadata value type"));
+    nlohmann::json v;
+    GB_RETURN_IF_ERROR(r.read_value(type, &v, key, 0));
+    g->metadata[key] = std::move(v);
+  }
+  return Status::ok();
+}
+
+Result<uint64_t> read_alignment(const GgufFile& g, const std::string& path) {
+  uint64_t alignment = 32;
+  if (const auto* a = g.find("general.alignment")) {
+    if (!a->is_number_unsigned() || a->get<uint64_t>() == 0 || (a->get<uint64_t>() & (a->get<uint64_t>() - 1))) {
+      return Status::error(path + ": general.alignment must be a power of two");
+    }
+    alignment = a->get<uint64_t>();
+  }
+  return alignment;
+}
+
+Status read_tensor_infos(Reader& r, const std::string& path, std::vector<RawTensor>* raws) {
+  for (auto& t : *raws) {
+    GB_RETURN_IF_ERROR(r.read_string(&t.name, "tensor name"));
+    uint32_t n_dims = 0;
+    GB_RETURN_IF_ERROR(r.read(&n_dims, "tensor rank"));
+    if (n_dims == 0 || n_dims > 4) return Status::error(path + ": tensor '" + t.name + "' has rank " + std::to_string(n_dims));
+    for (uint32_t d = 0; d < n_dims; ++d) {
+      uint64_t ne = 0;
+      GB_RETURN_IF_ERROR(r.read(&ne, "tensor dimension"));
+      if (ne > (1ull << 40)) return Status::error(path + ": tensor '" + t.name + "' has an implausible dimension");
+      t.ne.push_back(static_cast<int64_t>(ne));
+    }
+    GB_RETURN_IF_ERROR(r.read(&t.type, "tensor type"));
+    GB_RETURN_IF_ERROR(r.read(&t.offset, "tensor offset"));
+  }
+  return Status::ok();
+}
+
+// The view of one tensor's data, after its type, shape and byte range are checked.
+Result<TensorView> view_tensor(const RawTensor& raw, const std::shared_ptr<MappedFile>& file, uint64_t data_start,
+                               uint64_t alignment) {
+  const std::string& path = file->path();
+  TensorView t;
+  t.name = raw.name;
+  if (!gguf_type_to_dtype(raw.type, &t.dtype)) {
+    return Status::error(path + ": tensor '" + raw.name + "' has GGML type " + std::to_string(raw.type) +
+                         ", which Glassbox does not support (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K)");
+  }
+  t.shape.assign(raw.ne.rbegin(), raw.ne.rend());
+  const DTypeInfo info = dtype_info(t.dtype);
+  if (raw.ne[0] % info.block_elems != 0) {
+    return Status::error(path + ": tensor '" + raw.name + "' row length " + std::to_string(raw.ne[0]) +
+                         " is not a multiple of the " + std::string(info.name) + " block size");
+  }
+  uint64_t numel = 1;
+  for (int64_t d : raw.ne) {
+    if (d != 0 && numel > (1ull << 48) / static_cast<uint64_t>(d)) return Status::error(path + ": tensor '" + raw.name + "' is implausibly large");
+    numel *= static_cast<uint64_t>(d);
+  }
+  const uint64_t nbytes = numel / info.block_elems * info.block_bytes;
+  if (raw.offset % alignment != 0) return Status::error(path + ": tensor '" + raw.name + "' data is not aligned");
+  if (raw.offset > file->size() - data_start || nbytes > file->size() - data_start - raw.offset) {
+    return Status::error(path + ": tensor '" + raw.name + "' data lies beyond the end of the file (truncated)");
+  }
+  t.data = file->data() + data_start + raw.offset;
+  t.nbytes = nbytes;
+  t.file = file;
+  return t;
+}
+
+}  // namespace
+
 Result<GgufFile> parse_gguf(std::shared_ptr<MappedFile> file) {
   const std::string& path = file->path();
   Reader r(file->data(), file->size(), path);
@@ -160,75 +246,15 @@ Result<GgufFile> parse_gguf(std::shared_ptr<MappedFile> file) {
   GB_RETURN_IF_ERROR(r.read(&n_tensors, "tensor count"));
   GB_RETURN_IF_ERROR(r.read(&n_kv, "metadata count"));
   if (n_tensors > file->size() || n_kv > file->size()) return Status::error(path + ": implausible tensor/metadata counts");
+  GB_RETURN_IF_ERROR(read_metadata(r, n_kv, &g));
+  GB_ASSIGN_OR_RETURN(const uint64_t alignment, read_alignment(g, path));
 
-  for (uint64_t i = 0; i < n_kv; ++i) {
-    std::string key;
-    uint32_t type = 0;
-    GB_RETURN_IF_ERROR(r.read_string(&key, "metadata key"));
-    GB_RETURN_IF_ERROR(r.read(&type, "metadata value type"));
-    nlohmann::json v;
-    GB_RETURN_IF_ERROR(r.read_value(type, &v, key, 0));
-    g.metadata[key] = std::move(v);
-  }
-
-  uint64_t alignment = 32;
-  if (const auto* a = g.find("general.alignment")) {
-    if (!a->is_number_unsigned() || a->get<uint64_t>() == 0 || (a->get<uint64_t>() & (a->get<uint64_t>() - 1))) {
-      return Status::error(path + ": general.alignment must be a power of two");
-    }
-    alignment = a->get<uint64_t>();
-  }
-
-  struct Raw {
-    std::string name;
-    std::vector<int64_t> ne;
-    uint32_t type = 0;
-    uint64_t offset;
-  };
-  std::vector<Raw> raws(n_tensors);
-  for (auto& t : raws) {
-    GB_RETURN_IF_ERROR(r.read_string(&t.name, "tensor name"));
-    uint32_t n_dims = 0;
-    GB_RETURN_IF_ERROR(r.read(&n_dims, "tensor rank"));
-    if (n_dims == 0 || n_dims > 4) return Status::error(path + ": tensor '" + t.name + "' has rank " + std::to_string(n_dims));
-    for (uint32_t d = 0; d < n_dims; ++d) {
-      uint64_t ne = 0;
-      GB_RETURN_IF_ERROR(r.read(&ne, "tensor dimension"));
-      if (ne > (1ull << 40)) return Status::error(path + ": tensor '" + t.name + "' has an implausible dimension");
-      t.ne.push_back(static_cast<int64_t>(ne));
-    }
-    GB_RETURN_IF_ERROR(r.read(&t.type, "tensor type"));
-    GB_RETURN_IF_ERROR(r.read(&t.offset, "tensor offset"));
-  }
+  std::vector<RawTensor> raws(n_tensors);
+  GB_RETURN_IF_ERROR(read_tensor_infos(r, path, &raws));
   const uint64_t data_start = (r.offset(file->data()) + alignment - 1) / alignment * alignment;
   if (n_tensors > 0 && data_start > file->size()) return Status::error(path + ": file ends before the tensor data (truncated)");
-
-  for (auto& raw : raws) {
-    TensorView t;
-    t.name = raw.name;
-    if (!gguf_type_to_dtype(raw.type, &t.dtype)) {
-      return Status::error(path + ": tensor '" + raw.name + "' has GGML type " + std::to_string(raw.type) +
-                           ", which Glassbox does not support (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K)");
-    }
-    t.shape.assign(raw.ne.rbegin(), raw.ne.rend());
-    const DTypeInfo info = dtype_info(t.dtype);
-    if (raw.ne[0] % info.block_elems != 0) {
-      return Status::error(path + ": tensor '" + raw.name + "' row length " + std::to_string(raw.ne[0]) +
-                           " is not a multiple of the " + std::string(info.name) + " block size");
-    }
-    uint64_t numel = 1;
-    for (int64_t d : raw.ne) {
-      if (d != 0 && numel > (1ull << 48) / static_cast<uint64_t>(d)) return Status::error(path + ": tensor '" + raw.name + "' is implausibly large");
-      numel *= static_cast<uint64_t>(d);
-    }
-    const uint64_t nbytes = numel / info.block_elems * info.block_bytes;
-    if (raw.offset % alignment != 0) return Status::error(path + ": tensor '" + raw.name + "' data is not aligned");
-    if (raw.offset > file->size() - data_start || nbytes > file->size() - data_start - raw.offset) {
-      return Status::error(path + ": tensor '" + raw.name + "' data lies beyond the end of the file (truncated)");
-    }
-    t.data = file->data() + data_start + raw.offset;
-    t.nbytes = nbytes;
-    t.file = file;
+  for (const RawTensor& raw : raws) {
+    GB_ASSIGN_OR_RETURN(TensorView t, view_tensor(raw, file, data_start, alignment));
     g.tensors.push_back(std::move(t));
   }
   return g;

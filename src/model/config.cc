@@ -4,6 +4,8 @@
 #include <cmath>
 #include <numbers>
 
+#include "formats/json_nesting.h"
+
 namespace gb {
 
 namespace {
@@ -192,79 +194,110 @@ Status ModelConfig::validate() const {
   return Status::ok();
 }
 
-Result<ModelConfig> parse_hf_config(const json& j, const json* gen) {
-  const std::string where = "config.json";
-  if (!j.is_object()) return Status::error(where + ": not a JSON object");
-  ModelConfig c;
-  std::string model_type;
-  if (auto it = j.find("architectures"); it != j.end() && it->is_array() && !it->empty() && (*it)[0].is_string()) {
-    c.arch_name = (*it)[0].get<std::string>();
-  } else if (auto mt = j.find("model_type"); mt != j.end() && mt->is_string()) {
-    c.arch_name = mt->get<std::string>();
-  } else {
-    return Status::error(where + ": neither 'architectures' nor 'model_type' names the architecture");
+namespace {
+
+// The multimodal Qwen3.5 checkpoint: its language model's keys live in text_config (top-level
+// keys such as tie_word_embeddings / eos_token_id fill the gaps); the vision tower is not loaded.
+Result<ModelConfig> parse_hf_text_config(const json& j, const json* gen, const std::string& a, const std::string& where) {
+  auto tc = j.find("text_config");
+  if (tc == j.end() || !tc->is_object()) {
+    return Status::error(where + ": " + a + " needs a 'text_config' object with the language model's settings");
   }
-  const std::string& a = c.arch_name;
-  // The multimodal Qwen3.5 checkpoint: its language model's keys live in text_config (top-level
-  // keys such as tie_word_embeddings / eos_token_id fill the gaps); the vision tower is not loaded.
-  if (a == "Qwen3_5ForConditionalGeneration" || a == "qwen3_5") {
-    auto tc = j.find("text_config");
-    if (tc == j.end() || !tc->is_object()) {
-      return Status::error(where + ": " + a + " needs a 'text_config' object with the language model's settings");
-    }
-    json merged = *tc;
-    for (const auto& [k, v] : j.items()) {
-      if (k != "text_config" && k != "vision_config" && !merged.contains(k)) merged[k] = v;
-    }
-    merged["architectures"] = json::array({"Qwen3_5ForCausalLM"});
-    GB_ASSIGN_OR_RETURN(ModelConfig text, parse_hf_config(merged, gen));
-    text.arch_name = a;
-    return text;
+  json merged = *tc;
+  for (const auto& [k, v] : j.items()) {
+    if (k != "text_config" && k != "vision_config" && !merged.contains(k)) merged[k] = v;
   }
+  merged["architectures"] = json::array({"Qwen3_5ForCausalLM"});
+  GB_ASSIGN_OR_RETURN(ModelConfig text, parse_hf_config(merged, gen));
+  text.arch_name = a;
+  return text;
+}
+
+Status set_hf_arch(const std::string& a, const std::string& where, ModelConfig* c) {
   if (a == "LlamaForCausalLM" || a == "MistralForCausalLM" || a == "llama" || a == "mistral") {
-    c.arch = Arch::kLlama;
+    c->arch = Arch::kLlama;
   } else if (a == "Qwen2ForCausalLM" || a == "qwen2") {
-    c.arch = Arch::kQwen2;
+    c->arch = Arch::kQwen2;
   } else if (a == "Qwen3ForCausalLM" || a == "qwen3") {
-    c.arch = Arch::kQwen3;
+    c->arch = Arch::kQwen3;
   } else if (a == "Qwen3_5ForCausalLM" || a == "qwen3_5_text") {
-    c.arch = Arch::kQwen35;
+    c->arch = Arch::kQwen35;
   } else {
     return Status::error(where + ": unsupported architecture '" + a +
                          "' (supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
                          "Qwen3_5ForCausalLM, Qwen3_5ForConditionalGeneration)");
   }
+  return Status::ok();
+}
 
+// Layer count, widths, heads, vocabulary, context (capped at a sliding window) and the norm eps.
+Status parse_hf_shape(const json& j, const std::string& where, ModelConfig* c) {
   int64_t v = 0;
   GB_RETURN_IF_ERROR(get_int(j, "num_hidden_layers", 0, true, &v, where));
-  c.n_layers = static_cast<int32_t>(v);
+  c->n_layers = static_cast<int32_t>(v);
   GB_RETURN_IF_ERROR(get_int(j, "hidden_size", 0, true, &v, where));
-  c.n_embd = static_cast<int32_t>(v);
+  c->n_embd = static_cast<int32_t>(v);
   GB_RETURN_IF_ERROR(get_int(j, "intermediate_size", 0, true, &v, where));
-  c.n_ff = static_cast<int32_t>(v);
+  c->n_ff = static_cast<int32_t>(v);
   GB_RETURN_IF_ERROR(get_int(j, "num_attention_heads", 0, true, &v, where));
-  c.n_heads = static_cast<int32_t>(v);
-  GB_RETURN_IF_ERROR(get_int(j, "num_key_value_heads", c.n_heads, false, &v, where));
-  c.n_kv_heads = static_cast<int32_t>(v);
-  if (c.n_heads <= 0) return Status::error(where + ": 'num_attention_heads' must be positive");
-  GB_RETURN_IF_ERROR(get_int(j, "head_dim", c.n_embd / c.n_heads, false, &v, where));
-  c.head_dim = static_cast<int32_t>(v);
+  c->n_heads = static_cast<int32_t>(v);
+  GB_RETURN_IF_ERROR(get_int(j, "num_key_value_heads", c->n_heads, false, &v, where));
+  c->n_kv_heads = static_cast<int32_t>(v);
+  if (c->n_heads <= 0) return Status::error(where + ": 'num_attention_heads' must be positive");
+  GB_RETURN_IF_ERROR(get_int(j, "head_dim", c->n_embd / c->n_heads, false, &v, where));
+  c->head_dim = static_cast<int32_t>(v);
   GB_RETURN_IF_ERROR(get_int(j, "vocab_size", 0, true, &v, where));
-  c.vocab = static_cast<int32_t>(v);
+  c->vocab = static_cast<int32_t>(v);
   GB_RETURN_IF_ERROR(get_int(j, "max_position_embeddings", 2048, false, &v, where));
-  c.max_pos = static_cast<int32_t>(v);
+  c->max_pos = static_cast<int32_t>(v);
   // Mistral's sliding window is not implemented; up to the window length attention is identical,
   // so the usable context is capped there instead of refusing the model.
   int64_t window = 0;
   GB_RETURN_IF_ERROR(get_int(j, "sliding_window", 0, false, &window, where));
-  bool use_window = c.arch == Arch::kLlama;  // Qwen2/3 configs carry a window with use_sliding_window false
+  bool use_window = c->arch == Arch::kLlama;  // Qwen2/3 configs carry a window with use_sliding_window false
   if (auto it = j.find("use_sliding_window"); it != j.end() && it->is_boolean()) use_window = it->get<bool>();
-  if (use_window && window > 0 && window < c.max_pos) c.max_pos = static_cast<int32_t>(window);
+  if (use_window && window > 0 && window < c->max_pos) c->max_pos = static_cast<int32_t>(window);
 
   double d = 0;
   GB_RETURN_IF_ERROR(get_float(j, "rms_norm_eps", 1e-6, &d, where));
-  c.rms_eps = static_cast<float>(d);
-  // transformers 5 moved rope settings into "rope_parameters"; older configs have them at the top.
+  c->rms_eps = static_cast<float>(d);
+  return Status::ok();
+}
+
+// rope_scaling (or rope_parameters) "llama3" / "linear" as per-frequency divisors.
+Status parse_hf_rope_scaling(const json& rope, const std::string& where, ModelConfig* c) {
+  std::string type = "default";
+  for (const char* key : {"rope_type", "type"}) {
+    if (auto it = rope.find(key); it != rope.end() && it->is_string()) {
+      type = it->get<std::string>();
+      break;
+    }
+  }
+  const std::string rw = where + " rope_scaling";
+  if (type == "llama3") {
+    double factor, low, high, orig;
+    GB_RETURN_IF_ERROR(get_float(rope, "factor", 8.0, &factor, rw));
+    GB_RETURN_IF_ERROR(get_float(rope, "low_freq_factor", 1.0, &low, rw));
+    GB_RETURN_IF_ERROR(get_float(rope, "high_freq_factor", 4.0, &high, rw));
+    GB_RETURN_IF_ERROR(get_float(rope, "original_max_position_embeddings", 8192, &orig, rw));
+    if (!(factor > 0) || !(low > 0) || !(high > low) || !(orig > 0)) {
+      return Status::error(rw + ": llama3 scaling needs factor > 0 and high_freq_factor > low_freq_factor > 0");
+    }
+    c->rope_freq_divisors = llama3_divisors(c->rope_theta, c->rope_dims, factor, low, high, orig);
+  } else if (type == "linear") {
+    double factor;
+    GB_RETURN_IF_ERROR(get_float(rope, "factor", 1.0, &factor, rw));
+    if (!(factor > 0)) return Status::error(rw + ": linear scaling factor must be positive");
+    c->rope_freq_divisors.assign(c->rope_dims / 2, static_cast<float>(factor));
+  } else if (type != "default") {
+    return Status::error(rw + ": rope scaling type '" + type + "' is not supported (default, linear, llama3)");
+  }
+  return Status::ok();
+}
+
+// rope_theta, the rotated dims (partial_rotary_factor) and scaling; transformers 5 moved these
+// settings into "rope_parameters", older configs have them at the top.
+Status parse_hf_rope(const json& j, const std::string& where, ModelConfig* c) {
   const json* rope = nullptr;
   if (auto it = j.find("rope_scaling"); it != j.end() && it->is_object()) rope = &*it;
   json rope_params;
@@ -272,49 +305,35 @@ Result<ModelConfig> parse_hf_config(const json& j, const json* gen) {
     rope_params = *it;
     if (rope == nullptr) rope = &rope_params;
   }
-  GB_RETURN_IF_ERROR(get_float(j, "rope_theta", 10000.0, &c.rope_theta, where));
+  GB_RETURN_IF_ERROR(get_float(j, "rope_theta", 10000.0, &c->rope_theta, where));
   if (!j.contains("rope_theta") && rope_params.is_object()) {
-    GB_RETURN_IF_ERROR(get_float(rope_params, "rope_theta", 10000.0, &c.rope_theta, where + " rope_parameters"));
+    GB_RETURN_IF_ERROR(get_float(rope_params, "rope_theta", 10000.0, &c->rope_theta, where + " rope_parameters"));
   }
-  c.rope_dims = c.head_dim;
+  c->rope_dims = c->head_dim;
+  const json* partial = nullptr;
   if (auto it = j.find("partial_rotary_factor"); it != j.end() && it->is_number()) {
-    c.rope_dims = static_cast<int32_t>(c.head_dim * it->get<double>());
+    partial = &*it;
   } else if (auto pr = rope_params.is_object() ? rope_params.find("partial_rotary_factor") : rope_params.end();
              rope_params.is_object() && pr != rope_params.end() && pr->is_number()) {
-    c.rope_dims = static_cast<int32_t>(c.head_dim * pr->get<double>());
+    partial = &*pr;
+  }
+  if (partial != nullptr) {
+    // Checked before the multiply: a factor like 1e300 would overflow the int conversion.
+    const double f = partial->get<double>();
+    if (!(f > 0.0 && f <= 1.0)) {
+      return Status::error(where + ": 'partial_rotary_factor' must be in (0, 1], found " + partial->dump());
+    }
+    c->rope_dims = static_cast<int32_t>(c->head_dim * f);
   }
   // Qwen3.5's rope_parameters carry M-RoPE sections for image positions; with text-only
   // positions (all three equal) M-RoPE is plain RoPE, so the sections are not needed.
-  c.rope_style = ops::RopeStyle::kNeox;
-  if (rope != nullptr) {
-    std::string type = "default";
-    for (const char* key : {"rope_type", "type"}) {
-      if (auto it = rope->find(key); it != rope->end() && it->is_string()) {
-        type = it->get<std::string>();
-        break;
-      }
-    }
-    const std::string rw = where + " rope_scaling";
-    if (type == "llama3") {
-      double factor, low, high, orig;
-      GB_RETURN_IF_ERROR(get_float(*rope, "factor", 8.0, &factor, rw));
-      GB_RETURN_IF_ERROR(get_float(*rope, "low_freq_factor", 1.0, &low, rw));
-      GB_RETURN_IF_ERROR(get_float(*rope, "high_freq_factor", 4.0, &high, rw));
-      GB_RETURN_IF_ERROR(get_float(*rope, "original_max_position_embeddings", 8192, &orig, rw));
-      if (!(factor > 0) || !(low > 0) || !(high > low) || !(orig > 0)) {
-        return Status::error(rw + ": llama3 scaling needs factor > 0 and high_freq_factor > low_freq_factor > 0");
-      }
-      c.rope_freq_divisors = llama3_divisors(c.rope_theta, c.rope_dims, factor, low, high, orig);
-    } else if (type == "linear") {
-      double factor;
-      GB_RETURN_IF_ERROR(get_float(*rope, "factor", 1.0, &factor, rw));
-      if (!(factor > 0)) return Status::error(rw + ": linear scaling factor must be positive");
-      c.rope_freq_divisors.assign(c.rope_dims / 2, static_cast<float>(factor));
-    } else if (type != "default") {
-      return Status::error(rw + ": rope scaling type '" + type + "' is not supported (default, linear, llama3)");
-    }
-  }
+  c->rope_style = ops::RopeStyle::kNeox;
+  if (rope != nullptr) GB_RETURN_IF_ERROR(parse_hf_rope_scaling(*rope, where, c));
+  return Status::ok();
+}
 
+// Activation, biases, q/k norm and tied embeddings.
+Status parse_hf_variant(const json& j, const std::string& where, ModelConfig* c) {
   if (auto it = j.find("hidden_act"); it != j.end() && it->is_string() && it->get<std::string>() != "silu") {
     return Status::error(where + ": hidden_act '" + it->get<std::string>() + "' is not supported (silu)");
   }
@@ -326,32 +345,211 @@ Result<ModelConfig> parse_hf_config(const json& j, const json* gen) {
     if (!it->is_boolean()) return Status::error(where + ": 'attention_bias' must be true or false");
     attention_bias = it->get<bool>();
   }
-  c.qkv_bias = c.arch == Arch::kQwen2 || attention_bias;
-  c.o_bias = c.arch != Arch::kQwen2 && attention_bias;
-  c.qk_norm = c.arch == Arch::kQwen3;
+  c->qkv_bias = c->arch == Arch::kQwen2 || attention_bias;
+  c->o_bias = c->arch != Arch::kQwen2 && attention_bias;
+  c->qk_norm = c->arch == Arch::kQwen3;
   // Absent: decided by the loader from whether lm_head.weight exists.
-  c.tied_embeddings = false;
-  c.tied_embeddings_known = false;
+  c->tied_embeddings = false;
+  c->tied_embeddings_known = false;
   if (auto it = j.find("tie_word_embeddings"); it != j.end() && !it->is_null()) {
     if (!it->is_boolean()) return Status::error(where + ": 'tie_word_embeddings' must be true or false");
-    c.tied_embeddings = it->get<bool>();
-    c.tied_embeddings_known = true;
+    c->tied_embeddings = it->get<bool>();
+    c->tied_embeddings_known = true;
   }
+  return Status::ok();
+}
 
-  // generation_config.json wins for generation settings; config.json is the fallback.
+// generation_config.json wins for generation settings; config.json is the fallback.
+Status parse_hf_special_ids(const json& j, const json* gen, const std::string& where, ModelConfig* c) {
   std::vector<int32_t> bos;
   if (gen != nullptr && gen->is_object()) {
-    GB_RETURN_IF_ERROR(get_ids(*gen, "eos_token_id", &c.eos_ids, "generation_config.json"));
+    GB_RETURN_IF_ERROR(get_ids(*gen, "eos_token_id", &c->eos_ids, "generation_config.json"));
     GB_RETURN_IF_ERROR(get_ids(*gen, "bos_token_id", &bos, "generation_config.json"));
   }
-  if (c.eos_ids.empty()) GB_RETURN_IF_ERROR(get_ids(j, "eos_token_id", &c.eos_ids, where));
+  if (c->eos_ids.empty()) GB_RETURN_IF_ERROR(get_ids(j, "eos_token_id", &c->eos_ids, where));
   if (bos.empty()) GB_RETURN_IF_ERROR(get_ids(j, "bos_token_id", &bos, where));
-  c.bos_id = bos.empty() ? -1 : bos[0];
+  c->bos_id = bos.empty() ? -1 : bos[0];
+  return Status::ok();
+}
+
+}  // namespace
+
+Result<ModelConfig> parse_hf_config(const json& j, const json* gen) {
+  const std::string where = "config.json";
+  if (!j.is_object()) return Status::error(where + ": not a JSON object");
+  // Error messages dump values and Qwen3.5's text_config is copied: both recurse per level.
+  if (json_nesting_exceeds(j)) return Status::error(where + ": nested deeper than " + std::to_string(kMaxJsonNesting) + " levels");
+  if (gen != nullptr && json_nesting_exceeds(*gen)) {
+    return Status::error("generation_config.json: nested deeper than " + std::to_string(kMaxJsonNesting) + " levels");
+  }
+  ModelConfig c;
+  if (auto it = j.find("architectures"); it != j.end() && it->is_array() && !it->empty() && (*it)[0].is_string()) {
+    c.arch_name = (*it)[0].get<std::string>();
+  } else if (auto mt = j.find("model_type"); mt != j.end() && mt->is_string()) {
+    c.arch_name = mt->get<std::string>();
+  } else {
+    return Status::error(where + ": neither 'architectures' nor 'model_type' names the architecture");
+  }
+  const std::string& a = c.arch_name;
+  if (a == "Qwen3_5ForConditionalGeneration" || a == "qwen3_5") return parse_hf_text_config(j, gen, a, where);
+  GB_RETURN_IF_ERROR(set_hf_arch(a, where, &c));
+  GB_RETURN_IF_ERROR(parse_hf_shape(j, where, &c));
+  GB_RETURN_IF_ERROR(parse_hf_rope(j, where, &c));
+  GB_RETURN_IF_ERROR(parse_hf_variant(j, where, &c));
+  GB_RETURN_IF_ERROR(parse_hf_special_ids(j, gen, where, &c));
   c.layer_kinds.assign(c.n_layers > 0 ? c.n_layers : 0, LayerKind::kAttention);
   if (c.arch == Arch::kQwen35) GB_RETURN_IF_ERROR(parse_qwen35_hf(j, where, &c));
   GB_RETURN_IF_ERROR(c.validate().with_context(where));
   return c;
 }
+
+namespace {
+
+// "<arch>.<key>" lookups in GGUF metadata; errors name the whole key.
+struct GgufKeys {
+  const std::map<std::string, json>& md;
+  const std::string& arch;
+  const std::string& where;
+
+  Status get(const std::string& key, int64_t fallback, bool required, int64_t* out) const {
+    auto it = md.find(arch + "." + key);
+    if (it == md.end()) {
+      if (required) return Status::error(where + ": required key '" + arch + "." + key + "' is missing");
+      *out = fallback;
+      return Status::ok();
+    }
+    if (!it->second.is_number_integer()) {
+      return Status::error(where + ": '" + arch + "." + key + "' must be one integer, found " + it->second.dump().substr(0, 80));
+    }
+    *out = it->second.get<int64_t>();
+    return Status::ok();
+  }
+
+  Status getf(const std::string& key, double fallback, double* out) const {
+    auto it = md.find(arch + "." + key);
+    if (it == md.end()) {
+      *out = fallback;
+      return Status::ok();
+    }
+    if (!it->second.is_number()) return Status::error(where + ": '" + arch + "." + key + "' must be a number");
+    *out = it->second.get<double>();
+    return Status::ok();
+  }
+};
+
+Status set_gguf_arch(const std::string& a, const std::string& where, ModelConfig* c) {
+  if (a == "llama") {
+    c->arch = Arch::kLlama;
+    c->rope_style = ops::RopeStyle::kPairs;  // the converter permuted q/k rows for GGML's pair rope
+  } else if (a == "qwen2") {
+    c->arch = Arch::kQwen2;
+    c->rope_style = ops::RopeStyle::kNeox;
+  } else if (a == "qwen3") {
+    c->arch = Arch::kQwen3;
+    c->rope_style = ops::RopeStyle::kNeox;
+  } else if (a == "qwen35") {
+    c->arch = Arch::kQwen35;
+    c->rope_style = ops::RopeStyle::kNeox;
+  } else {
+    return Status::error(where + ": unsupported architecture '" + a + "' (supported: llama, qwen2, qwen3, qwen35)");
+  }
+  return Status::ok();
+}
+
+// Layer count, widths, heads (key and value lengths must agree), context, vocabulary, rotated dims.
+Status parse_gguf_shape(const GgufKeys& k, int64_t vocab_rows, ModelConfig* c) {
+  int64_t v = 0;
+  GB_RETURN_IF_ERROR(k.get("block_count", 0, true, &v));
+  c->n_layers = static_cast<int32_t>(v);
+  GB_RETURN_IF_ERROR(k.get("embedding_length", 0, true, &v));
+  c->n_embd = static_cast<int32_t>(v);
+  GB_RETURN_IF_ERROR(k.get("feed_forward_length", 0, true, &v));
+  c->n_ff = static_cast<int32_t>(v);
+  GB_RETURN_IF_ERROR(k.get("attention.head_count", 0, true, &v));
+  c->n_heads = static_cast<int32_t>(v);
+  if (c->n_heads <= 0) return Status::error(k.where + ": '" + k.arch + ".attention.head_count' must be positive");
+  GB_RETURN_IF_ERROR(k.get("attention.head_count_kv", c->n_heads, false, &v));
+  c->n_kv_heads = static_cast<int32_t>(v);
+  GB_RETURN_IF_ERROR(k.get("attention.key_length", c->n_embd / c->n_heads, false, &v));
+  c->head_dim = static_cast<int32_t>(v);
+  int64_t value_length = 0;
+  GB_RETURN_IF_ERROR(k.get("attention.value_length", c->head_dim, false, &value_length));
+  if (value_length != c->head_dim) {
+    return Status::error(k.where + ": key_length " + std::to_string(c->head_dim) + " != value_length " +
+                         std::to_string(value_length) + " is not supported");
+  }
+  GB_RETURN_IF_ERROR(k.get("context_length", 2048, false, &v));
+  c->max_pos = static_cast<int32_t>(v);
+  GB_RETURN_IF_ERROR(k.get("vocab_size", vocab_rows, false, &v));
+  c->vocab = static_cast<int32_t>(v);
+  GB_RETURN_IF_ERROR(k.get("rope.dimension_count", c->head_dim, false, &v));
+  c->rope_dims = static_cast<int32_t>(v);
+  return Status::ok();
+}
+
+// rope.scaling.type "linear" as divisors; llama3 scaling arrives as the rope_freqs tensor instead.
+Status parse_gguf_rope_scaling(const GgufKeys& k, const std::vector<float>* rope_freqs, ModelConfig* c) {
+  if (auto it = k.md.find(k.arch + ".rope.scaling.type"); it != k.md.end() && it->second.is_string()) {
+    const std::string type = it->second.get<std::string>();
+    if (type == "linear") {
+      double factor = 1.0;
+      GB_RETURN_IF_ERROR(k.getf("rope.scaling.factor", 1.0, &factor));
+      if (!(factor > 0)) return Status::error(k.where + ": rope.scaling.factor must be positive");
+      c->rope_freq_divisors.assign(c->rope_dims / 2, static_cast<float>(factor));
+    } else if (type != "none") {
+      return Status::error(k.where + ": rope scaling type '" + type + "' is not supported (none, linear; llama3 via rope_freqs)");
+    }
+  }
+  if (rope_freqs != nullptr) c->rope_freq_divisors = *rope_freqs;
+  return Status::ok();
+}
+
+// Appends the token id under `key` (when present and not already listed).
+Status add_gguf_token_id(const std::map<std::string, json>& md, const char* key, const std::string& where,
+                         std::vector<int32_t>* out) {
+  auto it = md.find(key);
+  if (it == md.end()) return Status::ok();
+  if (!it->second.is_number_integer() || it->second.get<int64_t>() < 0) {
+    return Status::error(where + ": '" + key + "' must be a token id");
+  }
+  const int32_t t = static_cast<int32_t>(it->second.get<int64_t>());
+  for (int32_t e : *out) {
+    if (e == t) return Status::ok();
+  }
+  out->push_back(t);
+  return Status::ok();
+}
+
+// llama.cpp's qwen35 keys: ssm.state_size is the key head dim (and, in llama.cpp, the value
+// head dim), ssm.group_count the key heads, ssm.time_step_rank the value heads,
+// ssm.inner_size = value heads · value head dim. Layer il is full attention iff
+// (il + 1) % full_attention_interval == 0.
+Status parse_gguf_qwen35(const GgufKeys& k, ModelConfig* c) {
+  c->attn_output_gate = true;
+  c->lin_v_tiled = true;
+  int64_t state = 0, groups = 0, rank = 0, inner = 0, kernel = 0, interval = 0;
+  GB_RETURN_IF_ERROR(k.get("ssm.state_size", 0, true, &state));
+  GB_RETURN_IF_ERROR(k.get("ssm.group_count", 0, true, &groups));
+  GB_RETURN_IF_ERROR(k.get("ssm.time_step_rank", 0, true, &rank));
+  GB_RETURN_IF_ERROR(k.get("ssm.inner_size", 0, true, &inner));
+  GB_RETURN_IF_ERROR(k.get("ssm.conv_kernel", 4, false, &kernel));
+  GB_RETURN_IF_ERROR(k.get("full_attention_interval", 4, false, &interval));
+  if (rank <= 0 || inner % rank != 0 || interval <= 0) {
+    return Status::error(k.where + ": qwen35.ssm.inner_size " + std::to_string(inner) + " is not a multiple of ssm.time_step_rank " +
+                         std::to_string(rank) + ", or full_attention_interval " + std::to_string(interval) + " is not positive");
+  }
+  c->lin_k_dim = static_cast<int32_t>(state);
+  c->lin_k_heads = static_cast<int32_t>(groups);
+  c->lin_v_heads = static_cast<int32_t>(rank);
+  c->lin_v_dim = static_cast<int32_t>(inner / rank);
+  c->lin_conv_kernel = static_cast<int32_t>(kernel);
+  for (int32_t il = 0; il < c->n_layers; ++il) {
+    c->layer_kinds[il] = (il + 1) % interval == 0 ? LayerKind::kAttention : LayerKind::kLinearAttention;
+  }
+  return Status::ok();
+}
+
+}  // namespace
 
 Result<ModelConfig> parse_gguf_config(const std::map<std::string, json>& md, int64_t vocab_rows,
                                       const std::vector<float>* rope_freqs) {
@@ -363,135 +561,24 @@ Result<ModelConfig> parse_gguf_config(const std::map<std::string, json>& md, int
   }
   const std::string a = arch_it->second.get<std::string>();
   c.arch_name = a;
-  if (a == "llama") {
-    c.arch = Arch::kLlama;
-    c.rope_style = ops::RopeStyle::kPairs;  // the converter permuted q/k rows for GGML's pair rope
-  } else if (a == "qwen2") {
-    c.arch = Arch::kQwen2;
-    c.rope_style = ops::RopeStyle::kNeox;
-  } else if (a == "qwen3") {
-    c.arch = Arch::kQwen3;
-    c.rope_style = ops::RopeStyle::kNeox;
-  } else if (a == "qwen35") {
-    c.arch = Arch::kQwen35;
-    c.rope_style = ops::RopeStyle::kNeox;
-  } else {
-    return Status::error(where + ": unsupported architecture '" + a + "' (supported: llama, qwen2, qwen3, qwen35)");
-  }
-  auto get = [&](const std::string& key, int64_t fallback, bool required, int64_t* out) -> Status {
-    auto it = md.find(a + "." + key);
-    if (it == md.end()) {
-      if (required) return Status::error(where + ": required key '" + a + "." + key + "' is missing");
-      *out = fallback;
-      return Status::ok();
-    }
-    if (!it->second.is_number_integer()) {
-      return Status::error(where + ": '" + a + "." + key + "' must be one integer, found " + it->second.dump().substr(0, 80));
-    }
-    *out = it->second.get<int64_t>();
-    return Status::ok();
-  };
-  auto getf = [&](const std::string& key, double fallback, double* out) -> Status {
-    auto it = md.find(a + "." + key);
-    if (it == md.end()) {
-      *out = fallback;
-      return Status::ok();
-    }
-    if (!it->second.is_number()) return Status::error(where + ": '" + a + "." + key + "' must be a number");
-    *out = it->second.get<double>();
-    return Status::ok();
-  };
-  int64_t v = 0;
-  GB_RETURN_IF_ERROR(get("block_count", 0, true, &v));
-  c.n_layers = static_cast<int32_t>(v);
-  GB_RETURN_IF_ERROR(get("embedding_length", 0, true, &v));
-  c.n_embd = static_cast<int32_t>(v);
-  GB_RETURN_IF_ERROR(get("feed_forward_length", 0, true, &v));
-  c.n_ff = static_cast<int32_t>(v);
-  GB_RETURN_IF_ERROR(get("attention.head_count", 0, true, &v));
-  c.n_heads = static_cast<int32_t>(v);
-  if (c.n_heads <= 0) return Status::error(where + ": '" + a + ".attention.head_count' must be positive");
-  GB_RETURN_IF_ERROR(get("attention.head_count_kv", c.n_heads, false, &v));
-  c.n_kv_heads = static_cast<int32_t>(v);
-  GB_RETURN_IF_ERROR(get("attention.key_length", c.n_embd / c.n_heads, false, &v));
-  c.head_dim = static_cast<int32_t>(v);
-  int64_t value_length = 0;
-  GB_RETURN_IF_ERROR(get("attention.value_length", c.head_dim, false, &value_length));
-  if (value_length != c.head_dim) {
-    return Status::error(where + ": key_length " + std::to_string(c.head_dim) + " != value_length " +
-                         std::to_string(value_length) + " is not supported");
-  }
-  GB_RETURN_IF_ERROR(get("context_length", 2048, false, &v));
-  c.max_pos = static_cast<int32_t>(v);
-  GB_RETURN_IF_ERROR(get("vocab_size", vocab_rows, false, &v));
-  c.vocab = static_cast<int32_t>(v);
-  GB_RETURN_IF_ERROR(get("rope.dimension_count", c.head_dim, false, &v));
-  c.rope_dims = static_cast<int32_t>(v);
+  GB_RETURN_IF_ERROR(set_gguf_arch(a, where, &c));
+  const GgufKeys keys{md, a, where};
+  GB_RETURN_IF_ERROR(parse_gguf_shape(keys, vocab_rows, &c));
   double d = 0;
-  GB_RETURN_IF_ERROR(getf("rope.freq_base", 10000.0, &c.rope_theta));
-  GB_RETURN_IF_ERROR(getf("attention.layer_norm_rms_epsilon", 1e-5, &d));
+  GB_RETURN_IF_ERROR(keys.getf("rope.freq_base", 10000.0, &c.rope_theta));
+  GB_RETURN_IF_ERROR(keys.getf("attention.layer_norm_rms_epsilon", 1e-5, &d));
   c.rms_eps = static_cast<float>(d);
-  if (auto it = md.find(a + ".rope.scaling.type"); it != md.end() && it->second.is_string()) {
-    const std::string type = it->second.get<std::string>();
-    if (type == "linear") {
-      double factor = 1.0;
-      GB_RETURN_IF_ERROR(getf("rope.scaling.factor", 1.0, &factor));
-      if (!(factor > 0)) return Status::error(where + ": rope.scaling.factor must be positive");
-      c.rope_freq_divisors.assign(c.rope_dims / 2, static_cast<float>(factor));
-    } else if (type != "none") {
-      return Status::error(where + ": rope scaling type '" + type + "' is not supported (none, linear; llama3 via rope_freqs)");
-    }
-  }
-  if (rope_freqs != nullptr) c.rope_freq_divisors = *rope_freqs;
+  GB_RETURN_IF_ERROR(parse_gguf_rope_scaling(keys, rope_freqs, &c));
 
   c.qkv_bias = false;  // decided by the loader from the tensors present (Qwen2 always has them)
   c.qk_norm = c.arch == Arch::kQwen3 || c.arch == Arch::kQwen35;
-  auto id = [&](const char* key, std::vector<int32_t>* out) -> Status {
-    auto it = md.find(key);
-    if (it == md.end()) return Status::ok();
-    if (!it->second.is_number_integer() || it->second.get<int64_t>() < 0) {
-      return Status::error(where + ": '" + key + "' must be a token id");
-    }
-    const int32_t t = static_cast<int32_t>(it->second.get<int64_t>());
-    for (int32_t e : *out) {
-      if (e == t) return Status::ok();
-    }
-    out->push_back(t);
-    return Status::ok();
-  };
-  GB_RETURN_IF_ERROR(id("tokenizer.ggml.eos_token_id", &c.eos_ids));
-  GB_RETURN_IF_ERROR(id("tokenizer.ggml.eot_token_id", &c.eos_ids));
+  GB_RETURN_IF_ERROR(add_gguf_token_id(md, "tokenizer.ggml.eos_token_id", where, &c.eos_ids));
+  GB_RETURN_IF_ERROR(add_gguf_token_id(md, "tokenizer.ggml.eot_token_id", where, &c.eos_ids));
   std::vector<int32_t> bos;
-  GB_RETURN_IF_ERROR(id("tokenizer.ggml.bos_token_id", &bos));
+  GB_RETURN_IF_ERROR(add_gguf_token_id(md, "tokenizer.ggml.bos_token_id", where, &bos));
   c.bos_id = bos.empty() ? -1 : bos[0];
   c.layer_kinds.assign(c.n_layers > 0 ? c.n_layers : 0, LayerKind::kAttention);
-  if (c.arch == Arch::kQwen35) {
-    // llama.cpp's qwen35 keys: ssm.state_size is the key head dim (and, in llama.cpp, the value
-    // head dim), ssm.group_count the key heads, ssm.time_step_rank the value heads,
-    // ssm.inner_size = value heads · value head dim. Layer il is full attention iff
-    // (il + 1) % full_attention_interval == 0.
-    c.attn_output_gate = true;
-    c.lin_v_tiled = true;
-    int64_t state = 0, groups = 0, rank = 0, inner = 0, kernel = 0, interval = 0;
-    GB_RETURN_IF_ERROR(get("ssm.state_size", 0, true, &state));
-    GB_RETURN_IF_ERROR(get("ssm.group_count", 0, true, &groups));
-    GB_RETURN_IF_ERROR(get("ssm.time_step_rank", 0, true, &rank));
-    GB_RETURN_IF_ERROR(get("ssm.inner_size", 0, true, &inner));
-    GB_RETURN_IF_ERROR(get("ssm.conv_kernel", 4, false, &kernel));
-    GB_RETURN_IF_ERROR(get("full_attention_interval", 4, false, &interval));
-    if (rank <= 0 || inner % rank != 0 || interval <= 0) {
-      return Status::error(where + ": qwen35.ssm.inner_size " + std::to_string(inner) + " is not a multiple of ssm.time_step_rank " +
-                           std::to_string(rank) + ", or full_attention_interval " + std::to_string(interval) + " is not positive");
-    }
-    c.lin_k_dim = static_cast<int32_t>(state);
-    c.lin_k_heads = static_cast<int32_t>(groups);
-    c.lin_v_heads = static_cast<int32_t>(rank);
-    c.lin_v_dim = static_cast<int32_t>(inner / rank);
-    c.lin_conv_kernel = static_cast<int32_t>(kernel);
-    for (int32_t il = 0; il < c.n_layers; ++il) {
-      c.layer_kinds[il] = (il + 1) % interval == 0 ? LayerKind::kAttention : LayerKind::kLinearAttention;
-    }
-  }
+  if (c.arch == Arch::kQwen35) GB_RETURN_IF_ERROR(parse_gguf_qwen35(keys, &c));
   GB_RETURN_IF_ERROR(c.validate().with_context(where));
   return c;
 }

@@ -326,8 +326,8 @@ Status load_gguf(const std::string& path, Loaded* out) {
   std::vector<float> rope_freqs;
   const TensorView* rf = out->tensors.find("rope_freqs.weight");
   if (rf != nullptr) {
-    if (rf->dtype != DType::kF32 || rf->shape.size() != 1) {
-      return Status::error(path + ": tensor 'rope_freqs.weight' must be a 1-D f32 tensor, found " +
+    if (rf->dtype != DType::kF32 || rf->shape.size() != 1 || rf->shape[0] == 0) {
+      return Status::error(path + ": tensor 'rope_freqs.weight' must be a non-empty 1-D f32 tensor, found " +
                            std::string(dtype_name(rf->dtype)) + " " + rf->shape_str());
     }
     rope_freqs.resize(rf->shape[0]);

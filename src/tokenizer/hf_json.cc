@@ -1,8 +1,11 @@
 // Loads a Hugging Face tokenizer.json (+ tokenizer_config.json). Only the component types
 // the supported model families use are accepted; any other type is an error naming it.
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <unordered_map>
 #include <unordered_set>
 
+#include "formats/json_nesting.h"
 #include "tokenizer/builder.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/unicode.h"
@@ -264,23 +267,8 @@ std::string token_string(const json& config, const char* key) {
   return {};
 }
 
-}  // namespace
-
-Result<std::unique_ptr<Tokenizer>> Tokenizer::Builder::parse_hf(std::string_view tokenizer_json, std::string_view config_json) {
-  json j = json::parse(tokenizer_json.begin(), tokenizer_json.end(), nullptr, false);
-  if (j.is_discarded()) return Status::error("tokenizer.json is not valid JSON");
-  if (!j.is_object()) return Status::error("tokenizer.json must be a JSON object");
-  json config;
-  if (!config_json.empty()) {
-    config = json::parse(config_json.begin(), config_json.end(), nullptr, false);
-    if (config.is_discarded() || !config.is_object()) return Status::error("tokenizer_config.json is not a JSON object");
-  }
-
-  Tokenizer::Builder b;
-  Tokenizer& t = b.tk();
-  auto model_it = j.find("model");
-  if (model_it == j.end() || !model_it->is_object()) return Status::error("tokenizer.json has no 'model' object");
-  const json& model = *model_it;
+// The model object must be a plain BPE (no subword prefix/suffix, no dropout).
+Status check_bpe_model(const json& model) {
   std::string model_type = "BPE";
   if (auto it = model.find("type"); it != model.end()) {
     if (!it->is_string()) return Status::error("model: 'type' must be a string");
@@ -296,8 +284,142 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::Builder::parse_hf(std::string_view
   if (auto it = model.find("dropout"); it != model.end() && !it->is_null()) {
     if (!it->is_number() || it->get<double>() != 0.0) return Status::error("model: BPE dropout is not supported");
   }
+  return Status::ok();
+}
 
-  // Vocabulary.
+// model.vocab {piece: id} into the builder; ids below id_limit, each used once.
+Status read_vocab(const json& vocab, int64_t id_limit, Tokenizer::Builder& b) {
+  for (auto it = vocab.begin(); it != vocab.end(); ++it) {
+    if (!it.value().is_number_integer()) return Status::error("model.vocab: id of '" + it.key() + "' must be an integer");
+    const int64_t id = it.value().get<int64_t>();
+    if (id < 0 || id >= id_limit) {
+      return Status::error("model.vocab: id " + std::to_string(id) + " of '" + it.key() + "' is out of range (vocab has " +
+                           std::to_string(vocab.size()) + " entries)");
+    }
+    if (static_cast<size_t>(id) >= b.model_pieces.size()) {
+      b.model_pieces.resize(id + 1);
+      b.in_model.resize(id + 1, 0);
+    }
+    if (b.in_model[id]) return Status::error("model.vocab: id " + std::to_string(id) + " is used twice");
+    b.model_pieces[id] = it.key();
+    b.in_model[id] = 1;
+  }
+  return Status::ok();
+}
+
+// model.merges: "a b" strings or ["a", "b"] pairs; rank = position.
+Status read_merges(const json& model, Tokenizer::Builder& b, tok::BpeModel* m) {
+  auto merges_it = model.find("merges");
+  if (merges_it == model.end() || merges_it->is_null()) return Status::ok();
+  if (!merges_it->is_array()) return Status::error("model: 'merges' must be an array");
+  m->merges.reserve(merges_it->size());
+  int32_t rank = 0;
+  for (const json& mg : *merges_it) {
+    std::string a, c;
+    if (mg.is_string()) {
+      const std::string& s = mg.get_ref<const std::string&>();
+      const size_t sp = s.find(' ');
+      if (sp == std::string::npos || s.find(' ', sp + 1) != std::string::npos) {
+        return Status::error("model.merges[" + std::to_string(rank) + "]: '" + s + "' is not two tokens separated by a space");
+      }
+      a = s.substr(0, sp);
+      c = s.substr(sp + 1);
+    } else if (mg.is_array() && mg.size() == 2 && mg[0].is_string() && mg[1].is_string()) {
+      a = mg[0].get<std::string>();
+      c = mg[1].get<std::string>();
+    } else {
+      return Status::error("model.merges[" + std::to_string(rank) + "] must be a string \"a b\" or a pair [a, b]");
+    }
+    GB_RETURN_IF_ERROR(b.add_merge(a, c, rank).with_context("model.merges"));
+    ++rank;
+  }
+  return Status::ok();
+}
+
+// added_tokens, with the ids HF gives them (see below); duplicates after the first are dropped.
+Status read_added_tokens(const json& added, int64_t id_limit, const Tokenizer::Builder& b, std::vector<AddedToken>* out) {
+  int32_t max_added = -1;
+  std::unordered_set<std::string> seen;
+  for (const json& a : added) {
+    if (!a.is_object()) return Status::error("added_tokens: entries must be objects");
+    AddedToken tk;
+    auto id = a.find("id");
+    if (id == a.end() || !id->is_number_integer()) return Status::error("added_tokens: 'id' must be an integer");
+    const int64_t v = id->get<int64_t>();
+    if (v < 0 || v >= id_limit) return Status::error("added_tokens: id " + std::to_string(v) + " is out of range");
+    GB_ASSIGN_OR_RETURN(tk.content, get_string(a, "content", "added_tokens"));
+    // HF ignores the written id: an added token takes its model id when the model has the
+    // string, else the next id after the vocabulary and the previous added tokens.
+    if (const int32_t model_id = b.piece_lookup.find(tk.content); model_id >= 0) {
+      tk.id = model_id;
+    } else {
+      const int32_t n_model = static_cast<int32_t>(b.piece_lookup.size());
+      tk.id = max_added >= n_model ? max_added + 1 : n_model;
+    }
+    if (!seen.insert(tk.content).second) continue;  // HF keeps the first of duplicates
+    max_added = std::max(max_added, tk.id);
+    tk.special = get_bool(a, "special", false);
+    tk.lstrip = get_bool(a, "lstrip", false);
+    tk.rstrip = get_bool(a, "rstrip", false);
+    tk.single_word = get_bool(a, "single_word", false);
+    tk.normalized = get_bool(a, "normalized", !tk.special);
+    out->push_back(std::move(tk));
+  }
+  return Status::ok();
+}
+
+// tokenizer_config.json "chat_template": one string, or a list of {name, template} where
+// "default" (if present) is the default one.
+Status read_chat_template(const json& config, std::string* default_template,
+                          std::unordered_map<std::string, std::string>* named) {
+  auto ct = config.find("chat_template");
+  if (ct == config.end()) return Status::ok();
+  if (ct->is_string()) {
+    *default_template = ct->get<std::string>();
+  } else if (ct->is_array()) {
+    for (const json& e : *ct) {
+      if (e.is_object() && e.contains("name") && e.contains("template") && e["name"].is_string() &&
+          e["template"].is_string()) {
+        (*named)[e["name"].get<std::string>()] = e["template"].get<std::string>();
+      }
+    }
+    if (auto d = named->find("default"); d != named->end()) *default_template = d->second;
+  } else if (!ct->is_null()) {
+    return Status::error("tokenizer_config.json: 'chat_template' must be a string or a list of {name, template}");
+  }
+  return Status::ok();
+}
+
+// A boolean key of tokenizer_config.json; anything else counts as absent.
+std::optional<bool> optional_flag(const json& config, const char* key) {
+  if (config.contains(key) && config[key].is_boolean()) return config[key].get<bool>();
+  return std::nullopt;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Tokenizer>> Tokenizer::Builder::parse_hf(std::string_view tokenizer_json, std::string_view config_json) {
+  json j = json::parse(tokenizer_json.begin(), tokenizer_json.end(), nullptr, false);
+  if (j.is_discarded()) return Status::error("tokenizer.json is not valid JSON");
+  if (!j.is_object()) return Status::error("tokenizer.json must be a JSON object");
+  // The component parsers recurse into Sequence entries (and j.value() copies): bound the depth.
+  if (json_nesting_exceeds(j)) return Status::error("tokenizer.json: nested deeper than " + std::to_string(kMaxJsonNesting) + " levels");
+  json config;
+  if (!config_json.empty()) {
+    config = json::parse(config_json.begin(), config_json.end(), nullptr, false);
+    if (config.is_discarded() || !config.is_object()) return Status::error("tokenizer_config.json is not a JSON object");
+    if (json_nesting_exceeds(config)) {
+      return Status::error("tokenizer_config.json: nested deeper than " + std::to_string(kMaxJsonNesting) + " levels");
+    }
+  }
+
+  Tokenizer::Builder b;
+  Tokenizer& t = b.tk();
+  auto model_it = j.find("model");
+  if (model_it == j.end() || !model_it->is_object()) return Status::error("tokenizer.json has no 'model' object");
+  const json& model = *model_it;
+  GB_RETURN_IF_ERROR(check_bpe_model(model));
+
   auto vocab_it = model.find("vocab");
   if (vocab_it == model.end() || !vocab_it->is_object()) return Status::error("model: 'vocab' must be an object");
   auto added_it = j.find("added_tokens");
@@ -309,89 +431,19 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::Builder::parse_hf(std::string_view
   // the id -> piece table allocate gigabytes.
   const int64_t entries = static_cast<int64_t>(vocab_it->size() + n_added);
   const int64_t id_limit = std::min<int64_t>(kMaxVocab, std::max<int64_t>(2 * entries, entries + 65536));
-  for (auto it = vocab_it->begin(); it != vocab_it->end(); ++it) {
-    if (!it.value().is_number_integer()) return Status::error("model.vocab: id of '" + it.key() + "' must be an integer");
-    const int64_t id = it.value().get<int64_t>();
-    if (id < 0 || id >= id_limit) {
-      return Status::error("model.vocab: id " + std::to_string(id) + " of '" + it.key() + "' is out of range (vocab has " +
-                           std::to_string(vocab_it->size()) + " entries)");
-    }
-    if (static_cast<size_t>(id) >= b.model_pieces.size()) {
-      b.model_pieces.resize(id + 1);
-      b.in_model.resize(id + 1, 0);
-    }
-    if (b.in_model[id]) return Status::error("model.vocab: id " + std::to_string(id) + " is used twice");
-    b.model_pieces[id] = it.key();
-    b.in_model[id] = 1;
-  }
+  GB_RETURN_IF_ERROR(read_vocab(*vocab_it, id_limit, b));
 
   tok::BpeModel& m = t.model_;
   m.byte_fallback = get_bool(model, "byte_fallback", false);
   m.fuse_unk = get_bool(model, "fuse_unk", false);
   m.ignore_merges = get_bool(model, "ignore_merges", false);
-
-  // Merges: "a b" strings or ["a", "b"] pairs; rank = position.
   b.build_piece_lookup();
   if (auto unk = model.find("unk_token"); unk != model.end() && unk->is_string()) {
     m.unk_id = b.piece_lookup.find(unk->get<std::string>());
     if (m.unk_id < 0) return Status::error("model: unk_token '" + unk->get<std::string>() + "' is not in the vocabulary");
   }
-  auto merges_it = model.find("merges");
-  if (merges_it != model.end() && !merges_it->is_null()) {
-    if (!merges_it->is_array()) return Status::error("model: 'merges' must be an array");
-    m.merges.reserve(merges_it->size());
-    int32_t rank = 0;
-    for (const json& mg : *merges_it) {
-      std::string a, c;
-      if (mg.is_string()) {
-        const std::string& s = mg.get_ref<const std::string&>();
-        const size_t sp = s.find(' ');
-        if (sp == std::string::npos || s.find(' ', sp + 1) != std::string::npos) {
-          return Status::error("model.merges[" + std::to_string(rank) + "]: '" + s + "' is not two tokens separated by a space");
-        }
-        a = s.substr(0, sp);
-        c = s.substr(sp + 1);
-      } else if (mg.is_array() && mg.size() == 2 && mg[0].is_string() && mg[1].is_string()) {
-        a = mg[0].get<std::string>();
-        c = mg[1].get<std::string>();
-      } else {
-        return Status::error("model.merges[" + std::to_string(rank) + "] must be a string \"a b\" or a pair [a, b]");
-      }
-      GB_RETURN_IF_ERROR(b.add_merge(a, c, rank).with_context("model.merges"));
-      ++rank;
-    }
-  }
-
-  // Added tokens.
-  if (n_added > 0) {
-    int32_t max_added = -1;
-    std::unordered_set<std::string> seen;
-    for (const json& a : *added_it) {
-      if (!a.is_object()) return Status::error("added_tokens: entries must be objects");
-      AddedToken tk;
-      auto id = a.find("id");
-      if (id == a.end() || !id->is_number_integer()) return Status::error("added_tokens: 'id' must be an integer");
-      const int64_t v = id->get<int64_t>();
-      if (v < 0 || v >= id_limit) return Status::error("added_tokens: id " + std::to_string(v) + " is out of range");
-      GB_ASSIGN_OR_RETURN(tk.content, get_string(a, "content", "added_tokens"));
-      // HF ignores the written id: an added token takes its model id when the model has the
-      // string, else the next id after the vocabulary and the previous added tokens.
-      if (const int32_t model_id = b.piece_lookup.find(tk.content); model_id >= 0) {
-        tk.id = model_id;
-      } else {
-        const int32_t n_model = static_cast<int32_t>(b.piece_lookup.size());
-        tk.id = max_added >= n_model ? max_added + 1 : n_model;
-      }
-      if (!seen.insert(tk.content).second) continue;  // HF keeps the first of duplicates
-      max_added = std::max(max_added, tk.id);
-      tk.special = get_bool(a, "special", false);
-      tk.lstrip = get_bool(a, "lstrip", false);
-      tk.rstrip = get_bool(a, "rstrip", false);
-      tk.single_word = get_bool(a, "single_word", false);
-      tk.normalized = get_bool(a, "normalized", !tk.special);
-      t.added_.push_back(std::move(tk));
-    }
-  }
+  GB_RETURN_IF_ERROR(read_merges(model, b, &m));
+  if (n_added > 0) GB_RETURN_IF_ERROR(read_added_tokens(*added_it, id_limit, b, &t.added_));
 
   bool byte_level = false;
   GB_RETURN_IF_ERROR(parse_normalizer(j.value("normalizer", json()), &t.normalizer_));
@@ -404,31 +456,13 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::Builder::parse_hf(std::string_view
   if (config.is_object()) {
     t.bos_token_ = token_string(config, "bos_token");
     t.eos_token_ = token_string(config, "eos_token");
-    if (auto ct = config.find("chat_template"); ct != config.end()) {
-      if (ct->is_string()) {
-        t.chat_template_ = ct->get<std::string>();
-      } else if (ct->is_array()) {
-        for (const json& e : *ct) {
-          if (e.is_object() && e.contains("name") && e.contains("template") && e["name"].is_string() &&
-              e["template"].is_string()) {
-            t.chat_templates_[e["name"].get<std::string>()] = e["template"].get<std::string>();
-          }
-        }
-        if (auto d = t.chat_templates_.find("default"); d != t.chat_templates_.end()) t.chat_template_ = d->second;
-      } else if (!ct->is_null()) {
-        return Status::error("tokenizer_config.json: 'chat_template' must be a string or a list of {name, template}");
-      }
-    }
+    GB_RETURN_IF_ERROR(read_chat_template(config, &t.chat_template_, &t.chat_templates_));
   }
   GB_ASSIGN_OR_RETURN(auto tokenizer, b.finish());
   if (config.is_object()) {
     // transformers rebuilds the post-processor from these flags (LlamaTokenizerFast).
-    Tokenizer::Builder::apply_add_flags(*tokenizer, config.contains("add_bos_token") && config["add_bos_token"].is_boolean()
-                                                        ? std::optional<bool>(config["add_bos_token"].get<bool>())
-                                                        : std::nullopt,
-                                        config.contains("add_eos_token") && config["add_eos_token"].is_boolean()
-                                            ? std::optional<bool>(config["add_eos_token"].get<bool>())
-                                            : std::nullopt);
+    Tokenizer::Builder::apply_add_flags(*tokenizer, optional_flag(config, "add_bos_token"),
+                                        optional_flag(config, "add_eos_token"));
   }
   return tokenizer;
 }

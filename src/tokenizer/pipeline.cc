@@ -94,6 +94,32 @@ void split_spans(std::string_view text, const std::vector<Regex::Match>& matches
   }
 }
 
+// Start of the code point that ends at `end` (searching no further back than lo).
+size_t prev_code_point_start(std::string_view s, size_t lo, size_t end) {
+  size_t k = end - 1;
+  while (k > lo && (static_cast<unsigned char>(s[k]) & 0xC0) == 0x80) --k;
+  return k;
+}
+
+// [b, e) without its leading / trailing whitespace: the new b / the new e.
+size_t skip_leading_whitespace(std::string_view s, size_t b, size_t e) {
+  while (b < e) {
+    size_t i = b;
+    if (!is_whitespace(next_code_point(s, &i))) break;
+    b = i;
+  }
+  return b;
+}
+size_t skip_trailing_whitespace(std::string_view s, size_t b, size_t e) {
+  while (e > b) {
+    const size_t k = prev_code_point_start(s, b, e);
+    size_t i = k;
+    if (!is_whitespace(next_code_point(s, &i))) break;
+    e = k;
+  }
+  return e;
+}
+
 }  // namespace
 
 void Pattern::find_all(std::string_view text, std::vector<Regex::Match>* out) const {
@@ -124,22 +150,8 @@ std::string Normalizer::apply(std::string_view text) const {
       case NormalizerStep::Kind::kReplace: s = replace_all(s, st.pattern, st.content); break;
       case NormalizerStep::Kind::kStrip: {
         size_t b = 0, e = s.size();
-        if (st.strip_left) {
-          while (b < e) {
-            size_t i = b;
-            if (!is_whitespace(next_code_point(s, &i))) break;
-            b = i;
-          }
-        }
-        if (st.strip_right) {
-          while (e > b) {
-            size_t k = e - 1;
-            while (k > b && (static_cast<unsigned char>(s[k]) & 0xC0) == 0x80) --k;
-            size_t i = k;
-            if (!is_whitespace(next_code_point(s, &i))) break;
-            e = k;
-          }
-        }
+        if (st.strip_left) b = skip_leading_whitespace(s, b, e);
+        if (st.strip_right) e = skip_trailing_whitespace(s, b, e);
         s = s.substr(b, e - b);
         break;
       }
@@ -231,6 +243,99 @@ void PreTokenizer::apply(std::string_view text, bool at_text_start, std::vector<
   }
 }
 
+namespace {
+
+// ByteLevel: every token's characters back to the bytes they stand for, as one valid UTF-8 string.
+void decode_byte_level(std::vector<std::string>* tokens) {
+  std::string bytes, tmp;
+  for (const std::string& t : *tokens) {
+    if (byte_level_decode(t, &tmp)) bytes += tmp;
+    else bytes += t;
+  }
+  tokens->assign(1, to_valid_utf8(bytes));
+}
+
+// The byte a "<0xAB>" token stands for, or -1.
+int byte_token_value(const std::string& t) {
+  if (t.size() != 6 || t.compare(0, 3, "<0x") != 0 || t[5] != '>') return -1;
+  auto hex = [](char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    return -1;
+  };
+  const int hi = hex(t[3]), lo = hex(t[4]);
+  return hi >= 0 && lo >= 0 ? hi * 16 + lo : -1;
+}
+
+// ByteFallback: runs of byte tokens become their UTF-8 text, or one U+FFFD per byte when the
+// run is not valid UTF-8.
+void decode_byte_fallback(std::vector<std::string>* tokens) {
+  std::vector<std::string> out;
+  std::string pending;
+  size_t pending_n = 0;
+  auto flush = [&] {
+    if (pending_n == 0) return;
+    if (is_valid_utf8(pending)) {
+      out.push_back(pending);
+    } else {
+      std::string r;
+      for (size_t k = 0; k < pending_n; ++k) r += "\xEF\xBF\xBD";
+      out.push_back(r);
+    }
+    pending.clear();
+    pending_n = 0;
+  };
+  for (std::string& t : *tokens) {
+    const int byte = byte_token_value(t);
+    if (byte >= 0) {
+      pending.push_back(static_cast<char>(byte));
+      ++pending_n;
+    } else {
+      flush();
+      out.push_back(std::move(t));
+    }
+  }
+  flush();
+  tokens->swap(out);
+}
+
+// Strip: up to `start` / `stop` copies of one character from each token's ends.
+void strip_each(const DecoderStep& st, std::vector<std::string>* tokens) {
+  for (std::string& t : *tokens) {
+    size_t b = 0, e = t.size();
+    const std::string& c = st.content;
+    for (size_t k = 0; k < st.start && !c.empty() && t.compare(b, c.size(), c) == 0 && b + c.size() <= e; ++k) {
+      b += c.size();
+    }
+    for (size_t k = 0; k < st.stop && !c.empty() && e >= b + c.size() && t.compare(e - c.size(), c.size(), c) == 0;
+         ++k) {
+      e -= c.size();
+    }
+    t = t.substr(b, e - b);
+  }
+}
+
+// Metaspace: the replacement character back to a space (dropped at the very start when prepended).
+void decode_metaspace(const DecoderStep& st, std::vector<std::string>* tokens) {
+  for (size_t i = 0; i < tokens->size(); ++i) {
+    std::string r;
+    std::string_view t = (*tokens)[i];
+    size_t pos = 0;
+    while (pos < t.size()) {
+      if (!st.content.empty() && t.compare(pos, st.content.size(), st.content) == 0) {
+        if (!(i == 0 && st.prepend)) r.push_back(' ');
+        pos += st.content.size();
+      } else {
+        r.push_back(t[pos++]);
+      }
+    }
+    (*tokens)[i] = std::move(r);
+  }
+}
+
+}  // namespace
+
 std::string Decoder::apply(std::vector<std::string> tokens) const {
   if (!present) {
     std::string out;
@@ -242,96 +347,19 @@ std::string Decoder::apply(std::vector<std::string> tokens) const {
   }
   for (const DecoderStep& st : steps) {
     switch (st.kind) {
-      case DecoderStep::Kind::kByteLevel: {
-        std::string bytes, tmp;
-        for (const std::string& t : tokens) {
-          if (byte_level_decode(t, &tmp)) bytes += tmp;
-          else bytes += t;
-        }
-        tokens.assign(1, to_valid_utf8(bytes));
-        break;
-      }
-      case DecoderStep::Kind::kByteFallback: {
-        std::vector<std::string> out;
-        std::string pending;
-        size_t pending_n = 0;
-        auto flush = [&] {
-          if (pending_n == 0) return;
-          if (is_valid_utf8(pending)) {
-            out.push_back(pending);
-          } else {
-            std::string r;
-            for (size_t k = 0; k < pending_n; ++k) r += "\xEF\xBF\xBD";
-            out.push_back(r);
-          }
-          pending.clear();
-          pending_n = 0;
-        };
-        for (std::string& t : tokens) {
-          int byte = -1;
-          if (t.size() == 6 && t.compare(0, 3, "<0x") == 0 && t[5] == '>') {
-            auto hex = [](char c) {
-              if (c >= '0' && c <= '9') return c - '0';
-              if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-              if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-              return -1;
-            };
-            const int hi = hex(t[3]), lo = hex(t[4]);
-            if (hi >= 0 && lo >= 0) byte = hi * 16 + lo;
-          }
-          if (byte >= 0) {
-            pending.push_back(static_cast<char>(byte));
-            ++pending_n;
-          } else {
-            flush();
-            out.push_back(std::move(t));
-          }
-        }
-        flush();
-        tokens.swap(out);
-        break;
-      }
+      case DecoderStep::Kind::kByteLevel: decode_byte_level(&tokens); break;
+      case DecoderStep::Kind::kByteFallback: decode_byte_fallback(&tokens); break;
       case DecoderStep::Kind::kFuse: {
         std::string all;
         for (const std::string& t : tokens) all += t;
         tokens.assign(1, std::move(all));
         break;
       }
-      case DecoderStep::Kind::kStrip: {
-        // Strips up to `start` / `stop` copies of one character from each token's ends.
-        for (std::string& t : tokens) {
-          size_t b = 0, e = t.size();
-          const std::string& c = st.content;
-          for (size_t k = 0; k < st.start && !c.empty() && t.compare(b, c.size(), c) == 0 && b + c.size() <= e; ++k) {
-            b += c.size();
-          }
-          for (size_t k = 0; k < st.stop && !c.empty() && e >= b + c.size() && t.compare(e - c.size(), c.size(), c) == 0;
-               ++k) {
-            e -= c.size();
-          }
-          t = t.substr(b, e - b);
-        }
-        break;
-      }
+      case DecoderStep::Kind::kStrip: strip_each(st, &tokens); break;
       case DecoderStep::Kind::kReplace:
         for (std::string& t : tokens) t = replace_all(t, st.pattern, st.content);
         break;
-      case DecoderStep::Kind::kMetaspace:
-        for (size_t i = 0; i < tokens.size(); ++i) {
-          std::string r;
-          std::string_view t = tokens[i];
-          size_t pos = 0;
-          while (pos < t.size()) {
-            if (!st.content.empty() && t.compare(pos, st.content.size(), st.content) == 0) {
-              if (!(i == 0 && st.prepend)) r.push_back(' ');
-              pos += st.content.size();
-            } else {
-              r.push_back(t[pos++]);
-            }
-          }
-          tokens[i] = std::move(r);
-        }
-        break;
+      case DecoderStep::Kind::kMetaspace: decode_metaspace(st, &tokens); break;
     }
   }
   std::string out;
@@ -384,9 +412,7 @@ void AddedMatcher::find_all(std::string_view text, std::vector<Hit>* out) const 
     if (found->single_word) {
       bool start_ok = true, stop_ok = true;
       if (b > 0) {
-        size_t k = b - 1;
-        while (k > 0 && (static_cast<unsigned char>(text[k]) & 0xC0) == 0x80) --k;
-        size_t i = k;
+        size_t i = prev_code_point_start(text, 0, b);
         start_ok = !is_word_char(next_code_point(text, &i));
       }
       if (e < text.size()) {
@@ -395,21 +421,9 @@ void AddedMatcher::find_all(std::string_view text, std::vector<Hit>* out) const 
       }
       if (!start_ok || !stop_ok) continue;
     }
-    if (found->lstrip) {
-      while (b > start_offset) {
-        size_t k = b - 1;
-        while (k > start_offset && (static_cast<unsigned char>(text[k]) & 0xC0) == 0x80) --k;
-        size_t i = k;
-        if (!is_whitespace(next_code_point(text, &i))) break;
-        b = k;
-      }
-    }
+    if (found->lstrip) b = skip_trailing_whitespace(text, start_offset, b);
     if (found->rstrip) {
-      while (e < text.size()) {
-        size_t i = e;
-        if (!is_whitespace(next_code_point(text, &i))) break;
-        e = i;
-      }
+      e = skip_leading_whitespace(text, e, text.size());
       pos = e;
     }
     out->push_back({b, e, found->id});

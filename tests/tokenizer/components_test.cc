@@ -14,7 +14,7 @@ namespace {
 
 const nlohmann::json& fixtures() {
   static const nlohmann::json j = [] {
-    const auto path = std::filesystem::path(__FILE__).parent_path() / "data" / "components.json";
+    const auto path = std::filesystem::path(GB_TOKENIZER_TEST_DIR) / "data" / "components.json";
     auto data = read_file(path.string());
     if (!data.is_ok()) return nlohmann::json::array();
     return nlohmann::json::parse(*data);

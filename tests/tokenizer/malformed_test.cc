@@ -50,6 +50,36 @@ TEST(MalformedJson, NotJson) {
   EXPECT_FALSE(Tokenizer::from_hf_json("[1, 2]").is_ok());
 }
 
+// 200,000 nested Sequence normalizers (7 MB) overflowed the stack (the component parsers recurse
+// per level, j.value() copies the subtree): now a clear error, as is any document nested deeper
+// than 64 levels. A nesting real tokenizers use (a Sequence of Sequences) still loads.
+TEST(MalformedJson, DeeplyNestedIsAnError) {
+  const std::string base = valid_json().dump();
+  const std::string normalizer = valid_json()["normalizer"].dump();
+  const size_t at = base.find(normalizer);
+  ASSERT_NE(at, std::string::npos);
+  const size_t n = 200000;
+  std::string deep;
+  for (size_t i = 0; i < n; ++i) deep += R"({"type":"Sequence","normalizers":[)";
+  deep += normalizer;
+  for (size_t i = 0; i < n; ++i) deep += "]}";
+  auto r = Tokenizer::from_hf_json(std::string(base).replace(at, normalizer.size(), deep));
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_NE(r.message().find("tokenizer.json: nested deeper than 64 levels"), std::string::npos) << r.message();
+  // Unbalanced deep input is still just invalid JSON, and a deep tokenizer_config.json is refused.
+  EXPECT_FALSE(Tokenizer::from_hf_json(std::string(n, '[')).is_ok());
+  auto c = Tokenizer::from_hf_json(base, "{\"x\": " + std::string(n, '[') + std::string(n, ']') + "}");
+  ASSERT_FALSE(c.is_ok());
+  EXPECT_NE(c.message().find("tokenizer_config.json: nested deeper"), std::string::npos) << c.message();
+  // A Sequence of Sequences, as real tokenizers nest, still loads.
+  json nested = valid_json();
+  nested["normalizer"] = {{"type", "Sequence"},
+                          {"normalizers", {{{"type", "Sequence"}, {"normalizers", {valid_json()["normalizer"]}}}}}};
+  auto ok = Tokenizer::from_hf_json(nested.dump());
+  ASSERT_TRUE(ok.is_ok()) << ok.message();
+  EXPECT_EQ((*ok)->encode("ab a", false), (std::vector<int32_t>{4, 5, 2}));
+}
+
 TEST(MalformedJson, Truncated) {
   auto data = read_file(test::shared_path("models/stories260K/tokenizer.json"));
   ASSERT_TRUE(data.is_ok());
