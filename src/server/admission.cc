@@ -1,0 +1,196 @@
+// Admission of a generation request: state, auth, rate limit, body parsing and validation, the
+// glass-box extension, queue and concurrency limits; then one engine request per choice, and the
+// answer handed to the streaming or the whole-body writer.
+#include <httplib.h>
+
+#include "server/generation.h"
+#include "server/server_internal.h"
+
+namespace gb::server {
+
+using json = nlohmann::json;
+
+bool Server::authorize(const httplib::Request& req, Role min_role, Caller* caller, ApiError* err) {
+  const std::string header = req.get_header_value("Authorization");
+  switch (keys_.authenticate(header, caller)) {
+    case AuthResult::kOk: break;
+    case AuthResult::kMissing:
+      *err = make_error(401, "authentication_error", "invalid_api_key",
+                        "Missing API key: send it as 'Authorization: Bearer <key>'");
+      return false;
+    case AuthResult::kInvalid:
+      *err = make_error(401, "authentication_error", "invalid_api_key", "Invalid API key");
+      return false;
+  }
+  if (static_cast<int>(caller->role) < static_cast<int>(min_role)) {
+    *err = make_error(403, "permission_error", "insufficient_role",
+                      std::string("this endpoint needs role ") + role_name(min_role) + "; key '" + caller->key_id +
+                          "' has role " + role_name(caller->role));
+    return false;
+  }
+  return true;
+}
+
+void Server::handle_generate(Endpoint endpoint, const httplib::Request& req, httplib::Response& res) {
+  const Clock::time_point arrival = Clock::now();
+  const std::string request_id = new_request_id(endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-");
+  res.set_header("X-Request-Id", request_id);
+  Caller caller{"-", Role::kUser, 0};
+  auto reject = [&](const ApiError& e, const char* reason) {
+    send_error(res, e);
+    metrics_.counter("glassbox_requests_rejected_total", "Generation requests refused before reaching the engine",
+                     {{"reason", reason}})
+        .inc();
+    write_log({{"event", "request"},
+               {"request_id", request_id},
+               {"key_id", caller.key_id},
+               {"endpoint", endpoint_path(endpoint)},
+               {"status", e.status},
+               {"error", e.message},
+               {"e2e_s", seconds_between(arrival, Clock::now())}});
+  };
+
+  const State state = state_.load(std::memory_order_acquire);
+  if (state == State::kStarting) {
+    ApiError e = make_error(503, "service_unavailable", "not_ready", "the model is still loading; retry shortly");
+    e.retry_after_s = 5;
+    return reject(e, "not_ready");
+  }
+  if (state != State::kReady)
+    return reject(make_error(503, "service_unavailable", "draining", "the server is shutting down"), "draining");
+
+  ApiError err;
+  if (!authorize(req, Role::kUser, &caller, &err)) return reject(err, err.status == 401 ? "unauthenticated" : "forbidden");
+
+  int retry_after = 0;
+  if (!rate_limiter_.try_acquire(caller.key_id, caller.rate_limit_rpm, arrival, &retry_after)) {
+    ApiError e = make_error(429, "rate_limit_error", "rate_limit_exceeded",
+                            "rate limit of " + std::to_string(static_cast<int64_t>(caller.rate_limit_rpm)) +
+                                " requests per minute exceeded for key '" + caller.key_id + "'");
+    e.retry_after_s = retry_after;
+    return reject(e, "rate_limited");
+  }
+
+  json body;
+  try {
+    body = json::parse(req.body);
+  } catch (const json::parse_error& e) {
+    return reject(invalid_field("", std::string("the request body is not valid JSON: ") + e.what()), "invalid");
+  }
+  RequestLimits limits;
+  limits.served_model_name = cfg_.served_model_name;
+  limits.max_model_len = max_model_len_;
+  limits.max_n = static_cast<int32_t>(cfg_.max_n);
+  limits.max_stop = static_cast<int32_t>(cfg_.max_stop);
+  limits.max_logprobs = static_cast<int32_t>(cfg_.max_logprobs);
+  auto g = std::make_shared<Generation>();
+  if (std::optional<ApiError> e = parse_request(endpoint, body, limits, *codec_, &g->req))
+    return reject(*e, e->status == 404 ? "unknown_model" : "invalid");
+  const json* glass_ext = body.is_object() && body.contains("glassbox") ? &body["glassbox"] : nullptr;
+  if (std::optional<ApiError> e = glass_->resolve(glass_ext, req.get_header_value("X-Glassbox-Session"), caller, &g->glass))
+    return reject(*e, e->status == 403 ? "forbidden" : "invalid");
+
+  const EngineStats stats = engine_->stats();
+  if (stats.waiting >= cfg_.max_queue_length) {
+    ApiError e = make_error(429, "rate_limit_error", "queue_full",
+                            "the request queue is full (" + std::to_string(stats.waiting) + " waiting); retry shortly");
+    e.retry_after_s = 1;
+    return reject(e, "queue_full");
+  }
+  // Admission: HTTP-level concurrency (the engine's queue was checked above).
+  if (in_flight_.fetch_add(1) >= cfg_.max_concurrent_requests) {
+    in_flight_.fetch_sub(1);
+    ApiError e = make_error(429, "rate_limit_error", "too_many_concurrent_requests",
+                            "the server is at max_concurrent_requests = " +
+                                std::to_string(cfg_.max_concurrent_requests) + "; retry shortly");
+    e.retry_after_s = 1;
+    return reject(e, "concurrency");
+  }
+  hot_.in_flight.add(1);
+  g->server = this;
+  g->caller = caller;
+  g->arrival = arrival;
+  g->deadline = arrival + to_micros(cfg_.request_timeout_s);
+  g->meta = ResponseMeta{endpoint, request_id,
+                         std::chrono::duration_cast<std::chrono::seconds>(
+                             std::chrono::system_clock::now().time_since_epoch())
+                             .count(),
+                         g->req.model};
+  register_generation(g.get());  // from here on finalize() releases the slot
+
+  const int32_t n = g->req.n;
+  const auto& rep = g->glass.stop_on_repetition;
+  const int32_t ngram = rep ? rep->ngram : static_cast<int32_t>(cfg_.repetition_ngram);
+  const int32_t window = rep ? rep->window : 64;
+  g->choices.reserve(g->req.prompts.size() * static_cast<size_t>(n));
+  for (size_t p = 0; p < g->req.prompts.size(); ++p) {
+    for (int32_t i = 0; i < n; ++i)
+      g->choices.emplace_back(static_cast<int32_t>(p) * n + i, p, codec_->stream(g->req.prompts[p].tokens), g->req.stop,
+                              ngram, window);
+  }
+  g->connection.emplace(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
+  g->submitted = Clock::now();
+  for (ChoiceState& c : g->choices) {
+    GenerationRequest r;
+    r.id = request_id + "-" + std::to_string(c.index);
+    r.prompt = g->req.prompts[c.prompt_index].tokens;
+    r.sampling = g->req.sampling;
+    // n > 1 with a seed: choice i draws from seed + i, so each choice is reproducible alone.
+    if (r.sampling.has_seed) r.sampling.seed += static_cast<uint64_t>(c.index % n);
+    r.max_tokens = g->req.prompts[c.prompt_index].max_tokens;
+    r.ignore_eos = g->req.ignore_eos;
+    r.top_logprobs = g->req.top_logprobs;
+    r.glass = g->glass.spec;
+    r.deadline = g->deadline;
+    Status st = engine_->submit(std::move(r), c.channel);
+    if (!st.is_ok()) {
+      for (ChoiceState& other : g->choices) other.channel->cancel();
+      // EngineApi::submit fails for a full queue (429) or a draining engine (503); anything
+      // else is a request the engine finds invalid.
+      const std::string& why = st.message();
+      const bool draining = why.find("draining") != std::string::npos;
+      const bool full = why.find("queue") != std::string::npos && why.find("full") != std::string::npos;
+      ApiError e = draining ? make_error(503, "service_unavailable", "draining", "the server is shutting down")
+                   : full   ? make_error(429, "rate_limit_error", "queue_full", "the engine refused the request: " + why)
+                            : invalid_field("", "the engine refused the request: " + why);
+      if (full) e.retry_after_s = 1;
+      g->status = e.status;
+      g->error_message = e.message;
+      // Count the choices as finished so finalize() does not log a disconnect.
+      g->finalized = true;
+      unregister_generation(g.get());
+      in_flight_.fetch_sub(1);
+      hot_.in_flight.add(-1);
+      return reject(e, draining ? "draining" : full ? "queue_full" : "invalid");
+    }
+  }
+
+  if (g->req.stream) {
+    res.set_header("Cache-Control", "no-cache");
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [g](size_t, httplib::DataSink& sink) -> bool {
+          try {
+            return g->stream_step(sink);
+          } catch (const std::exception& e) {
+            g->status = 500;
+            g->error_message = std::string("internal error while streaming: ") + e.what();
+            g->cancel_unfinished();
+            return false;
+          }
+        },
+        [g](bool) {
+          try {
+            g->finalize();
+          } catch (...) {
+            // A release callback must not throw; the slot is released before anything can fail.
+          }
+        });
+    return;
+  }
+
+  g->answer_whole(res);
+  g->finalize();
+}
+
+}  // namespace gb::server
