@@ -3,8 +3,11 @@
 // logged and audited.
 #include <httplib.h>
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 
+#include "server/json_input.h"
 #include "server/server.h"
 #include "server/server_internal.h"
 
@@ -19,53 +22,53 @@ void Server::handle_admin_config(const httplib::Request& req, httplib::Response&
   res.set_content(config_to_json(cfg_).dump(2), "application/json");
 }
 
-void Server::handle_admin_glass(const httplib::Request& req, httplib::Response& res) {
+void Server::handle_admin_glass(const httplib::Request& req, const std::string& body_text, httplib::Response& res) {
   Caller caller;
   ApiError err;
   if (!authorize(req, Role::kAdmin, &caller, &err)) return send_error(res, err);
   if (req.method == "GET") return res.set_content(glass_->describe().dump(2), "application/json");
   json body = json::object();
-  if (!req.body.empty()) {
-    try {
-      body = json::parse(req.body);
-    } catch (const json::parse_error& e) {
-      return send_error(res, invalid_field("", std::string("the request body is not valid JSON: ") + e.what()));
-    }
+  if (!body_text.empty()) {
+    if (std::optional<ApiError> e = parse_json_body(body_text, &body)) return send_error(res, *e);
   }
-  json change;
-  std::string kind;
-  std::optional<ApiError> e;
   const bool del = req.method == "DELETE";
-  if (req.path == "/admin/glassbox/policy") {
-    kind = "policy";
-    e = glass_->set_policy(body, &change);
-  } else if (req.path == "/admin/glassbox/default") {
-    kind = "default_set";
-    e = glass_->put_default(body, &change);
-  } else if (req.path == "/admin/glassbox/default/rollback") {
-    kind = "default_set";
-    e = glass_->rollback_default(&change);
-  } else {
-    const std::string what = req.matches[1].str(), name = req.matches[2].str();
-    if (what == "presets") {
-      kind = "preset";
-      e = del ? glass_->delete_preset(name, &change) : glass_->put_preset(name, body, &change);
-    } else if (what == "vectors") {
-      kind = "vector";
-      e = del ? glass_->delete_vector(name, &change) : glass_->put_vector(name, body, &change);
-    } else {
-      kind = "session";
-      e = del ? glass_->delete_session(name, &change) : glass_->put_session(name, body, &change);
-    }
+  const std::string action = req.method == "POST" ? "rollback" : del ? "delete" : "set";
+  const std::string kind = req.path == "/admin/glassbox/policy"                        ? "policy"
+                           : req.path.rfind("/admin/glassbox/default", 0) == 0          ? "default_set"
+                           : req.matches.size() > 1 && req.matches[1].str() == "presets" ? "preset"
+                           : req.matches.size() > 1 && req.matches[1].str() == "vectors" ? "vector"
+                                                                                          : "session";
+  json change;
+  std::optional<ApiError> e;
+  {
+    // No change takes effect before its audit row is committed: GlassService runs the hook after
+    // validating the change and before swapping it in; a failed append cancels it.
+    std::lock_guard<std::mutex> lock(admin_mutex_);
+    glass_->set_commit_hook([&]() -> std::optional<ApiError> {
+      if (Status st = audit_change(caller, kind, action, change); !st.is_ok()) {
+        spdlog::error("audit: cannot record a {} change: {}", kind, st.message());
+        return make_error(503, "service_unavailable", "audit_unavailable",
+                          "the change was not made: the audit store cannot record it: " + st.message());
+      }
+      return std::nullopt;
+    });
+    e = apply_glass_change(req, body, &change);
+    glass_->set_commit_hook(nullptr);
   }
   if (e) return send_error(res, *e);
-  const std::string action = req.method == "POST" ? "rollback" : del ? "delete" : "set";
   write_log({{"event", "glassbox_change"}, {"kind", kind}, {"action", action}, {"key_id", caller.key_id}, {"change", change}});
-  if (Status st = audit_change(caller, kind, action, change); !st.is_ok()) {
-    return send_error(res, make_error(500, "server_error", "audit_failed",
-                                      "the change is in effect but the audit store failed: " + st.message()));
-  }
   res.set_content(json{{"ok", true}, {"kind", kind}, {"action", action}, {"change", change}}.dump(), "application/json");
+}
+
+std::optional<ApiError> Server::apply_glass_change(const httplib::Request& req, const json& body, json* change) {
+  const bool del = req.method == "DELETE";
+  if (req.path == "/admin/glassbox/policy") return glass_->set_policy(body, change);
+  if (req.path == "/admin/glassbox/default") return glass_->put_default(body, change);
+  if (req.path == "/admin/glassbox/default/rollback") return glass_->rollback_default(change);
+  const std::string what = req.matches[1].str(), name = req.matches[2].str();
+  if (what == "presets") return del ? glass_->delete_preset(name, change) : glass_->put_preset(name, body, change);
+  if (what == "vectors") return del ? glass_->delete_vector(name, change) : glass_->put_vector(name, body, change);
+  return del ? glass_->delete_session(name, change) : glass_->put_session(name, body, change);
 }
 
 Status Server::audit_change(const Caller& caller, const std::string& kind, const std::string& action, const json& change) {

@@ -4,6 +4,8 @@
 #include <httplib.h>
 
 #include "server/generation.h"
+#include "server/http_transport.h"
+#include "server/json_input.h"
 #include "server/server_internal.h"
 
 namespace gb::server {
@@ -31,23 +33,29 @@ bool Server::authorize(const httplib::Request& req, Role min_role, Caller* calle
   return true;
 }
 
-void Server::handle_generate(Endpoint endpoint, const httplib::Request& req, httplib::Response& res) {
+void Server::log_rejected(Endpoint endpoint, const std::string& request_id, const std::string& key_id,
+                          Clock::time_point arrival, const ApiError& e, const char* reason) {
+  metrics_.counter("glassbox_requests_rejected_total", "Generation requests refused before reaching the engine",
+                   {{"reason", reason}})
+      .inc();
+  write_log({{"event", "request"},
+             {"request_id", request_id},
+             {"key_id", key_id},
+             {"endpoint", endpoint_path(endpoint)},
+             {"status", e.status},
+             {"error", e.message},
+             {"e2e_s", seconds_between(arrival, Clock::now())}});
+}
+
+void Server::handle_generate(Endpoint endpoint, const httplib::Request& req, const std::string& body_text,
+                             httplib::Response& res) {
   const Clock::time_point arrival = Clock::now();
   const std::string request_id = new_request_id(endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-");
   res.set_header("X-Request-Id", request_id);
   Caller caller{"-", Role::kUser, 0};
   auto reject = [&](const ApiError& e, const char* reason) {
     send_error(res, e);
-    metrics_.counter("glassbox_requests_rejected_total", "Generation requests refused before reaching the engine",
-                     {{"reason", reason}})
-        .inc();
-    write_log({{"event", "request"},
-               {"request_id", request_id},
-               {"key_id", caller.key_id},
-               {"endpoint", endpoint_path(endpoint)},
-               {"status", e.status},
-               {"error", e.message},
-               {"e2e_s", seconds_between(arrival, Clock::now())}});
+    log_rejected(endpoint, request_id, caller.key_id, arrival, e, reason);
   };
 
   const State state = state_.load(std::memory_order_acquire);
@@ -72,11 +80,7 @@ void Server::handle_generate(Endpoint endpoint, const httplib::Request& req, htt
   }
 
   json body;
-  try {
-    body = json::parse(req.body);
-  } catch (const json::parse_error& e) {
-    return reject(invalid_field("", std::string("the request body is not valid JSON: ") + e.what()), "invalid");
-  }
+  if (std::optional<ApiError> e = parse_json_body(body_text, &body)) return reject(*e, "invalid");
   RequestLimits limits;
   limits.served_model_name = cfg_.served_model_name;
   limits.max_model_len = max_model_len_;
@@ -116,6 +120,11 @@ void Server::handle_generate(Endpoint endpoint, const httplib::Request& req, htt
                              std::chrono::system_clock::now().time_since_epoch())
                              .count(),
                          g->req.model};
+  if (std::optional<ApiError> e = g->begin_audit()) {
+    in_flight_.fetch_sub(1);
+    hot_.in_flight.add(-1);
+    return reject(*e, "audit_unavailable");
+  }
   register_generation(g.get());  // from here on finalize() releases the slot
 
   const int32_t n = g->req.n;
@@ -128,7 +137,8 @@ void Server::handle_generate(Endpoint endpoint, const httplib::Request& req, htt
       g->choices.emplace_back(static_cast<int32_t>(p) * n + i, p, codec_->stream(g->req.prompts[p].tokens), g->req.stop,
                               ngram, window);
   }
-  g->connection.emplace(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
+  g->connection.emplace(current_connection() != nullptr ? current_connection()->fd : -1);
+  g->http11 = req.version == "HTTP/1.1";
   g->submitted = Clock::now();
   for (ChoiceState& c : g->choices) {
     GenerationRequest r;
@@ -145,23 +155,23 @@ void Server::handle_generate(Endpoint endpoint, const httplib::Request& req, htt
     Status st = engine_->submit(std::move(r), c.channel);
     if (!st.is_ok()) {
       for (ChoiceState& other : g->choices) other.channel->cancel();
-      // EngineApi::submit fails for a full queue (429) or a draining engine (503); anything
-      // else is a request the engine finds invalid.
-      const std::string& why = st.message();
-      const bool draining = why.find("draining") != std::string::npos;
-      const bool full = why.find("queue") != std::string::npos && why.find("full") != std::string::npos;
-      ApiError e = draining ? make_error(503, "service_unavailable", "draining", "the server is shutting down")
-                   : full   ? make_error(429, "rate_limit_error", "queue_full", "the engine refused the request: " + why)
-                            : invalid_field("", "the engine refused the request: " + why);
-      if (full) e.retry_after_s = 1;
+      // The engine's refusal event says why (queue full: 429, draining: 503, else invalid: 400).
+      GenerationEvent ev;
+      EngineErrorCode code = EngineErrorCode::kInvalidRequest;
+      if (c.channel->pop(&ev, std::chrono::milliseconds(0)) && ev.finish == FinishReason::kError) code = ev.error_code;
+      const ApiError e = engine_error(code, st.message());
+      const char* reason = code == EngineErrorCode::kDraining    ? "draining"
+                           : code == EngineErrorCode::kQueueFull ? "queue_full"
+                                                                 : "invalid";
       g->status = e.status;
       g->error_message = e.message;
+      g->audit();
       // Count the choices as finished so finalize() does not log a disconnect.
       g->finalized = true;
       unregister_generation(g.get());
       in_flight_.fetch_sub(1);
       hot_.in_flight.add(-1);
-      return reject(e, draining ? "draining" : full ? "queue_full" : "invalid");
+      return reject(e, reason);
     }
   }
 

@@ -44,11 +44,10 @@ std::optional<ApiError> Generation::failure() const {
                           "the request did not finish within request_timeout_s = " +
                               std::to_string(server->cfg_.request_timeout_s) + " s");
       case FinishReason::kCancelled:
-        return make_error(503, "service_unavailable", "cancelled", "the engine cancelled the request");
-      default:
-        return make_error(500, "server_error", "generation_failed",
-                          "generation failed: " + (c.text.error().empty() ? std::string("unknown error")
-                                                                          : c.text.error()));
+        return engine_error(c.text.error_code() == EngineErrorCode::kDraining ? EngineErrorCode::kDraining
+                                                                               : EngineErrorCode::kCancelled,
+                            c.text.error());
+      default: return engine_error(c.text.error_code(), c.text.error());
     }
   }
   return std::nullopt;
@@ -92,16 +91,14 @@ void Generation::on_event(size_t i, GenerationEvent& ev, Clock::time_point now,
 }
 
 
-bool Generation::audit() {
-  if (audited || !glass.intervenes || server->audit_ == nullptr) return true;
-  audited = true;
+AuditRecord Generation::audit_record() const {
   AuditRecord r;
+  r.id = audit_id;
   r.kind = "request";
   r.key_id = caller.key_id;
   r.request_id = meta.id;
   r.model = server->cfg_.served_model_name + "@" + server->cfg_.model;
   r.action = endpoint_path(req.endpoint);
-  r.spec_json = glass.audit_spec.dump();
   r.status = status;
   r.prompt_tokens = prompt_tokens();
   r.completion_tokens = completion_tokens();
@@ -110,14 +107,34 @@ bool Generation::audit() {
     r.finish_reason += c.text.finished() ? finish_reason_name(c.text.finish_reason()) : "cancelled";
     r.repetition_rate = std::max(r.repetition_rate, c.repetition.rate());
   }
-  Status st = server->audit_->append(&r);
-  if (!st.is_ok()) {
+  return r;
+}
+
+std::optional<ApiError> Generation::begin_audit() {
+  if (!glass.intervenes || server->audit_ == nullptr) return std::nullopt;
+  AuditRecord r = audit_record();
+  r.status = 0;  // admitted; the outcome is recorded at the end
+  r.finish_reason.clear();
+  r.completion_tokens = 0;
+  r.spec_json = glass.audit_spec.dump(-1, ' ', false, json::error_handler_t::replace);
+  if (Status st = server->audit_->append(&r); !st.is_ok()) {
     spdlog::error("audit: cannot record request {}: {}", meta.id, st.message());
-    status = 500;
-    error_message = "the audit store failed: " + st.message();
-    return false;
+    ApiError e = make_error(503, "service_unavailable", "audit_unavailable",
+                            "the audit store cannot record this request, so its interventions do not run: " +
+                                st.message() + " (requests without interventions are still served)");
+    e.retry_after_s = 5;
+    return e;
   }
-  return true;
+  audit_id = r.id;
+  return std::nullopt;
+}
+
+void Generation::audit() {
+  if (audited || audit_id == 0 || server->audit_ == nullptr) return;
+  audited = true;
+  if (Status st = server->audit_->update_result(audit_record()); !st.is_ok())
+    spdlog::error("audit: cannot record how request {} ended (its row {} stays at status 0): {}", meta.id, audit_id,
+                  st.message());
 }
 
 json Generation::glass_json(ChoiceState& c) {
@@ -143,7 +160,15 @@ void Generation::poll(std::chrono::milliseconds wait, std::vector<std::pair<size
     }
     if (connection && Clock::now() >= next_connection_check) {
       next_connection_check = Clock::now() + std::chrono::milliseconds(100);
-      if (connection->closed()) {
+      const ConnectionWatch::State cs = connection->state();
+      bool gone = cs == ConnectionWatch::State::kGone;
+      if (cs == ConnectionWatch::State::kHalfClosed && !probed) {
+        // The client sent FIN: it may only have half-closed. Probe; one that left resets.
+        probed = true;
+        if (req.stream) probe_pending = true;  // stream_step writes an SSE comment
+        else if (http11) gone = !connection->write_raw("HTTP/1.1 100 Continue\r\n\r\n");
+      }
+      if (gone) {
         client_gone = true;
         status = 499;
         error_message = "client disconnected";

@@ -60,7 +60,11 @@ struct Generation {
   bool finalized = false;
   std::optional<ConnectionWatch> connection;  // to notice a client that leaves while we generate
   Clock::time_point next_connection_check{};
+  bool http11 = true;          // the request's HTTP version allows an interim (1xx) response
+  bool probed = false;         // a FIN was seen and the client probed once
+  bool probe_pending = false;  // streaming: the next stream step writes the probe
   bool client_gone = false;
+  int64_t audit_id = 0;  // the request's audit row (0: none)
   bool audited = false;
 
   bool all_finished() const;
@@ -68,10 +72,15 @@ struct Generation {
   // The error this request ends with, if any choice failed or the request was aborted.
   std::optional<ApiError> failure() const;
   void on_event(size_t i, GenerationEvent& ev, Clock::time_point now, std::vector<std::pair<size_t, ChoiceDelta>>* out);
-  // Writes the audit row of a request that used an intervention: durable before the client sees
-  // the end of the answer (so a crash after any answered request leaves its row). Runs once.
-  // false: the store failed, and the request must not be answered as a success.
-  bool audit();
+  // At admission, before the engine sees the request: the durable audit row of a request that
+  // uses an intervention (status 0: admitted, outcome not yet known), so no steered token leaves
+  // the server without one. An error (503) when the store does not accept it: the request must
+  // not run.
+  std::optional<ApiError> begin_audit();
+  // Records the outcome in that row, once (before the end of the answer is written); a failure
+  // is logged, the row stays at status 0.
+  void audit();
+  AuditRecord audit_record() const;
   // The choice's `glassbox` object, once it has finished. A choice ended here (stop string,
   // repetition) gets its report with the engine's last event, one step later.
   nlohmann::json glass_json(ChoiceState& c);

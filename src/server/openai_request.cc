@@ -5,6 +5,8 @@
 #include <limits>
 #include <set>
 
+#include "server/json_input.h"
+
 namespace gb::server {
 
 ApiError invalid_field(const std::string& param, const std::string& message) {
@@ -347,7 +349,8 @@ std::optional<ApiError> parse_request(Endpoint endpoint, const nlohmann::json& b
     e.type = "not_found_error";
     e.param = "model";
     e.code = "model_not_found";
-    e.message = "The model '" + out->model + "' does not exist; this server serves '" + limits.served_model_name + "'";
+    e.message = "The model " + quote_input(out->model) + " does not exist; this server serves '" +
+                limits.served_model_name + "'";
     return e;
   }
   if (out->model.empty()) out->model = limits.served_model_name;

