@@ -84,6 +84,7 @@ class Server {
   int64_t in_flight() const { return in_flight_.load(); }
   MetricsRegistry& metrics() { return metrics_; }
   GlassService& glass() { return *glass_; }
+  AuditStore* audit_store() { return audit_.get(); }  // null without audit_db
   const ServerConfig& config() const { return cfg_; }
 
  private:
