@@ -13,6 +13,19 @@ namespace gb::server {
 
 using json = nlohmann::json;
 
+void Generation::make_choices(const TextCodec& codec, int32_t default_ngram) {
+  const int32_t n = req.n;
+  const auto& rep = glass.stop_on_repetition;
+  const int32_t ngram = rep ? rep->ngram : default_ngram;
+  const int32_t window = rep ? rep->window : 64;
+  choices.reserve(req.prompts.size() * static_cast<size_t>(n));
+  for (size_t p = 0; p < req.prompts.size(); ++p) {
+    for (int32_t i = 0; i < n; ++i)
+      choices.emplace_back(static_cast<int32_t>(p) * n + i, p, codec.stream(req.prompts[p].tokens), req.stop, ngram,
+                           window);
+  }
+}
+
 bool Generation::all_finished() const {
   for (const ChoiceState& c : choices) {
     if (!c.text.finished()) return false;

@@ -67,6 +67,8 @@ struct Generation {
   int64_t audit_id = 0;  // the request's audit row (0: none)
   bool audited = false;
 
+  // One ChoiceState per (prompt, i < n), each with its detokenizer, stop strings and repetition tracker.
+  void make_choices(const TextCodec& codec, int32_t default_ngram);
   bool all_finished() const;
   void cancel_unfinished();
   // The error this request ends with, if any choice failed or the request was aborted.
@@ -91,6 +93,8 @@ struct Generation {
   int64_t completion_tokens() const;
   // Each prompt counts once (n choices share it), with the cache hits of its first choice.
   Usage usage() const;
+  // Answers g's request as an SSE stream (httplib pulls stream_step; finalize at the end). streaming.cc.
+  static void start_stream(const std::shared_ptr<Generation>& g, httplib::Response& res);
   // One step of an SSE response; false ends the response (the client is gone). streaming.cc.
   bool stream_step(httplib::DataSink& sink);
   // Non-streaming: waits for every choice and writes the one JSON answer (or the error). streaming.cc.

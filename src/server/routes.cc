@@ -46,31 +46,12 @@ void Server::install_routes() {
       }
     };
   };
-  // Handlers with a body read it here, at most max_body_bytes of it (a chunked body is not bounded
-  // by httplib 0.11), after admit_before_body() let the request through.
-  auto with_body = [this](auto fn) {
+  // Handlers with a body get it read whole and bounded (read_body), after admit_before_body().
+  auto with_body = [this](BodyHandler fn) {
     return [this, fn](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader) {
       try {
         std::string body;
-        bool over = false;
-        const size_t max = static_cast<size_t>(cfg_.max_body_bytes);
-        const bool read = reader([&](const char* data, size_t n) {
-          if (body.size() + n > max) {
-            over = true;
-            return false;
-          }
-          body.append(data, n);
-          return true;
-        });
-        if (over || !read) {
-          if (ConnectionContext* conn = current_connection()) conn->close_after = true;
-          res.set_header("Connection", "close");
-          return send_error(res, over ? body_too_large()
-                                      : make_error(408, "invalid_request_error", "request_timeout",
-                                                   "the request body did not arrive whole within body_timeout_s = " +
-                                                       std::to_string(cfg_.body_timeout_s) + " s"));
-        }
-        fn(req, body, res);
+        if (read_body(reader, res, &body)) fn(req, body, res);
       } catch (const std::exception& e) {
         spdlog::error("{} {}: {}", req.method, req.path, e.what());
         send_error(res, make_error(500, "server_error", "internal_error", "internal error"));
@@ -121,6 +102,10 @@ void Server::install_routes() {
     return admit_before_body(req, res) ? 100 : res.status;
   });
 
+  install_error_handlers();
+}
+
+void Server::install_error_handlers() {
   // httplib's own errors (unknown route, body over max_body_bytes, malformed HTTP) get an
   // OpenAI error body; our handlers' errors already have one.
   http_->set_error_handler(httplib::Server::HandlerWithResponse([this](const httplib::Request& req,
@@ -149,6 +134,28 @@ void Server::install_routes() {
                  {{"endpoint", route_label(req.path)}, {"status", std::to_string(res.status)}})
         .inc();
   });
+}
+
+bool Server::read_body(const httplib::ContentReader& reader, httplib::Response& res, std::string* body) {
+  bool over = false;
+  const size_t max = static_cast<size_t>(cfg_.max_body_bytes);
+  const bool read = reader([&](const char* data, size_t n) {
+    if (body->size() + n > max) {
+      over = true;
+      return false;  // stop reading: a chunked body is not bounded by httplib 0.11
+    }
+    body->append(data, n);
+    return true;
+  });
+  if (read && !over) return true;
+  // The rest of the body is unread: answer, then close the connection.
+  if (ConnectionContext* conn = current_connection()) conn->close_after = true;
+  res.set_header("Connection", "close");
+  send_error(res, over ? body_too_large()
+                       : make_error(408, "invalid_request_error", "request_timeout",
+                                    "the request body did not arrive whole within body_timeout_s = " +
+                                        std::to_string(cfg_.body_timeout_s) + " s"));
+  return false;
 }
 
 ApiError Server::body_too_large() const {

@@ -23,6 +23,7 @@
 #include "server/text_codec.h"
 
 namespace httplib {
+class ContentReader;
 class Server;
 struct Request;
 struct Response;
@@ -90,6 +91,12 @@ class Server {
  private:
   friend struct Generation;
   void install_routes();
+  // httplib's own errors, exceptions and the per-route request counter.
+  void install_error_handlers();
+  using BodyHandler = std::function<void(const httplib::Request&, const std::string& body, httplib::Response&)>;
+  // Reads a request body, at most max_body_bytes (413 beyond, 408 when it does not arrive in
+  // body_timeout_s; both close the connection). false: refused, the answer is in res.
+  bool read_body(const httplib::ContentReader& reader, httplib::Response& res, std::string* body);
   // Authentication, the role for /admin and the declared body size, before any body is read;
   // false: refused (the answer is in res).
   bool admit_before_body(const httplib::Request& req, httplib::Response& res);
@@ -99,6 +106,17 @@ class Server {
                     Clock::time_point arrival, const ApiError& e, const char* reason);
   void handle_ready(httplib::Response& res);
   void handle_generate(Endpoint endpoint, const httplib::Request& req, const std::string& body, httplib::Response& res);
+  // A generation request refused before (or by) the engine: the answer and the metric's reason.
+  struct Refusal {
+    ApiError error;
+    const char* reason;
+  };
+  // State, auth, rate limit, the body, the glass-box extension, queue and concurrency; fills
+  // g->caller, g->req and g->glass. nullopt: admitted, holding one in_flight_ slot.
+  std::optional<Refusal> admit(Endpoint endpoint, const httplib::Request& req, const std::string& body,
+                               Clock::time_point arrival, Generation* g);
+  // One engine request per choice; on a refusal the others are cancelled and the slot released.
+  std::optional<Refusal> submit_choices(Generation* g);
   void handle_models(const httplib::Request& req, httplib::Response& res, const std::string& id);
   void handle_metrics(httplib::Response& res);
   void handle_admin_config(const httplib::Request& req, httplib::Response& res);

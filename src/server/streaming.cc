@@ -9,6 +9,29 @@ namespace gb::server {
 
 using json = nlohmann::json;
 
+void Generation::start_stream(const std::shared_ptr<Generation>& g, httplib::Response& res) {
+  res.set_header("Cache-Control", "no-cache");
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [g](size_t, httplib::DataSink& sink) -> bool {
+        try {
+          return g->stream_step(sink);
+        } catch (const std::exception& e) {
+          g->status = 500;
+          g->error_message = std::string("internal error while streaming: ") + e.what();
+          g->cancel_unfinished();
+          return false;
+        }
+      },
+      [g](bool) {
+        try {
+          g->finalize();
+        } catch (...) {
+          // A release callback must not throw; the slot is released before anything can fail.
+        }
+      });
+}
+
 bool Generation::stream_step(httplib::DataSink& sink) {
   std::string buf;
   const bool chat = req.endpoint == Endpoint::kChat;
