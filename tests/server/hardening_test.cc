@@ -191,6 +191,14 @@ TEST_F(HardeningTest, SlowAndIdleConnectionsDoNotStarveTheServer) {
       std::this_thread::sleep_for(50ms);
     }
   });
+  struct Join {  // a failed ASSERT below must not leave the thread joinable
+    std::atomic<bool>& stop;
+    std::thread& t;
+    ~Join() {
+      stop.store(true);
+      if (t.joinable()) t.join();
+    }
+  } join{stop, dribble};
   std::this_thread::sleep_for(300ms);
   for (int i = 0; i < 5; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -206,10 +214,9 @@ TEST_F(HardeningTest, SlowAndIdleConnectionsDoNotStarveTheServer) {
   auto res = post("/v1/completions", {{"prompt", "x"}, {"max_tokens", 3}});
   ASSERT_TRUE(res);
   EXPECT_EQ(res->status, 200);
-  stop.store(true);
-  dribble.join();
 }
 
+#ifndef GB_BASE_CHECK  // the settings are new
 // A header block that does not arrive within header_timeout_s is answered 408 and closed; more
 // than max_connections are refused at once with 503.
 TEST_F(HardeningTest, HeaderTimeout) {
@@ -235,6 +242,7 @@ TEST_F(HardeningTest, ConnectionCapRefusesAtOnce) {
   EXPECT_EQ(status_of(refused), 503) << refused;
   EXPECT_NE(refused.find("max_connections"), std::string::npos);
 }
+#endif
 
 // Issue 11.8: a POST with neither Content-Length nor a chunked body waited for the read timeout
 // (httplib read "until the client closes"); it is an empty body.
