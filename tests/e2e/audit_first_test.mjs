@@ -20,8 +20,13 @@ const ADMIN = 'sk-gb-admin', RESEARCHER = 'sk-gb-researcher';
 const servers = [];
 const mounts = [];
 
-after(() => {
-  for (const s of servers) if (s.proc.exitCode === null) s.proc.kill('SIGKILL');
+after(async () => {
+  for (const s of servers) {
+    if (s.proc.exitCode !== null) continue;
+    const exited = new Promise((resolve) => s.proc.on('exit', resolve));
+    s.proc.kill('SIGKILL');
+    await exited;  // a live server keeps the tmpfs busy
+  }
   for (const m of mounts) {
     try { execFileSync('umount', [m]); } catch { /* already gone */ }
   }
