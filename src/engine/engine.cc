@@ -82,26 +82,50 @@ Engine::Engine(Model* model, const EngineConfig& config, std::unique_ptr<KvCache
 
 Engine::~Engine() { stop(); }
 
+namespace {
+
+// A request submit() refuses: its channel gets one last event carrying the code; the caller gets
+// the Status.
+Status refuse(RequestChannel* channel, EngineErrorCode code, std::string message) {
+  if (channel != nullptr) {
+    GenerationEvent ev;
+    ev.finish = FinishReason::kError;
+    ev.error = message;
+    ev.error_code = code;
+    channel->push(std::move(ev));
+  }
+  return Status::error(std::move(message));
+}
+
+}  // namespace
+
 Status Engine::submit(GenerationRequest request, std::shared_ptr<RequestChannel> channel) {
   const int32_t vocab = model_->config().vocab;
-  if (request.prompt.empty()) return Status::error("the prompt is empty");
+  if (request.prompt.empty())
+    return refuse(channel.get(), EngineErrorCode::kInvalidRequest, "the prompt is empty");
   for (int32_t t : request.prompt) {
-    if (t < 0 || t >= vocab) return Status::error("prompt token id " + std::to_string(t) + " is outside the vocabulary");
+    if (t < 0 || t >= vocab)
+      return refuse(channel.get(), EngineErrorCode::kInvalidRequest,
+                    "prompt token id " + std::to_string(t) + " is outside the vocabulary");
   }
-  if (request.max_tokens <= 0) return Status::error("max_tokens must be positive");
+  if (request.max_tokens <= 0)
+    return refuse(channel.get(), EngineErrorCode::kInvalidRequest, "max_tokens must be positive");
   const int64_t total = static_cast<int64_t>(request.prompt.size()) + request.max_tokens;
   if (total > config_.max_model_len) {
-    return Status::error("prompt (" + std::to_string(request.prompt.size()) + " tokens) + max_tokens (" +
-                         std::to_string(request.max_tokens) + ") = " + std::to_string(total) +
-                         " exceeds the context length " + std::to_string(config_.max_model_len));
+    return refuse(channel.get(), EngineErrorCode::kInvalidRequest,
+                  "prompt (" + std::to_string(request.prompt.size()) + " tokens) + max_tokens (" +
+                      std::to_string(request.max_tokens) + ") = " + std::to_string(total) +
+                      " exceeds the context length " + std::to_string(config_.max_model_len));
   }
-  GB_RETURN_IF_ERROR(request.sampling.validate(vocab));
+  if (Status st = request.sampling.validate(vocab); !st.is_ok())
+    return refuse(channel.get(), EngineErrorCode::kInvalidRequest, st.message());
   std::unique_ptr<GlassAccumulator> glass;
   bool skip_prefix_lookup = false;
   if (request.glass != nullptr) {
     const GlassSpec& g = *request.glass;
     if (!(g.resolved_for == glass_shape(model_->config()))) {
-      return Status::error("the glass spec was not resolved for this model (resolve_glass_spec with its config)");
+      return refuse(channel.get(), EngineErrorCode::kInvalidRequest,
+                    "the glass spec was not resolved for this model (resolve_glass_spec with its config)");
     }
     const int32_t n_prompt = static_cast<int32_t>(request.prompt.size());
     // Blocks computed under an intervention never serve another request (or a plain one).
@@ -131,9 +155,11 @@ Status Engine::submit(GenerationRequest request, std::shared_ptr<RequestChannel>
   seq->channel = std::move(channel);
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (!accepting_) return Status::error("the engine is draining and accepts no new requests");
+    if (!accepting_)
+      return refuse(seq->channel.get(), EngineErrorCode::kDraining, "the engine is draining and accepts no new requests");
     if (static_cast<int64_t>(inbox_.size()) + stats_.waiting >= config_.max_queue) {
-      return Status::error("the request queue is full (" + std::to_string(config_.max_queue) + " waiting)");
+      return refuse(seq->channel.get(), EngineErrorCode::kQueueFull,
+                    "the request queue is full (" + std::to_string(config_.max_queue) + " waiting)");
     }
     if (seq->glass != nullptr) ++stats_.glass_requests;
     inbox_.push_back(std::move(seq));
@@ -193,10 +219,11 @@ void Engine::take_inbox() {
   for (auto& s : incoming) scheduler_.add(std::move(s));
 }
 
-void Engine::finish(Sequence* seq, FinishReason reason, const std::string& error) {
+void Engine::finish(Sequence* seq, FinishReason reason, const std::string& error, EngineErrorCode code) {
   GenerationEvent ev;
   ev.finish = reason;
   ev.error = error;
+  ev.error_code = code;
   ev.prompt_tokens = seq->n_prompt;
   ev.cached_prompt_tokens = seq->n_cached_prompt;
   if (seq->glass != nullptr) ev.glass = std::make_shared<GlassReport>(seq->glass->report());
@@ -219,7 +246,8 @@ void Engine::reap_cancelled() {
   };
   for (const auto& s : scheduler_.running()) check(s.get());
   for (const auto& s : scheduler_.waiting()) check(s.get());
-  for (auto [s, r] : done) finish(s, r);
+  const EngineErrorCode why = draining_past_deadline ? EngineErrorCode::kDraining : EngineErrorCode::kCancelled;
+  for (auto [s, r] : done) finish(s, r, {}, r == FinishReason::kCancelled ? why : EngineErrorCode::kInternal);
 }
 
 Result<bool> Engine::step() {
@@ -279,7 +307,7 @@ Result<bool> Engine::step() {
     failed.clear();
     for (const ScheduledSeq& s : scheduled) failed.emplace_back(s.seq, FinishReason::kError);
     scheduler_.commit();
-    for (auto [s, r] : failed) finish(s, r, st.message());
+    for (auto [s, r] : failed) finish(s, r, st.message(), EngineErrorCode::kInternal);
     return true;
   }
 

@@ -63,7 +63,8 @@ class Engine : public EngineApi {
   Engine(Model* model, const EngineConfig& config, std::unique_ptr<KvCache> cache);
   void take_inbox();
   void reap_cancelled();
-  void finish(Sequence* seq, FinishReason reason, const std::string& error = {});
+  void finish(Sequence* seq, FinishReason reason, const std::string& error = {},
+              EngineErrorCode code = EngineErrorCode::kInternal);
   void loop();
   // Copies the scheduler's counters into stats_ (step_seconds < 0: no step ran).
   void publish_stats(double step_seconds);

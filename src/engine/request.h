@@ -36,6 +36,11 @@ inline const char* finish_reason_name(FinishReason r) {
   return "?";
 }
 
+// Why the engine failed or refused a request, so the server maps it to an HTTP status without
+// reading the message: carried on the request's error event (FinishReason::kError /
+// kCancelled), and on the event submit() pushes onto the channel when it refuses a request.
+enum class EngineErrorCode { kDraining, kCancelled, kNonFinite, kInvalidRequest, kInternal, kQueueFull };
+
 struct GenerationRequest {
   std::string id;               // unique; used in logs and metrics, never the prompt
   std::vector<int32_t> prompt;  // token ids, already templated and tokenized
@@ -68,6 +73,7 @@ struct GenerationEvent {
   std::vector<GeneratedToken> tokens;  // new tokens since the previous event
   FinishReason finish = FinishReason::kNone;  // set on the last event only
   std::string error;                   // with kError: what went wrong
+  EngineErrorCode error_code = EngineErrorCode::kInternal;  // with kError / kCancelled: why
   int32_t prompt_tokens = 0;
   int32_t cached_prompt_tokens = 0;    // prompt tokens served from the prefix cache
   // On the last event of a request that had a glass spec (whatever the finish reason): its
@@ -170,7 +176,8 @@ struct MonitorSnapshot {
 class EngineApi {
  public:
   virtual ~EngineApi() = default;
-  // Queues a request. Errors: queue full (the server answers 429) or draining (503).
+  // Queues a request. Errors: an invalid request, queue full (the server answers 429) or
+  // draining (503); on an error the channel also gets one last event (kError) with its code.
   virtual Status submit(GenerationRequest request, std::shared_ptr<RequestChannel> channel) = 0;
   virtual EngineStats stats() const = 0;
   // The massive-activation monitor's counters (empty when the engine has none).

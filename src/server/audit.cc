@@ -3,6 +3,8 @@
 #include <openssl/evp.h>
 #include <sqlite3.h>
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -324,6 +326,11 @@ Result<std::unique_ptr<AuditStore>> AuditStore::open_impl(const std::string& pat
     GB_RETURN_IF_ERROR(exec(w, path, "COMMIT"));
   }
   GB_ASSIGN_OR_RETURN(store->reader_, open_connection(path, true));
+  struct stat sb {};
+  if (::stat(path.c_str(), &sb) == 0) {
+    store->dev_ = static_cast<uint64_t>(sb.st_dev);
+    store->ino_ = static_cast<uint64_t>(sb.st_ino);
+  }
   if (read_only) {
     int64_t version = 0;
     GB_RETURN_IF_ERROR(check_schema(store->reader_, path, true, &version));
@@ -351,6 +358,7 @@ Status AuditStore::append(AuditRecord* r) {
   if (r->time_ms == 0) r->time_ms = now_ms();
 
   std::lock_guard<std::mutex> lock(write_mu_);
+  GB_RETURN_IF_ERROR(note(check_file()));
   Stmt st;
   GB_RETURN_IF_ERROR(prepare(writer_, path_,
                              std::string("INSERT INTO audit (") + kColumns +
@@ -376,9 +384,64 @@ Status AuditStore::append(AuditRecord* r) {
   // Autocommit: the INSERT is its own transaction; with WAL + synchronous=FULL the commit fsyncs
   // the WAL before sqlite3_step returns.
   const int rc = sqlite3_step(s);
-  if (rc != SQLITE_DONE) return db_error(writer_, rc, path_, "append");
+  if (rc != SQLITE_DONE) return note(db_error(writer_, rc, path_, "append"));
   r->id = sqlite3_last_insert_rowid(writer_);
+  return note(Status::ok());
+}
+
+Status AuditStore::update_result(const AuditRecord& r) {
+  if (read_only_ || !writer_) return Status::error("audit store " + path_ + ": opened read-only");
+  std::lock_guard<std::mutex> lock(write_mu_);
+  GB_RETURN_IF_ERROR(note(check_file()));
+  Stmt st;
+  GB_RETURN_IF_ERROR(prepare(writer_, path_,
+                             "UPDATE audit SET status = ?, prompt_tokens = ?, completion_tokens = ?, "
+                             "finish_reason = ?, repetition_rate = ? WHERE id = ?",
+                             &st));
+  sqlite3_stmt* s = st.get();
+  sqlite3_bind_int(s, 1, r.status);
+  sqlite3_bind_int64(s, 2, r.prompt_tokens);
+  sqlite3_bind_int64(s, 3, r.completion_tokens);
+  sqlite3_bind_text(s, 4, r.finish_reason.data(), static_cast<int>(r.finish_reason.size()), SQLITE_STATIC);
+  sqlite3_bind_double(s, 5, r.repetition_rate);
+  sqlite3_bind_int64(s, 6, r.id);
+  const int rc = sqlite3_step(s);
+  if (rc != SQLITE_DONE) return note(db_error(writer_, rc, path_, "update"));
+  if (sqlite3_changes(writer_) != 1)
+    return Status::error("audit store " + path_ + ": no row " + std::to_string(r.id) + " to update");
+  return note(Status::ok());
+}
+
+Status AuditStore::check_file() const {
+  struct stat sb {};
+  if (::stat(path_.c_str(), &sb) != 0) {
+    return Status::error("audit store " + path_ +
+                         ": the file was deleted while the server runs (rows would go to a file nobody can read); "
+                         "restore it or restart the server");
+  }
+  if (static_cast<uint64_t>(sb.st_dev) != dev_ || static_cast<uint64_t>(sb.st_ino) != ino_) {
+    return Status::error("audit store " + path_ +
+                         ": the file was replaced while the server runs; restart the server to use the new one");
+  }
   return Status::ok();
+}
+
+Status AuditStore::note(Status st) {
+  write_error_ = st.is_ok() ? std::string() : st.message();
+  return st;
+}
+
+Status AuditStore::health() const {
+  if (read_only_ || !writer_) return Status::error("audit store " + path_ + ": opened read-only");
+  std::lock_guard<std::mutex> lock(write_mu_);
+  GB_RETURN_IF_ERROR(check_file());
+  if (!write_error_.empty()) return Status::error(write_error_);
+  return Status::ok();
+}
+
+Status AuditStore::limit_pages_for_test(int64_t pages) {
+  std::lock_guard<std::mutex> lock(write_mu_);
+  return exec(writer_, path_, ("PRAGMA max_page_count=" + std::to_string(pages)).c_str());
 }
 
 Result<std::vector<AuditRecord>> AuditStore::query(const AuditQuery& q) const {

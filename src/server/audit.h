@@ -73,6 +73,17 @@ class AuditStore {
   // spec_json, fills in id, time_ms (when 0), spec_json (compact) and spec_hash (when empty).
   // Thread-safe (many HTTP threads); appends are serialized on one write connection.
   Status append(AuditRecord* record);
+  // Records how a request that already has its row (appended at admission, before any token
+  // left) ended: status, token counts, finish reason, repetition rate of record.id's row.
+  // Durable when it returns OK.
+  Status update_result(const AuditRecord& record);
+  // OK while the store accepts writes: the file is still the one opened (not deleted or replaced)
+  // and the last write succeeded (a full disk, an I/O error); else the reason. A later write that
+  // succeeds clears a write failure.
+  Status health() const;
+  // Fault injection for tests: caps the database at this many pages (PRAGMA max_page_count), so
+  // a write that needs more fails with SQLITE_FULL exactly as on a full disk.
+  Status limit_pages_for_test(int64_t pages);
   // Rows matching q, ascending id, at most q.limit. Runs on a separate read connection, so a
   // query does not hold up appends (WAL: readers and the writer do not block each other).
   Result<std::vector<AuditRecord>> query(const AuditQuery& q) const;
@@ -85,8 +96,15 @@ class AuditStore {
   AuditStore() = default;
   static Result<std::unique_ptr<AuditStore>> open_impl(const std::string& path, bool read_only);
 
+  // The file still is the one opened (called with write_mu_ held).
+  Status check_file() const;
+  // Remembers a write's outcome for health() (write_mu_ held).
+  Status note(Status st);
+
   std::string path_;
   bool read_only_ = false;
+  uint64_t dev_ = 0, ino_ = 0;  // of the file opened
+  std::string write_error_;     // the last write's failure; empty after a success
   mutable std::mutex write_mu_;
   sqlite3* writer_ = nullptr;  // null when read-only
   mutable std::mutex read_mu_;

@@ -74,7 +74,8 @@ struct ServerConfig {
   // HTTP
   std::string host = "127.0.0.1";
   int64_t port = 8000;
-  int64_t http_threads = 0;        // 0: max_concurrent_requests + 8 (probes always find a thread)
+  int64_t http_threads = 0;        // 0: max_concurrent_requests + 8; probes have two threads of their own
+  int64_t max_connections = 1024;  // open HTTP connections; more are answered 503 at once
 
   // Authentication
   std::string api_key;             // vLLM-style single key with the admin role (id "cli")
@@ -89,6 +90,8 @@ struct ServerConfig {
   int64_t max_body_bytes = 4 << 20;
   double read_timeout_s = 30;
   double write_timeout_s = 30;
+  double header_timeout_s = 10;    // a request's line and headers must arrive within this
+  double body_timeout_s = 60;      // a request's whole body must arrive within this
   double request_timeout_s = 600;
   double drain_timeout_s = 30;
   int64_t max_n = 16;
@@ -141,6 +144,7 @@ void visit_fields(Config& c, F&& f) {
   f(FieldInfo{"host", "address to listen on"}, c.host);
   f(FieldInfo{"port", "TCP port (0: any free port)", 0, 65535}, c.port);
   f(FieldInfo{"http_threads", "HTTP worker threads (0: max_concurrent_requests + 8)", 0, 65536}, c.http_threads);
+  f(FieldInfo{"max_connections", "open HTTP connections; more are refused with 503", 1, 1 << 20}, c.max_connections);
   f(FieldInfo{"api_key", "single API key with the admin role", -1e300, 1e300, true}, c.api_key);
   f(FieldInfo{"allow_unauthenticated", "serve requests without an API key"}, c.allow_unauthenticated);
   f(FieldInfo{"max_concurrent_requests", "generation requests in flight", 1, 1 << 20}, c.max_concurrent_requests);
@@ -150,6 +154,10 @@ void visit_fields(Config& c, F&& f) {
   f(FieldInfo{"max_body_bytes", "largest request body", 1, 1LL << 34}, c.max_body_bytes);
   f(FieldInfo{"read_timeout_s", "socket read timeout, seconds", 0.001, 86400}, c.read_timeout_s);
   f(FieldInfo{"write_timeout_s", "socket write timeout, seconds", 0.001, 86400}, c.write_timeout_s);
+  f(FieldInfo{"header_timeout_s", "a request's line and headers must arrive within this, seconds", 0.001, 86400},
+    c.header_timeout_s);
+  f(FieldInfo{"body_timeout_s", "a request's whole body must arrive within this, seconds", 0.001, 86400},
+    c.body_timeout_s);
   f(FieldInfo{"request_timeout_s", "a generation request is cancelled after this, seconds", 0.001, 1e7},
     c.request_timeout_s);
   f(FieldInfo{"drain_timeout_s", "on SIGTERM, running requests get this long, seconds", 0, 86400},

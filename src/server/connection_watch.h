@@ -1,29 +1,30 @@
-// ConnectionWatch: tells a handler whose client has gone away before it answers. cpp-httplib
-// 0.11 (Debian bookworm) gives a handler no access to its socket and no "connection closed"
-// query (newer versions have Request::is_connection_closed), so a non-streaming request would
-// otherwise keep generating for a client that left. The watch finds the handler's socket once
-// by its address pair (local and remote address:port identify a TCP connection uniquely) and
-// then peeks at it: an orderly close (recv = 0) or a reset means the client is gone.
+// ConnectionWatch: tells a handler whose client has gone away before it answers (a non-streaming
+// request would otherwise keep generating for nobody). It watches the handler's socket (from
+// HttpTransport's ConnectionContext) without reading from it. A FIN alone does not mean the client
+// left: HTTP allows a client to half-close after its request and still read the answer. So a FIN
+// is kHalfClosed, and the handler probes (a 1xx interim response, or an SSE comment): a client
+// that closed entirely answers the probe with a reset, which is kGone.
 #pragma once
 
-#include <string>
+#include <string_view>
 
 namespace gb::server {
 
 class ConnectionWatch {
  public:
-  // Looks up the connected socket with these endpoints among the process's descriptors.
-  // If none is found (e.g. the address is not IPv4/IPv6), the watch reports "open" forever.
-  ConnectionWatch(const std::string& local_addr, int local_port, const std::string& remote_addr, int remote_port);
+  enum class State { kOpen, kHalfClosed, kGone };
 
-  // True once the peer has closed or reset the connection. Never blocks; never consumes data.
-  bool closed();
+  // fd < 0: reports kOpen forever.
+  explicit ConnectionWatch(int fd) : fd_(fd) {}
 
-  bool found() const { return fd_ >= 0; }
+  // Never blocks; never consumes data.
+  State state() const;
+  // Writes bytes straight to the socket, non-blocking; false if the socket refused them (the
+  // client is gone). Only between HTTP messages (before the answer's status line) or through the
+  // response's own framing.
+  bool write_raw(std::string_view bytes) const;
 
  private:
-  std::string local_addr_, remote_addr_;
-  int local_port_, remote_port_;
   int fd_ = -1;
 };
 

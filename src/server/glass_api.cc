@@ -173,6 +173,9 @@ std::optional<ApiError> GlassService::update(F&& fn) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto next = std::make_shared<GlassState>(*state_);
   if (auto e = fn(*next)) return e;
+  if (commit_hook_) {
+    if (auto e = commit_hook_()) return e;
+  }
   state_ = std::move(next);
   return std::nullopt;
 }

@@ -24,6 +24,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -101,6 +102,15 @@ class GlassService {
   std::optional<ApiError> put_default(const nlohmann::json& body, nlohmann::json* change);
   std::optional<ApiError> rollback_default(nlohmann::json* change);
 
+  // Runs after an admin change validated and before it takes effect, under the state lock; an
+  // error cancels the change and is returned. The server appends the change's audit row here, so
+  // no change takes effect before its row is committed. Null: none.
+  using CommitHook = std::function<std::optional<ApiError>()>;
+  void set_commit_hook(CommitHook hook) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    commit_hook_ = std::move(hook);
+  }
+
   // GET /admin/glassbox: the policy, presets, vectors (name, layers, norms), sessions, default set.
   nlohmann::json describe() const;
 
@@ -128,6 +138,7 @@ class GlassService {
   const ModelConfig* model_;
   mutable std::mutex mutex_;  // guards state_ (the pointer, not the snapshot)
   std::shared_ptr<const GlassState> state_;
+  CommitHook commit_hook_;
 };
 
 // The per-choice `glassbox` object of a response: report (stats per layer and point), events,

@@ -5,6 +5,8 @@
 #include <limits>
 #include <set>
 
+#include "server/json_input.h"
+
 namespace gb::server {
 
 ApiError invalid_field(const std::string& param, const std::string& message) {
@@ -278,9 +280,9 @@ MaybeError parse_messages(const json& body, const TextCodec& codec, ParsedReques
 MaybeError token_list(const json& list, const std::string& where, int32_t vocab, std::vector<int32_t>* out) {
   for (const json& t : list) {
     if (!t.is_number_integer()) return invalid_field("prompt", where + ": expected token ids (integers)");
-    const int64_t id = t.get<int64_t>();
-    if (id < 0 || id >= vocab)
-      return invalid_field("prompt", where + ": token id " + std::to_string(id) + " is outside the vocabulary [0, " +
+    int64_t id = 0;
+    if (!json_integer(t, 0, vocab - 1, &id))
+      return invalid_field("prompt", where + ": token id " + t.dump() + " is outside the vocabulary [0, " +
                                          std::to_string(vocab) + ")");
     out->push_back(static_cast<int32_t>(id));
   }
@@ -304,7 +306,8 @@ MaybeError parse_prompt(const json& body, const TextCodec& codec, ParsedRequest*
     add_text(p.get<std::string>());
   } else if (p.is_array()) {
     if (p.empty()) return invalid_field("prompt", "prompt: must not be an empty list");
-    if (p.size() > kMaxPrompts)
+    // A flat list of token ids is one prompt; only lists of prompts count against kMaxPrompts.
+    if (!p[0].is_number() && p.size() > kMaxPrompts)
       return invalid_field("prompt", "prompt: at most " + std::to_string(kMaxPrompts) + " prompts per request");
     if (p[0].is_string()) {
       for (const json& s : p) {
@@ -347,7 +350,8 @@ std::optional<ApiError> parse_request(Endpoint endpoint, const nlohmann::json& b
     e.type = "not_found_error";
     e.param = "model";
     e.code = "model_not_found";
-    e.message = "The model '" + out->model + "' does not exist; this server serves '" + limits.served_model_name + "'";
+    e.message = "The model " + quote_input(out->model) + " does not exist; this server serves '" +
+                limits.served_model_name + "'";
     return e;
   }
   if (out->model.empty()) out->model = limits.served_model_name;

@@ -23,6 +23,7 @@
 #include "server/text_codec.h"
 
 namespace httplib {
+class ContentReader;
 class Server;
 struct Request;
 struct Response;
@@ -32,6 +33,7 @@ namespace gb::server {
 
 using json = nlohmann::json;
 struct Generation;
+class HttpTransport;
 
 // The metrics every request touches, looked up once so the hot path is only atomics.
 struct HotMetrics {
@@ -83,20 +85,48 @@ class Server {
   int64_t in_flight() const { return in_flight_.load(); }
   MetricsRegistry& metrics() { return metrics_; }
   GlassService& glass() { return *glass_; }
+  AuditStore* audit_store() { return audit_.get(); }  // null without audit_db
   const ServerConfig& config() const { return cfg_; }
 
  private:
   friend struct Generation;
   void install_routes();
-  void handle_generate(Endpoint endpoint, const httplib::Request& req, httplib::Response& res);
+  // httplib's own errors, exceptions and the per-route request counter.
+  void install_error_handlers();
+  using BodyHandler = std::function<void(const httplib::Request&, const std::string& body, httplib::Response&)>;
+  // Reads a request body, at most max_body_bytes (413 beyond, 408 when it does not arrive in
+  // body_timeout_s; both close the connection). false: refused, the answer is in res.
+  bool read_body(const httplib::ContentReader& reader, httplib::Response& res, std::string* body);
+  // Authentication, the role for /admin and the declared body size, before any body is read;
+  // false: refused (the answer is in res).
+  bool admit_before_body(const httplib::Request& req, httplib::Response& res);
+  ApiError body_too_large() const;
+  // The log line and the rejected-requests counter of a generation request refused before the engine.
+  void log_rejected(Endpoint endpoint, const std::string& request_id, const std::string& key_id,
+                    Clock::time_point arrival, const ApiError& e, const char* reason);
+  void handle_ready(httplib::Response& res);
+  void handle_generate(Endpoint endpoint, const httplib::Request& req, const std::string& body, httplib::Response& res);
+  // A generation request refused before (or by) the engine: the answer and the metric's reason.
+  struct Refusal {
+    ApiError error;
+    const char* reason;
+  };
+  // State, auth, rate limit, the body, the glass-box extension, queue and concurrency; fills
+  // g->caller, g->req and g->glass. nullopt: admitted, holding one in_flight_ slot.
+  std::optional<Refusal> admit(Endpoint endpoint, const httplib::Request& req, const std::string& body,
+                               Clock::time_point arrival, Generation* g);
+  // One engine request per choice; on a refusal the others are cancelled and the slot released.
+  std::optional<Refusal> submit_choices(Generation* g);
   void handle_models(const httplib::Request& req, httplib::Response& res, const std::string& id);
   void handle_metrics(httplib::Response& res);
   void handle_admin_config(const httplib::Request& req, httplib::Response& res);
   // /admin/glassbox/...: policy, presets, vectors, sessions, the default set (admin role).
-  void handle_admin_glass(const httplib::Request& req, httplib::Response& res);
+  void handle_admin_glass(const httplib::Request& req, const std::string& body, httplib::Response& res);
   // GET /admin/audit: the audit store's rows (admin role); query: kind, key_id, request_id, since,
   // until (ISO-8601 or unix ms), after_id, limit.
   void handle_admin_audit(const httplib::Request& req, httplib::Response& res);
+  // Runs the admin change the request names on the glass service.
+  std::optional<ApiError> apply_glass_change(const httplib::Request& req, const json& body, json* change);
   // Appends a change (policy, preset, vector, session, default set) to the audit store, if any.
   Status audit_change(const Caller& caller, const std::string& kind, const std::string& action, const json& change);
   // Logs the monitor's new massive-activation events (one JSON line each) every 500 ms.
@@ -112,7 +142,7 @@ class Server {
 
   ServerConfig cfg_;
   std::function<void(const std::string&)> request_log_;
-  std::unique_ptr<httplib::Server> http_;
+  std::unique_ptr<HttpTransport> http_;
   std::thread listen_thread_;
   std::atomic<bool> listen_returned_{false};
   int port_ = 0;
@@ -140,6 +170,7 @@ class Server {
   std::atomic<uint64_t> request_counter_{0};
   uint64_t id_salt_ = 0;
   std::mutex log_mutex_;
+  std::mutex admin_mutex_;  // admin changes one at a time (each with its audit row first)
 };
 
 }  // namespace gb::server

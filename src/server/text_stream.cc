@@ -106,6 +106,7 @@ ChoiceDelta ChoiceText::on_event(GenerationEvent& event) {
     finished_ = true;
     finish_ = stopped ? FinishReason::kStop : event.finish;
     error_ = event.error;
+    error_code_ = event.error_code;
     delta.finished = true;
   }
   return delta;

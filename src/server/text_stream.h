@@ -65,6 +65,8 @@ class ChoiceText {
   ChoiceDelta stop_now();
   bool stopped_by_repetition() const { return stopped_by_repetition_; }
   const std::string& error() const { return error_; }
+  // With finish_reason kError / kCancelled: the engine's code for it.
+  EngineErrorCode error_code() const { return error_code_; }
   // Tokens the engine produced, up to and including the one that completed a stop string.
   int32_t completion_tokens() const { return completion_tokens_; }
   int32_t prompt_tokens() const { return prompt_tokens_; }
@@ -89,6 +91,7 @@ class ChoiceText {
   bool stopped_by_repetition_ = false;
   FinishReason finish_ = FinishReason::kNone;
   std::string error_;
+  EngineErrorCode error_code_ = EngineErrorCode::kInternal;
   int32_t completion_tokens_ = 0;
   int32_t prompt_tokens_ = 0;
   int32_t cached_prompt_tokens_ = 0;

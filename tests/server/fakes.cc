@@ -79,7 +79,14 @@ FakeEngine::~FakeEngine() {
 }
 
 Status FakeEngine::submit(GenerationRequest request, std::shared_ptr<RequestChannel> channel) {
-  if (queue_full_.load()) return Status::error("queue full");
+  if (queue_full_.load()) {
+    GenerationEvent ev;  // as the engine does: the refused request's channel learns why
+    ev.finish = FinishReason::kError;
+    ev.error = "queue full";
+    ev.error_code = EngineErrorCode::kQueueFull;
+    channel->push(std::move(ev));
+    return Status::error("queue full");
+  }
   auto a = std::make_unique<Active>();
   a->rng.seed(request.sampling.has_seed ? request.sampling.seed : std::random_device{}());
   a->request = request;
@@ -164,6 +171,7 @@ void FakeEngine::loop() {
       bool done = false;
       if (a.channel->cancelled()) {
         ev.finish = FinishReason::kCancelled;
+        ev.error_code = EngineErrorCode::kCancelled;
         cancelled_.fetch_add(1);
         done = true;
       } else if (Clock::now() > a.request.deadline) {
@@ -172,6 +180,7 @@ void FakeEngine::loop() {
       } else if (!options_.fail_with.empty()) {
         ev.finish = FinishReason::kError;
         ev.error = options_.fail_with;
+        ev.error_code = options_.fail_code;
         done = true;
       } else if (!a.announced) {
         a.announced = true;  // leaving the queue: an empty event

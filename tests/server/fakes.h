@@ -36,6 +36,7 @@ struct FakeEngineOptions {
   int tokens_per_event = 1;
   bool queue_full = false;                        // submit() fails
   std::string fail_with;                          // non-empty: first step ends with kError
+  EngineErrorCode fail_code = EngineErrorCode::kInternal;  // ... carrying this code
   int64_t waiting = 0;                            // reported in stats()
   // The model shape glass-box specs resolve against (a 4-layer, 8-wide model with an MLP of 16);
   // the fake applies nothing, and reports the interventions as applied.

@@ -295,5 +295,104 @@ TEST_F(GlassHttpTest, StopOnRepetitionEndsALoop) {
   EXPECT_NE(m.find("glassbox_request_repetition_rate_count"), std::string::npos);
 }
 
+// Issue 11.4: no steered token leaves the server before a durable row for that request exists.
+// The row is written at admission (status 0) and completed at the end.
+TEST_F(GlassHttpTest, SteeredStreamHasItsRowBeforeTheFirstToken) {
+  test::FakeEngineOptions opts;
+  opts.token_delay = 20ms;
+  start(glass_config(), opts);
+  json body = completion({{"interventions", {scale(0.5)}}});
+  body["stream"] = true;
+  body["max_tokens"] = 10;
+  httplib::Request req;
+  req.method = "POST";
+  req.path = "/v1/completions";
+  req.headers = auth(kResearcherKey);
+  req.body = body.dump();
+  req.set_header("Content-Type", "application/json");
+  json rows_at_first_token;
+  std::string got;
+  req.content_receiver = [&](const char* d, size_t n, uint64_t, uint64_t) {
+    got.append(d, n);
+    if (rows_at_first_token.is_null() && got.find("\"text\"") != std::string::npos) {
+      AuditQuery q;
+      q.kind = "request";
+      auto rows = server_->audit_store()->query(q);
+      rows_at_first_token = json::array();
+      if (rows.is_ok()) {
+        for (const AuditRecord& r : *rows) rows_at_first_token.push_back(audit_record_json(r));
+      }
+    }
+    return true;
+  };
+  auto res = client()->send(req);
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200);
+  ASSERT_EQ(rows_at_first_token.size(), 1u) << got;
+  EXPECT_EQ(rows_at_first_token[0]["status"], 0);  // admitted, outcome not yet known
+  EXPECT_EQ(rows_at_first_token[0]["request_id"], res->get_header_value("X-Request-Id"));
+  const json done = json::parse(admin("GET", "/admin/audit?kind=request")->body)["data"];
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0]["status"], 200);
+  EXPECT_EQ(done[0]["finish_reason"], "length");
+  EXPECT_EQ(done[0]["completion_tokens"], 10);
+}
+
+// Issue 11.4: a store that stops accepting writes (here: capped at its size, SQLITE_FULL as on a
+// full disk — a fault injection; the e2e test uses a full tmpfs where it can mount one) refuses
+// intervention requests with 503 before the engine sees them, and admin changes do not take
+// effect; plain requests go on; /ready says why; it recovers when writes succeed again.
+TEST_F(GlassHttpTest, FullAuditStoreRefusesSteeringBeforeAnyToken) {
+  start(glass_config());
+  AuditStore* store = server_->audit_store();
+  ASSERT_NE(store, nullptr);
+  ASSERT_TRUE(store->limit_pages_for_test(1).is_ok());  // cannot grow beyond its pages now
+  AuditRecord filler;
+  filler.kind = "policy";
+  for (int i = 0; i < 10000 && store->append(&filler).is_ok(); ++i) filler.id = 0;
+  ASSERT_FALSE(store->append(&filler).is_ok());
+
+  const size_t submitted = engine_->submitted().size();
+  json steered = completion({{"interventions", {scale(0.5)}}});
+  auto res = post("/v1/completions", steered, kResearcherKey);
+  expect_error(res, 503, "service_unavailable", "audit store");
+  EXPECT_EQ(json::parse(res->body)["error"]["code"], "audit_unavailable");
+  steered["stream"] = true;
+  res = post("/v1/completions", steered, kResearcherKey);
+  expect_error(res, 503, "service_unavailable", "audit store");  // a JSON error, not a stream
+  EXPECT_EQ(res->body.find("data:"), std::string::npos);
+  EXPECT_EQ(engine_->submitted().size(), submitted);  // the engine never saw them
+
+  EXPECT_EQ(post("/v1/completions", {{"prompt", "x"}, {"max_tokens", 2}})->status, 200);  // plain: served
+  json ready = json::parse(client()->Get("/ready")->body);
+  EXPECT_EQ(ready["status"], "degraded");
+  EXPECT_NE(ready["audit"].get<std::string>().find("full"), std::string::npos) << ready;
+
+  auto change = admin("PUT", "/admin/glassbox/presets/p-full", {{"interventions", {scale(0.5)}}});
+  expect_error(change, 503, "service_unavailable", "the change was not made");
+  EXPECT_FALSE(json::parse(admin("GET", "/admin/glassbox")->body).dump().find("p-full") != std::string::npos);
+
+  ASSERT_TRUE(store->limit_pages_for_test(1 << 30).is_ok());
+  EXPECT_EQ(post("/v1/completions", completion({{"interventions", {scale(0.5)}}}), kResearcherKey)->status, 200);
+  EXPECT_EQ(json::parse(client()->Get("/ready")->body)["status"], "ready");
+}
+
+// Issue 11.4: deleting the audit file while serving went unnoticed (SQLite kept writing into the
+// unlinked inode).
+TEST_F(GlassHttpTest, DeletedAuditFileIsNoticed) {
+  ServerConfig cfg = glass_config();
+  start(cfg);
+  ASSERT_EQ(post("/v1/completions", completion({{"interventions", {scale(0.5)}}}), kResearcherKey)->status, 200);
+  ASSERT_EQ(std::remove(cfg.audit_db.c_str()), 0);
+  auto res = post("/v1/completions", completion({{"interventions", {scale(0.5)}}}), kResearcherKey);
+  expect_error(res, 503, "service_unavailable", "deleted");
+  EXPECT_EQ(post("/v1/completions", {{"prompt", "x"}, {"max_tokens", 2}})->status, 200);
+  json ready = json::parse(client()->Get("/ready")->body);
+  EXPECT_EQ(ready["status"], "degraded");
+  EXPECT_NE(ready["audit"].get<std::string>().find("deleted"), std::string::npos) << ready;
+  expect_error(admin("PUT", "/admin/glassbox/presets/p2", {{"interventions", {scale(0.5)}}}), 503,
+               "service_unavailable", "deleted");
+}
+
 }  // namespace
 }  // namespace gb::server

@@ -1,0 +1,311 @@
+// Routes: which handler answers which path, the probes, /v1/models, /metrics, and the answers to
+// httplib's own errors (unknown route, body too large, malformed HTTP).
+#include <httplib.h>
+#include <spdlog/spdlog.h>
+
+#include <cerrno>
+#include <cstdlib>
+
+#include "server/http_transport.h"
+#include "server/json_input.h"
+#include "server/server.h"
+#include "server/server_internal.h"
+
+namespace gb::server {
+
+using json = nlohmann::json;
+
+namespace {
+
+// Bounded label values for the per-endpoint HTTP counter.
+std::string route_label(const std::string& path) {
+  static const char* kKnown[] = {"/v1/completions", "/v1/chat/completions", "/v1/models", "/health",
+                                 "/ready",          "/metrics",             "/admin/config"};
+  for (const char* k : kKnown) {
+    if (path == k) return k;
+  }
+  if (path.rfind("/v1/models/", 0) == 0) return "/v1/models/{id}";
+  if (path.rfind("/admin/glassbox", 0) == 0) return "/admin/glassbox";
+  if (path == "/admin/audit") return path;
+  return "other";
+}
+
+}  // namespace
+
+void Server::install_routes() {
+  // No exception may cross a handler: each is wrapped, and the answer is a 500 error JSON.
+  auto guard = [this](auto fn) {
+    return [this, fn](const httplib::Request& req, httplib::Response& res) {
+      try {
+        fn(req, res);
+      } catch (const std::exception& e) {
+        spdlog::error("{} {}: {}", req.method, req.path, e.what());
+        send_error(res, make_error(500, "server_error", "internal_error", "internal error"));
+      } catch (...) {
+        send_error(res, make_error(500, "server_error", "internal_error", "internal error"));
+      }
+    };
+  };
+  // Handlers with a body get it read whole and bounded (read_body), after admit_before_body().
+  auto with_body = [this](BodyHandler fn) {
+    return [this, fn](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader) {
+      try {
+        std::string body;
+        if (read_body(reader, res, &body)) fn(req, body, res);
+      } catch (const std::exception& e) {
+        spdlog::error("{} {}: {}", req.method, req.path, e.what());
+        send_error(res, make_error(500, "server_error", "internal_error", "internal error"));
+      } catch (...) {
+        send_error(res, make_error(500, "server_error", "internal_error", "internal error"));
+      }
+    };
+  };
+  http_->Post("/v1/completions", with_body([this](const httplib::Request& q, const std::string& b, httplib::Response& r) {
+                handle_generate(Endpoint::kCompletions, q, b, r);
+              }));
+  http_->Post("/v1/chat/completions",
+              with_body([this](const httplib::Request& q, const std::string& b, httplib::Response& r) {
+                handle_generate(Endpoint::kChat, q, b, r);
+              }));
+  http_->Get("/v1/models", guard([this](const httplib::Request& q, httplib::Response& r) { handle_models(q, r, ""); }));
+  http_->Get(R"(/v1/models/(.+))", guard([this](const httplib::Request& q, httplib::Response& r) {
+               handle_models(q, r, q.matches[1].str());
+             }));
+  http_->Get("/health", guard([](const httplib::Request&, httplib::Response& r) {
+               r.set_content(R"({"status":"ok"})", "application/json");
+             }));
+  http_->Get("/ready", guard([this](const httplib::Request&, httplib::Response& r) { handle_ready(r); }));
+  http_->Get("/metrics", guard([this](const httplib::Request&, httplib::Response& r) { handle_metrics(r); }));
+  http_->Get("/admin/config",
+             guard([this](const httplib::Request& q, httplib::Response& r) { handle_admin_config(q, r); }));
+  auto admin_glass = with_body([this](const httplib::Request& q, const std::string& b, httplib::Response& r) {
+    handle_admin_glass(q, b, r);
+  });
+  http_->Get("/admin/glassbox", guard([this](const httplib::Request& q, httplib::Response& r) {
+               handle_admin_glass(q, "", r);
+             }));
+  http_->Put("/admin/glassbox/policy", admin_glass);
+  http_->Put("/admin/glassbox/default", admin_glass);
+  http_->Post("/admin/glassbox/default/rollback", admin_glass);
+  http_->Put(R"(/admin/glassbox/(presets|vectors|sessions)/([^/]+))", admin_glass);
+  http_->Delete(R"(/admin/glassbox/(presets|vectors|sessions)/([^/]+))", admin_glass);
+  http_->Get("/admin/audit", guard([this](const httplib::Request& q, httplib::Response& r) { handle_admin_audit(q, r); }));
+
+  // Before any body is read: authentication (and the role for /admin), the declared body size,
+  // and an empty body for a request that declares none (else httplib reads until the client
+  // closes). What is refused here is answered with its body unread, and the connection closes.
+  http_->set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    return admit_before_body(req, res) ? httplib::Server::HandlerResponse::Unhandled
+                                       : httplib::Server::HandlerResponse::Handled;
+  });
+  http_->set_expect_100_continue_handler([this](const httplib::Request& req, httplib::Response& res) {
+    return admit_before_body(req, res) ? 100 : res.status;
+  });
+
+  install_error_handlers();
+}
+
+void Server::install_error_handlers() {
+  // httplib's own errors (unknown route, body over max_body_bytes, malformed HTTP) get an
+  // OpenAI error body; our handlers' errors already have one.
+  http_->set_error_handler(httplib::Server::HandlerWithResponse([this](const httplib::Request& req,
+                                                                     httplib::Response& res) {
+    if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+    ApiError e;
+    e.status = res.status;
+    if (res.status == 404) {
+      e = make_error(404, "not_found_error", "not_found", "no route for " + req.method + " " + quote_input(req.path));
+    } else if (res.status == 413) {
+      e = body_too_large();
+    } else if (res.status >= 500) {
+      e = make_error(res.status, "server_error", "internal_error", "internal error");
+    } else {
+      e = make_error(res.status, "invalid_request_error", "", "malformed HTTP request");
+    }
+    send_error(res, e);
+    return httplib::Server::HandlerResponse::Handled;
+  }));
+  http_->set_exception_handler([this](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
+    send_error(res, make_error(500, "server_error", "internal_error", "internal error"));
+  });
+  http_->set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+    metrics_
+        .counter("glassbox_http_requests_total", "HTTP requests by route and status code",
+                 {{"endpoint", route_label(req.path)}, {"status", std::to_string(res.status)}})
+        .inc();
+  });
+}
+
+bool Server::read_body(const httplib::ContentReader& reader, httplib::Response& res, std::string* body) {
+  bool over = false;
+  const size_t max = static_cast<size_t>(cfg_.max_body_bytes);
+  const bool read = reader([&](const char* data, size_t n) {
+    if (body->size() + n > max) {
+      over = true;
+      return false;  // stop reading: a chunked body is not bounded by httplib 0.11
+    }
+    body->append(data, n);
+    return true;
+  });
+  if (read && !over) return true;
+  // The rest of the body is unread: answer, then close the connection.
+  if (ConnectionContext* conn = current_connection()) conn->close_after = true;
+  res.set_header("Connection", "close");
+  send_error(res, over ? body_too_large()
+                       : make_error(408, "invalid_request_error", "request_timeout",
+                                    "the request body did not arrive whole within body_timeout_s = " +
+                                        std::to_string(cfg_.body_timeout_s) + " s"));
+  return false;
+}
+
+ApiError Server::body_too_large() const {
+  return make_error(413, "invalid_request_error", "request_too_large",
+                    "the request body is larger than max_body_bytes = " + std::to_string(cfg_.max_body_bytes));
+}
+
+bool Server::admit_before_body(const httplib::Request& req, httplib::Response& res) {
+  const bool api = req.path.rfind("/v1/", 0) == 0 || req.path.rfind("/admin/", 0) == 0;
+  const bool chunked = req.get_header_value("Transfer-Encoding").find("chunked") != std::string::npos;
+  const bool has_length = req.has_header("Content-Length");
+  const bool has_body = chunked || (has_length && req.get_header_value("Content-Length") != "0");
+  auto refuse = [&](const ApiError& e) {
+    if (has_body) {
+      if (ConnectionContext* conn = current_connection()) conn->close_after = true;
+      res.set_header("Connection", "close");
+    }
+    send_error(res, e);
+    return false;
+  };
+  if (api) {
+    Caller caller;
+    ApiError err;
+    if (!authorize(req, req.path.rfind("/admin/", 0) == 0 ? Role::kAdmin : Role::kUser, &caller, &err)) {
+      const bool chat = req.path == "/v1/chat/completions";
+      if (chat || req.path == "/v1/completions") {  // a generation request: logged and counted as refused
+        const std::string id = new_request_id(chat ? "chatcmpl-" : "cmpl-");
+        res.set_header("X-Request-Id", id);
+        log_rejected(chat ? Endpoint::kChat : Endpoint::kCompletions, id, "-", Clock::now(), err,
+                     err.status == 401 ? "unauthenticated" : "forbidden");
+      }
+      return refuse(err);
+    }
+  }
+  if (has_length) {
+    const std::string v = req.get_header_value("Content-Length");
+    char* end = nullptr;
+    errno = 0;
+    const unsigned long long n = std::strtoull(v.c_str(), &end, 10);
+    if (end == v.c_str() || *end != '\0' || errno == ERANGE || v[0] == '-')
+      return refuse(make_error(400, "invalid_request_error", "", "malformed HTTP request: bad Content-Length"));
+    if (n > static_cast<unsigned long long>(cfg_.max_body_bytes)) return refuse(body_too_large());
+  } else if (!chunked && (req.method == "POST" || req.method == "PUT" || req.method == "PATCH" ||
+                          req.method == "DELETE")) {
+    // No Content-Length and not chunked: the body is empty (RFC 9112 6.3). httplib 0.11 would
+    // read until the client closes; the Request is ours (httplib's local) until routing ends.
+    const_cast<httplib::Request&>(req).set_header("Content-Length", "0");
+  }
+  return true;
+}
+
+void Server::handle_ready(httplib::Response& res) {
+  const State s = state();
+  const char* name = s == State::kReady ? "ready" : s == State::kStarting ? "starting" : "draining";
+  res.status = s == State::kReady ? 200 : 503;
+  json body = {{"status", name}};
+  // A store that stops accepting writes refuses intervention requests (503); plain ones go on, so
+  // the server stays ready and says why it is degraded.
+  if (s == State::kReady && audit_ != nullptr) {
+    if (Status st = audit_->health(); !st.is_ok()) {
+      body["status"] = "degraded";
+      body["audit"] = st.message();
+      body["interventions"] = "refused until the audit store accepts writes again";
+    }
+  }
+  res.set_content(body.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
+}
+
+void Server::refresh_engine_gauges() {
+  if (engine_ == nullptr) return;
+  const EngineStats s = engine_->stats();
+  auto& m = metrics_;
+  m.gauge("glassbox_num_requests_running", "Sequences in the running batch").set(static_cast<double>(s.running));
+  m.gauge("glassbox_num_requests_waiting", "Sequences waiting to be scheduled").set(static_cast<double>(s.waiting));
+  m.gauge("glassbox_kv_cache_blocks_total", "KV cache blocks").set(static_cast<double>(s.kv_blocks_total));
+  m.gauge("glassbox_kv_cache_blocks_used", "KV cache blocks in use").set(static_cast<double>(s.kv_blocks_used));
+  m.gauge("glassbox_kv_cache_blocks_free", "KV cache blocks free")
+      .set(static_cast<double>(s.kv_blocks_total - s.kv_blocks_used));
+  m.gauge("glassbox_kv_cache_usage_ratio", "Fraction of KV cache blocks in use")
+      .set(s.kv_blocks_total > 0 ? static_cast<double>(s.kv_blocks_used) / static_cast<double>(s.kv_blocks_total) : 0);
+  m.counter("glassbox_prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache")
+      .set(static_cast<double>(s.prefix_cache_queries));
+  m.counter("glassbox_prefix_cache_hits_total", "Prompt tokens found in the prefix cache")
+      .set(static_cast<double>(s.prefix_cache_hits));
+  m.gauge("glassbox_prefix_cache_hit_rate", "Prefix cache hits / queries since start")
+      .set(s.prefix_cache_queries > 0
+               ? static_cast<double>(s.prefix_cache_hits) / static_cast<double>(s.prefix_cache_queries)
+               : 0);
+  m.counter("glassbox_num_preemptions_total", "Sequences preempted (recomputed) for lack of KV blocks")
+      .set(static_cast<double>(s.preemptions));
+  static const std::vector<double> kStepBounds(StepHistogram::kBounds.begin(), StepHistogram::kBounds.end());
+  m.histogram("glassbox_engine_step_duration_seconds", "Duration of engine steps (one forward + sampling)", kStepBounds)
+      .load(s.step_seconds.buckets, s.step_seconds.count, s.step_seconds.sum);
+
+  if (audit_ != nullptr)
+    m.gauge("glassbox_audit_store_ok", "1 while the audit store accepts writes (else intervention requests get 503)")
+        .set(audit_->health().is_ok() ? 1 : 0);
+  if (http_ != nullptr) {
+    const TransportStats t = http_->stats();
+    m.gauge("glassbox_http_connections_open", "Open HTTP connections").set(static_cast<double>(t.open));
+    m.counter("glassbox_http_connections_refused_total", "HTTP connections refused: max_connections reached")
+        .set(static_cast<double>(t.refused_full));
+    m.counter("glassbox_http_requests_refused_busy_total", "HTTP requests refused: every worker busy, queue full")
+        .set(static_cast<double>(t.refused_busy));
+    m.counter("glassbox_http_header_timeouts_total", "HTTP connections closed: headers did not arrive in time")
+        .set(static_cast<double>(t.header_timeouts));
+  }
+
+  const MonitorSnapshot mon = engine_->monitor();
+  if (mon.config.enabled) {
+    m.counter("glassbox_monitor_steps_total", "Engine steps the massive-activation monitor sampled")
+        .set(static_cast<double>(mon.steps_sampled));
+    static const std::vector<double> kRatioBounds(MonitorSnapshot::kRatioBounds.begin(), MonitorSnapshot::kRatioBounds.end());
+    for (size_t l = 0; l < mon.events_per_layer.size(); ++l) {
+      const Labels layer = {{"layer", std::to_string(l)}};
+      m.counter("glassbox_massive_activation_events_total",
+                "Massive activations seen by the monitor (|x| > min_abs and > min_ratio x the row's median |x|)", layer)
+          .set(static_cast<double>(mon.events_per_layer[l]));
+      m.histogram("glassbox_massive_activation_ratio",
+                  "Per sampled step and layer: the largest max|x| / median|x| of a token row", kRatioBounds, layer)
+          .load(mon.ratio_buckets[l], mon.ratio_count[l], mon.ratio_sum[l]);
+    }
+  }
+}
+
+void Server::handle_metrics(httplib::Response& res) {
+  refresh_engine_gauges();
+  res.set_content(metrics_.render(), "text/plain; version=0.0.4; charset=utf-8");
+}
+
+void Server::handle_models(const httplib::Request& req, httplib::Response& res, const std::string& id) {
+  Caller caller;
+  ApiError err;
+  if (!authorize(req, Role::kUser, &caller, &err)) return send_error(res, err);
+  json model = {{"id", cfg_.served_model_name},
+                {"object", "model"},
+                {"created", 0},
+                {"owned_by", "glassbox"},
+                {"max_model_len", max_model_len_},
+                {"vocab_size", codec_ != nullptr ? codec_->vocab_size() : 0}};
+  // Where the weights live on the server is for admins only.
+  if (caller.role == Role::kAdmin) model["root"] = cfg_.model;
+  if (id.empty()) return res.set_content(json{{"object", "list"}, {"data", json::array({model})}}.dump(),
+                                         "application/json");
+  if (id != cfg_.served_model_name) {
+    ApiError e = make_error(404, "not_found_error", "model_not_found", "The model " + quote_input(id) + " does not exist");
+    e.param = "model";
+    return send_error(res, e);
+  }
+  res.set_content(model.dump(), "application/json");
+}
+
+}  // namespace gb::server
