@@ -215,10 +215,7 @@ struct Generation {
       if (c.channel->pop(&ev, std::chrono::milliseconds(20)) && ev.glass) c.glass_report = ev.glass;
     }
     if (c.glass_report == nullptr) return json{{"error", "the engine sent no glass-box report"}};
-    json j = glass_report_json(*c.glass_report, glass.stats);
-    j["repetition_rate"] = c.repetition.rate();
-    if (c.text.stopped_by_repetition()) j["stopped_by"] = "repetition";
-    return j;
+    return glass_choice_json(*c.glass_report, glass, c.repetition, c.text.stopped_by_repetition());
   }
 
   // Collects what the engine produced, waiting up to `wait` for at least one event.
@@ -733,7 +730,7 @@ void Server::handle_admin_glass(const httplib::Request& req, httplib::Response& 
   const bool del = req.method == "DELETE";
   if (req.path == "/admin/glassbox/policy") {
     kind = "policy";
-    e = glass_->set_policy(body, &change);
+    e = req.method == "PATCH" ? glass_->patch_policy(body, &change) : glass_->set_policy(body, &change);
   } else if (req.path == "/admin/glassbox/default") {
     kind = "default_set";
     e = glass_->put_default(body, &change);
@@ -754,7 +751,7 @@ void Server::handle_admin_glass(const httplib::Request& req, httplib::Response& 
     }
   }
   if (e) return send_error(res, *e);
-  const std::string action = req.method == "POST" ? "rollback" : del ? "delete" : "set";
+  const std::string action = req.method == "POST" ? "rollback" : del ? "delete" : req.method == "PATCH" ? "merge" : "set";
   write_log({{"event", "glassbox_change"}, {"kind", kind}, {"action", action}, {"key_id", caller.key_id}, {"change", change}});
   if (Status st = audit_change(caller, kind, action, change); !st.is_ok()) {
     return send_error(res, make_error(500, "server_error", "audit_failed",
@@ -864,8 +861,10 @@ void Server::handle_generate(Endpoint endpoint, const httplib::Request& req, htt
   if (std::optional<ApiError> e = parse_request(endpoint, body, limits, *codec_, &g->req))
     return reject(*e, e->status == 404 ? "unknown_model" : "invalid");
   const json* glass_ext = body.is_object() && body.contains("glassbox") ? &body["glassbox"] : nullptr;
-  if (std::optional<ApiError> e = glass_->resolve(glass_ext, req.get_header_value("X-Glassbox-Session"), caller, &g->glass))
-    return reject(*e, e->status == 403 ? "forbidden" : "invalid");
+  const int64_t n_sequences = static_cast<int64_t>(g->req.prompts.size()) * g->req.n;
+  if (std::optional<ApiError> e =
+          glass_->resolve(glass_ext, req.get_header_value("X-Glassbox-Session"), caller, n_sequences, &g->glass))
+    return reject(*e, e->status == 403 ? "forbidden" : e->status == 429 ? "observation_budget" : "invalid");
 
   const EngineStats stats = engine_->stats();
   if (stats.waiting >= cfg_.max_queue_length) {
@@ -1035,6 +1034,7 @@ void Server::install_routes() {
   auto admin_glass = guard([this](const httplib::Request& q, httplib::Response& r) { handle_admin_glass(q, r); });
   http_->Get("/admin/glassbox", admin_glass);
   http_->Put("/admin/glassbox/policy", admin_glass);
+  http_->Patch("/admin/glassbox/policy", admin_glass);
   http_->Put("/admin/glassbox/default", admin_glass);
   http_->Post("/admin/glassbox/default/rollback", admin_glass);
   http_->Put(R"(/admin/glassbox/(presets|vectors|sessions)/([^/]+))", admin_glass);

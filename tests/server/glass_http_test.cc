@@ -166,8 +166,10 @@ TEST_F(GlassHttpTest, VectorLibrarySessionsAndTheVersionedDefaultSet) {
   ASSERT_EQ(applied.size(), 1u);
   EXPECT_EQ(applied[0]["point"], "resid_post");
 
-  // A session binds a stored set to whoever sends its header (a user included).
-  ASSERT_EQ(admin("PUT", "/admin/glassbox/sessions/exp-1", {{"interventions", {scale(0.25, 0)}}})->status, 200);
+  // A session binds a stored set to whoever sends its header, among the roles and keys it lists
+  // (a user included here; see SessionsAreBoundToRolesAndKeys).
+  ASSERT_EQ(admin("PUT", "/admin/glassbox/sessions/exp-1", {{"interventions", {scale(0.25, 0)}}, {"roles", {"user"}}})->status,
+            200);
   httplib::Headers h = auth();
   h.emplace("X-Glassbox-Session", "exp-1");
   res = client()->Post("/v1/completions", h, json{{"prompt", "x"}, {"max_tokens", 2}}.dump(), "application/json");
