@@ -466,20 +466,6 @@ std::optional<GlassError> parse_interventions(const json& list, const std::strin
   return std::nullopt;
 }
 
-std::optional<GlassError> append_set(const InterventionSet& set, const std::string& what, int32_t max_interventions,
-                                     InterventionSet* out) {
-  if (static_cast<int64_t>(out->interventions.size() + set.interventions.size()) > max_interventions) {
-    return bad(what, what + ": its " + std::to_string(set.interventions.size()) + " interventions with the " +
-                         std::to_string(out->interventions.size()) + " before them are more than " +
-                         std::to_string(max_interventions) + " (glassbox_policy.max_interventions)");
-  }
-  for (size_t i = 0; i < set.interventions.size(); ++i) {
-    out->interventions.push_back(set.interventions[i]);
-    out->sources.push_back(what + " " + (i < set.sources.size() ? set.sources[i] : ""));
-  }
-  return std::nullopt;
-}
-
 std::optional<GlassError> parse_glass_request(const json& ext, const ParseContext& ctx, const GlassGate& gate,
                                               GlassRequestParts* out) {
   *out = GlassRequestParts{};
@@ -546,6 +532,35 @@ std::optional<GlassError> parse_glass_request(const json& ext, const ParseContex
     if (auto e = parse_interventions(*it, "glassbox.interventions", ctx, true, &out->interventions)) return e;
     out->canonical["interventions"] = out->interventions.items;
   }
+  return std::nullopt;
+}
+
+std::optional<GlassError> parse_vector_directions(const json& d, const ModelConfig& m, const std::string& name,
+                                                  ControlVector* out, json* canonical) {
+  if (!d.is_object() || d.empty()) return bad("directions", "directions: expected {\"<layer>\": [n_embd numbers], ...}");
+  out->name = name;
+  out->n_embd = m.n_embd;
+  out->directions.clear();
+  *canonical = json::object();
+  for (const auto& [k, v] : d.items()) {
+    char* end = nullptr;
+    const long l = std::strtol(k.c_str(), &end, 10);
+    if (end == k.c_str() || *end != '\0' || l < 0 || l >= m.n_layers)
+      return bad("directions", "directions." + name_brief(k) + ": not a layer of this model");
+    const std::string w = "directions." + k;
+    if (!v.is_array()) return bad("directions", w + ": expected a list of numbers");
+    if (static_cast<int64_t>(v.size()) != m.n_embd)
+      return bad("directions", w + ": " + std::to_string(v.size()) + " values, the model has " + std::to_string(m.n_embd) +
+                                   " dims");
+    std::vector<float> values;
+    if (auto e = parse_floats(v, "directions", w, static_cast<size_t>(m.n_embd), "the model", &values)) {
+      e->param = "directions";
+      return e;
+    }
+    (*canonical)[k] = floats_json(values);
+    out->directions.emplace_back(static_cast<int32_t>(l), std::move(values));
+  }
+  std::sort(out->directions.begin(), out->directions.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   return std::nullopt;
 }
 

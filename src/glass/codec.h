@@ -43,14 +43,6 @@
 
 namespace gb {
 
-// A list of interventions resolved against the model: what a request's items, a preset, a session
-// or the default set expanded to. Immutable once made (shared by the admin state's snapshots).
-struct InterventionSet {
-  std::vector<Intervention> interventions;  // each resolved once (resolve_intervention)
-  std::vector<std::string> sources;         // [interventions]: the item it came from, for messages
-  nlohmann::json items = nlohmann::json::array();  // the items as given, re-encoded in request syntax
-};
-
 // The names a request's items may refer to.
 struct GlassCatalog {
   const std::map<std::string, std::shared_ptr<const InterventionSet>>* presets = nullptr;
@@ -69,10 +61,11 @@ struct ParseContext {
 // resolved, to *out. allow_presets: items may be {"preset": NAME} (not inside a preset).
 std::optional<GlassError> parse_interventions(const nlohmann::json& list, const std::string& where,
                                               const ParseContext& ctx, bool allow_presets, InterventionSet* out);
-// Appends a stored set to *out, refusing it when the total would pass max_interventions. what
-// names the set ("session exp-1").
-std::optional<GlassError> append_set(const InterventionSet& set, const std::string& what, int32_t max_interventions,
-                                     InterventionSet* out);
+// A control vector given as JSON: {"<layer>": [n_embd numbers], ...} (a layer at most once).
+// *canonical: the directions re-encoded.
+std::optional<GlassError> parse_vector_directions(const nlohmann::json& directions, const ModelConfig& m,
+                                                  const std::string& name, ControlVector* out,
+                                                  nlohmann::json* canonical);
 
 // A request's `glassbox` object, parsed and resolved.
 struct GlassRequestParts {

@@ -115,6 +115,32 @@ bool covers_dim(const Intervention& iv, int32_t d) {
 
 }  // namespace
 
+std::optional<GlassError> append_set(const InterventionSet& set, const std::string& what, int32_t max_interventions,
+                                     InterventionSet* out) {
+  if (static_cast<int64_t>(out->interventions.size() + set.interventions.size()) > max_interventions) {
+    return glass_invalid(what, what + ": its " + std::to_string(set.interventions.size()) + " interventions with the " +
+                         std::to_string(out->interventions.size()) + " before them are more than " +
+                         std::to_string(max_interventions) + " (glassbox_policy.max_interventions)");
+  }
+  for (size_t i = 0; i < set.interventions.size(); ++i) {
+    out->interventions.push_back(set.interventions[i]);
+    out->sources.push_back(what + " " + (i < set.sources.size() ? set.sources[i] : ""));
+  }
+  return std::nullopt;
+}
+
+std::optional<GlassError> check_set(const InterventionSet& set, const GlassLimits& limits, const ModelConfig& c) {
+  if (static_cast<int64_t>(set.interventions.size()) > limits.max_interventions) {
+    return glass_invalid("interventions", std::to_string(set.interventions.size()) + " interventions, more than " +
+                                              std::to_string(limits.max_interventions) +
+                                              " (glassbox_policy.max_interventions)");
+  }
+  for (size_t i = 0; i < set.interventions.size(); ++i) {
+    if (auto e = check_item(set.interventions[i], set.sources[i], limits)) return e;
+  }
+  return check_combined(set.interventions, set.sources, limits, c, "interventions");
+}
+
 std::string short_float(double v) {
   if (std::isnan(v)) return "nan";
   if (std::isinf(v)) return v > 0 ? "inf" : "-inf";

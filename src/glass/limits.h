@@ -6,8 +6,11 @@
 #include <array>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "glass/error.h"
 #include "glass/spec.h"
@@ -32,6 +35,19 @@ struct GlassLimits {
   bool capped(InterventionOp op) const { return cap(op) < std::numeric_limits<double>::infinity(); }
 };
 
+// A list of interventions resolved against the model: what a request's items, a preset, a session
+// or the default set expanded to. Immutable once made (shared by the admin state's snapshots).
+struct InterventionSet {
+  std::vector<Intervention> interventions;  // each resolved once (resolve_intervention)
+  std::vector<std::string> sources;         // [interventions]: the item it came from, for messages
+  nlohmann::json items = nlohmann::json::array();  // the items as given, re-encoded in request syntax
+};
+
+// Appends a stored set to *out, refusing it when the total would pass max_interventions. what
+// names the set ("session exp-1"); the sources become "<what> <source>".
+std::optional<GlassError> append_set(const InterventionSet& set, const std::string& what, int32_t max_interventions,
+                                     InterventionSet* out);
+
 // One resolved intervention against the limits on its own: its op's cap, the layers and points.
 // `where` names the item ("glassbox.interventions[0]").
 //   scale, set, ablate, clip_massive, clamp: |strength| ≤ cap
@@ -51,6 +67,10 @@ std::optional<GlassError> check_item(const Intervention& iv, const std::string& 
 std::optional<GlassError> check_combined(const std::vector<Intervention>& interventions,
                                          const std::vector<std::string>& sources, const GlassLimits& limits,
                                          const ModelConfig& c, const std::string& param);
+
+// A stored set under the limits, as requests would meet it alone: its size, every item
+// (check_item), the stacked effect (check_combined).
+std::optional<GlassError> check_set(const InterventionSet& set, const GlassLimits& limits, const ModelConfig& c);
 
 // A float as its shortest decimal ("-0.98", "inf"), for messages.
 std::string short_float(double v);

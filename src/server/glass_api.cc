@@ -71,19 +71,6 @@ std::optional<ApiError> check_name(const std::string& kind, const std::string& n
 
 std::string default_label(int64_t version) { return "default set v" + std::to_string(version); }
 
-// How a stored set fares under st's limits alone: every item, the count, the stacked effect.
-std::optional<GlassError> check_set(const InterventionSet& set, const GlassState& st, const ModelConfig& m) {
-  if (static_cast<int64_t>(set.interventions.size()) > st.limits.max_interventions) {
-    return glass_invalid("interventions", std::to_string(set.interventions.size()) + " interventions, more than " +
-                                              std::to_string(st.limits.max_interventions) +
-                                              " (glassbox_policy.max_interventions)");
-  }
-  for (size_t i = 0; i < set.interventions.size(); ++i) {
-    if (auto e = check_item(set.interventions[i], set.sources[i], st.limits)) return e;
-  }
-  return check_combined(set.interventions, set.sources, st.limits, m, "interventions");
-}
-
 // A session set as requests meet it: followed by the default set in force.
 std::optional<GlassError> check_with_default(const InterventionSet& session, const std::string& session_name,
                                              const GlassState& st, const ModelConfig& m) {
@@ -100,14 +87,14 @@ std::optional<GlassError> check_with_default(const InterventionSet& session, con
 std::vector<std::string> conflicts(const GlassState& st, const ModelConfig& m) {
   std::vector<std::string> out;
   for (const auto& [name, set] : st.presets) {
-    if (auto e = check_set(*set, st, m)) out.push_back("preset " + name + ": " + e->message);
+    if (auto e = check_set(*set, st.limits, m)) out.push_back("preset " + name + ": " + e->message);
   }
   if (st.default_version > 0) {
-    if (auto e = check_set(*st.defaults[st.default_version - 1], st, m))
+    if (auto e = check_set(*st.defaults[st.default_version - 1], st.limits, m))
       out.push_back(default_label(st.default_version) + ": " + e->message);
   }
   for (const auto& [id, s] : st.sessions) {
-    if (auto e = check_set(*s.set, st, m)) {
+    if (auto e = check_set(*s.set, st.limits, m)) {
       out.push_back("session " + id + ": " + e->message);
     } else if (auto e2 = check_with_default(*s.set, id, st, m)) {
       out.push_back("session " + id + " with the " + default_label(st.default_version) + ": " + e2->message);
@@ -301,11 +288,14 @@ std::optional<ApiError> GlassService::resolve(const json* ext, const std::string
     return e;
   }
   struct Reservation {
+    Reservation(std::shared_ptr<std::atomic<int64_t>> u, int64_t b) : used(std::move(u)), bytes(b) {}
+    Reservation(const Reservation&) = delete;
+    Reservation& operator=(const Reservation&) = delete;
+    ~Reservation() { used->fetch_sub(bytes); }
     std::shared_ptr<std::atomic<int64_t>> used;
     int64_t bytes;
-    ~Reservation() { used->fetch_sub(bytes); }
   };
-  out->observation = std::make_shared<const Reservation>(Reservation{observation_used_, bytes});
+  out->observation = std::make_shared<const Reservation>(observation_used_, bytes);
   out->observation_bytes = bytes;
 
   out->intervenes = !sealed->interventions.empty();
@@ -469,34 +459,8 @@ std::optional<ApiError> GlassService::put_vector(const std::string& name, const 
     cv = std::move(r.value());
     *change = {{"vector", name}, {"path", body["path"]}};
   } else {
-    const json& d = body["directions"];
-    if (!d.is_object() || d.empty()) return bad("directions", "directions: expected {\"<layer>\": [n_embd numbers], ...}");
-    cv.name = name;
-    cv.n_embd = model_->n_embd;
-    json directions = json::object();
-    for (const auto& [k, v] : d.items()) {
-      char* end = nullptr;
-      const long l = std::strtol(k.c_str(), &end, 10);
-      if (end == k.c_str() || *end != '\0' || l < 0 || l >= model_->n_layers)
-        return bad("directions", "directions." + name_brief(k) + ": not a layer of this model");
-      if (!v.is_array()) return bad("directions", "directions." + k + ": expected a list of numbers");
-      if (static_cast<int64_t>(v.size()) != model_->n_embd)
-        return bad("directions", "directions." + k + ": " + std::to_string(v.size()) + " values, the model has " +
-                                     std::to_string(model_->n_embd) + " dims");
-      std::vector<float> values;
-      json canon = json::array();
-      for (const json& x : v) {
-        const double dv = x.is_number() ? x.get<double>() : NAN;
-        const float f = static_cast<float>(dv);
-        if (!x.is_number()) return bad("directions", "directions." + k + ": expected a list of numbers");
-        if (!std::isfinite(dv) || !std::isfinite(f)) return bad("directions", "directions." + k + ": values must be finite");
-        values.push_back(x.get<float>());
-        canon.push_back(float_json(values.back()));
-      }
-      directions[k] = std::move(canon);
-      cv.directions.emplace_back(static_cast<int32_t>(l), std::move(values));
-    }
-    std::sort(cv.directions.begin(), cv.directions.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    json directions;
+    if (auto e = parse_vector_directions(body["directions"], *model_, name, &cv, &directions)) return to_api(*e);
     json layers = json::array();
     for (const auto& [l, v] : cv.directions) layers.push_back(l);
     *change = {{"vector", name}, {"layers", layers}, {"directions", directions}};
