@@ -1,6 +1,7 @@
 // Hook points: the named tensors of the forward pass (VISION.md), the set of active (point, layer)
-// pairs, and the observers that receive them. The active set is fixed before a step, so an
-// inactive point costs the forward pass one bit test.
+// pairs, the observers that receive them, and the interface of a step's table of in-place edits
+// (StepTable; the glass box implements it, the model depends on nothing of the glass box). The
+// active set is fixed before a step, so an inactive point costs the forward pass one bit test.
 #pragma once
 
 #include <cstdint>
