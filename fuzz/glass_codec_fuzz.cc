@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string_view>
 
+#include "glass/accumulator.h"
 #include "glass/codec.h"
 #include "glass/limits.h"
 
