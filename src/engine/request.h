@@ -16,7 +16,7 @@
 
 #include "core/status.h"
 #include "engine/sampler.h"
-#include "model/glass.h"
+#include "glass/glass.h"
 
 namespace gb {
 

@@ -1,8 +1,6 @@
 // Hook point names and the active hook set.
 #include "model/hooks.h"
 
-#include "model/glass.h"
-
 namespace gb {
 
 namespace {
@@ -52,8 +50,8 @@ void Hooks::clear() {
   update_masks();
 }
 
-void Hooks::set_glass(const GlassStep* glass) {
-  glass_ = glass;
+void Hooks::set_glass(const StepTable* table) {
+  glass_ = table;
   update_masks();
 }
 

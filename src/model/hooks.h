@@ -1,6 +1,7 @@
 // Hook points: the named tensors of the forward pass (VISION.md), the set of active (point, layer)
-// pairs, and the observers that receive them. The active set is fixed before a step, so an
-// inactive point costs the forward pass one bit test.
+// pairs, the observers that receive them, and the interface of a step's table of in-place edits
+// (StepTable; the glass box implements it, the model depends on nothing of the glass box). The
+// active set is fixed before a step, so an inactive point costs the forward pass one bit test.
 #pragma once
 
 #include <cstdint>
@@ -45,11 +46,26 @@ struct HookTensor {
   const Batch* batch;   // seq_index / positions of those rows, to split them by sequence
 };
 
-// Receives hook tensors. Called on the forward pass's thread, in layer order; must not keep
-// pointers past the call. Observers see the values after the step's interventions (GlassStep),
-// which are data tables applied at the same points, not observers.
-class GlassStep;
+// One step's table of in-place edits and per-row work at the per-layer points, as the forward
+// pass sees it: which (point, layer) pairs it touches and a call that applies it to a hook tensor.
+// The glass box's GlassStep (src/glass) implements it; the model knows only this interface.
+class StepTable {
+ public:
+  virtual ~StepTable() = default;
+  virtual int32_t n_layers() const = 0;
+  // Bits (hook_bit) of the per-layer points the table touches at layer l.
+  virtual uint32_t layer_mask(int32_t layer) const = 0;
+  // One past the highest batch row the table touches (the forward checks it against the batch).
+  virtual int32_t rows_needed() const = 0;
+  // Applies the table's work for (p, layer) to data[n_rows, width] in place (rows = batch rows
+  // 0..n_rows-1). Called on the forward pass's thread, in layer order.
+  virtual void apply(HookPoint p, int32_t layer, float* data, int64_t n_rows, int64_t width,
+                     const Batch& batch) const = 0;
+};
 
+// Receives hook tensors. Called on the forward pass's thread, in layer order; must not keep
+// pointers past the call. Observers see the values after the step table's edits (the glass box's
+// interventions), which are data applied at the same points, not observers.
 class Observer {
  public:
   virtual ~Observer() = default;
@@ -57,7 +73,7 @@ class Observer {
 };
 
 // The active hook set of a step: for each (point, layer) the observers to call, and optionally the
-// step's glass-box table (interventions, per-request observation, the monitor).
+// step's table (the glass box: interventions, per-request observation, the monitor).
 class Hooks {
  public:
   explicit Hooks(int32_t n_layers);
@@ -66,19 +82,19 @@ class Hooks {
   void watch(HookPoint p, int32_t layer, Observer* obs);
   // Clears the observers (and detaches the glass table).
   void clear();
-  // Attaches this step's glass table (null: none). Call after GlassStep::finalize, before the
-  // forward pass; the layer masks become the observers' bits | the table's bits.
-  void set_glass(const GlassStep* glass);
-  const GlassStep* glass() const { return glass_; }
+  // Attaches this step's table (null: none). Call once the table is complete (GlassStep::finalize),
+  // before the forward pass; the layer masks become the observers' bits | the table's bits.
+  void set_glass(const StepTable* table);
+  const StepTable* glass() const { return glass_; }
 
   // Bits (hook_bit) of the per-layer points active at layer l; of the global points.
   uint32_t layer_mask(int32_t l) const { return masks_[l]; }
   uint32_t global_mask() const { return masks_.back(); }
   bool empty() const;
 
-  // A hook point's tensor was produced: applies the glass table's interventions for (p, layer) to
-  // data in place (per-layer points; data rows are the batch rows 0..n_rows-1), records the
-  // table's observations, then calls the observers. Layer loops call it through hook_point().
+  // A hook point's tensor was produced: applies the step table for (p, layer) to data in place
+  // (per-layer points; data rows are the batch rows 0..n_rows-1), then calls the observers.
+  // Layer loops call it through hook_point().
   void emit(HookPoint p, int32_t layer, float* data, int64_t n_rows, int64_t width, const int32_t* row_ids,
             const Batch& batch) const;
 
@@ -89,8 +105,8 @@ class Hooks {
   int32_t n_layers_;
   void update_masks();
   std::vector<uint32_t> observer_masks_;          // [n_layers + 1] bits with observers; the last is the global points
-  std::vector<uint32_t> masks_;                   // [n_layers + 1] observer_masks_ | the glass table's bits
-  const GlassStep* glass_ = nullptr;
+  std::vector<uint32_t> masks_;                   // [n_layers + 1] observer_masks_ | the step table's bits
+  const StepTable* glass_ = nullptr;
   std::vector<std::vector<Observer*>> observers_;  // [(n_layers + 1) · kNumHookPoints]
 };
 

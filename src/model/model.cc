@@ -2,7 +2,6 @@
 #include "model/model.h"
 
 #include "model/arch.h"
-#include "model/glass.h"
 
 namespace gb {
 
@@ -126,7 +125,7 @@ Status Model::forward(const Batch& batch, KvCache& cache, const Hooks* hooks, fl
                          std::to_string(config_.n_layers));
   }
   if (hooks != nullptr && hooks->glass() != nullptr) {
-    const GlassStep& g = *hooks->glass();
+    const StepTable& g = *hooks->glass();
     if (g.n_layers() != config_.n_layers || g.rows_needed() > batch.n_tokens()) {
       return Status::error("forward: the glass table was made for another model or batch (" + std::to_string(g.n_layers()) +
                            " layers, " + std::to_string(g.rows_needed()) + " rows)");

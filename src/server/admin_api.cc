@@ -32,7 +32,7 @@ void Server::handle_admin_glass(const httplib::Request& req, const std::string& 
     if (std::optional<ApiError> e = parse_json_body(body_text, &body)) return send_error(res, *e);
   }
   const bool del = req.method == "DELETE";
-  const std::string action = req.method == "POST" ? "rollback" : del ? "delete" : "set";
+  const std::string action = req.method == "POST" ? "rollback" : del ? "delete" : req.method == "PATCH" ? "merge" : "set";
   const std::string kind = req.path == "/admin/glassbox/policy"                        ? "policy"
                            : req.path.rfind("/admin/glassbox/default", 0) == 0          ? "default_set"
                            : req.matches.size() > 1 && req.matches[1].str() == "presets" ? "preset"
@@ -62,7 +62,8 @@ void Server::handle_admin_glass(const httplib::Request& req, const std::string& 
 
 std::optional<ApiError> Server::apply_glass_change(const httplib::Request& req, const json& body, json* change) {
   const bool del = req.method == "DELETE";
-  if (req.path == "/admin/glassbox/policy") return glass_->set_policy(body, change);
+  if (req.path == "/admin/glassbox/policy")
+    return req.method == "PATCH" ? glass_->patch_policy(body, change) : glass_->set_policy(body, change);
   if (req.path == "/admin/glassbox/default") return glass_->put_default(body, change);
   if (req.path == "/admin/glassbox/default/rollback") return glass_->rollback_default(change);
   const std::string what = req.matches[1].str(), name = req.matches[2].str();

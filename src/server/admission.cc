@@ -117,8 +117,10 @@ std::optional<Server::Refusal> Server::admit(Endpoint endpoint, const httplib::R
   if (std::optional<ApiError> e = parse_request(endpoint, body, limits, *codec_, &g->req))
     return Refusal{*e, e->status == 404 ? "unknown_model" : "invalid"};
   const json* glass_ext = body.is_object() && body.contains("glassbox") ? &body["glassbox"] : nullptr;
-  if (std::optional<ApiError> e = glass_->resolve(glass_ext, req.get_header_value("X-Glassbox-Session"), caller, &g->glass))
-    return Refusal{*e, e->status == 403 ? "forbidden" : "invalid"};
+  const int64_t n_sequences = static_cast<int64_t>(g->req.prompts.size()) * g->req.n;
+  if (std::optional<ApiError> e =
+          glass_->resolve(glass_ext, req.get_header_value("X-Glassbox-Session"), caller, n_sequences, &g->glass))
+    return Refusal{*e, e->status == 403 ? "forbidden" : e->status == 429 ? "observation_budget" : "invalid"};
 
   const EngineStats stats = engine_->stats();
   if (stats.waiting >= cfg_.max_queue_length) {

@@ -179,6 +179,27 @@ nlohmann::json yaml_to_json(const YAML::Node& node) {
 
 }  // namespace
 
+namespace {
+// A short description of a JSON value for messages (never the whole of an unbounded input).
+std::string brief_name(const std::string& s) {
+  if (s.size() <= 64) return s;
+  size_t cut = 64;
+  while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) --cut;  // not inside a UTF-8 sequence
+  return s.substr(0, cut) + "...";
+}
+std::string brief(const nlohmann::json& v) {
+  if (v.is_string()) return "'" + brief_name(v.get<std::string>()) + "'";
+  if (v.is_array()) return "a list";
+  if (v.is_object()) return "an object";
+  return v.dump();
+}
+bool int_in(const nlohmann::json& v, int64_t lo, int64_t hi) {
+  if (!v.is_number_integer()) return false;
+  if (v.is_number_unsigned()) return v.get<uint64_t>() <= static_cast<uint64_t>(hi);
+  return v.get<int64_t>() >= lo && v.get<int64_t>() <= hi;
+}
+}  // namespace
+
 Status parse_glass_policy(const nlohmann::json& j, GlassPolicyConfig* out) {
   const std::string w = "glassbox_policy";
   if (!j.is_object()) return Status::error(w + ": expected a map");
@@ -189,7 +210,7 @@ Status parse_glass_policy(const nlohmann::json& j, GlassPolicyConfig* out) {
     dst->clear();
     for (const auto& r : v) {
       auto role = r.is_string() ? parse_role(r.get<std::string>()) : std::nullopt;
-      if (!role) return Status::error(w + "." + key + ": '" + r.dump() + "' is not user, researcher or admin");
+      if (!role) return Status::error(w + "." + key + ": " + brief(r) + " is not user, researcher or admin");
       dst->push_back(*role);
     }
     return Status::ok();
@@ -205,9 +226,9 @@ Status parse_glass_policy(const nlohmann::json& j, GlassPolicyConfig* out) {
       p.caps.clear();
       for (const auto& [op, cap] : v.items()) {
         if (!kOps.count(op))
-          return Status::error(w + ".caps." + op + ": unknown op (scale, add, set, clamp, ablate, clip_massive)");
-        if (!cap.is_number() || cap.get<double>() < 0)
-          return Status::error(w + ".caps." + op + ": expected a number >= 0");
+          return Status::error(w + ".caps." + brief_name(op) + ": unknown op (scale, add, set, clamp, ablate, clip_massive)");
+        if (!cap.is_number() || !std::isfinite(cap.get<double>()) || cap.get<double>() < 0)
+          return Status::error(w + ".caps." + op + ": expected a finite number >= 0");
         p.caps[op] = cap.get<double>();
       }
     } else if (key == "allowed_layers") {
@@ -215,8 +236,8 @@ Status parse_glass_policy(const nlohmann::json& j, GlassPolicyConfig* out) {
       if (v.is_string() && v.get<std::string>() == "all") continue;
       if (!v.is_array()) return Status::error(w + ".allowed_layers: expected \"all\" or a list of layer numbers");
       for (const auto& l : v) {
-        if (!l.is_number_integer() || l.get<int64_t>() < 0)
-          return Status::error(w + ".allowed_layers: '" + l.dump() + "' is not a layer number");
+        if (!int_in(l, 0, 1 << 30))
+          return Status::error(w + ".allowed_layers: " + brief(l) + " is not a layer number");
         p.allowed_layers.push_back(l.get<int64_t>());
       }
     } else if (key == "allowed_points") {
@@ -227,8 +248,8 @@ Status parse_glass_policy(const nlohmann::json& j, GlassPolicyConfig* out) {
                                                     "resid_post"};
       for (const auto& pt : v) {
         if (!pt.is_string() || !kPoints.count(pt.get<std::string>()))
-          return Status::error(w + ".allowed_points: '" + pt.dump() +
-                               "' is not a per-layer hook point (resid_pre, attn_out, resid_mid, mlp_act, mlp_out, "
+          return Status::error(w + ".allowed_points: " + brief(pt) +
+                               " is not a per-layer hook point (resid_pre, attn_out, resid_mid, mlp_act, mlp_out, "
                                "resid_post)");
         p.allowed_points.push_back(pt.get<std::string>());
       }
@@ -236,7 +257,7 @@ Status parse_glass_policy(const nlohmann::json& j, GlassPolicyConfig* out) {
       if (!v.is_object()) return Status::error(w + ".presets: expected a map of name -> list of interventions");
       for (const auto& [name, list] : v.items()) {
         if (!list.is_array() || list.empty())
-          return Status::error(w + ".presets." + name + ": expected a non-empty list of interventions");
+          return Status::error(w + ".presets." + brief_name(name) + ": expected a non-empty list of interventions");
       }
       p.presets = v;
     } else if (key == "control_vectors") {
@@ -247,10 +268,14 @@ Status parse_glass_policy(const nlohmann::json& j, GlassPolicyConfig* out) {
           return Status::error(w + ".control_vectors: each entry needs a name and a path");
         p.control_vectors.push_back({cv["name"].get<std::string>(), cv["path"].get<std::string>()});
       }
+    } else if (key == "max_interventions") {
+      if (!int_in(v, 1, 65536))
+        return Status::error(w + ".max_interventions: expected 1..65536");
+      p.max_interventions = v.get<int64_t>();
     } else {
-      return Status::error(w + "." + key +
+      return Status::error(w + "." + brief_name(key) +
                            ": unknown key (intervention_roles, observe_roles, caps, allowed_layers, allowed_points, "
-                           "presets, control_vectors)");
+                           "presets, control_vectors, max_interventions)");
     }
   }
   *out = std::move(p);
@@ -271,7 +296,8 @@ nlohmann::json glass_policy_json(const GlassPolicyConfig& p) {
           {"allowed_layers", p.allowed_layers.empty() ? nlohmann::json("all") : nlohmann::json(p.allowed_layers)},
           {"allowed_points", p.allowed_points.empty() ? nlohmann::json("all") : nlohmann::json(p.allowed_points)},
           {"presets", p.presets},
-          {"control_vectors", cvs}};
+          {"control_vectors", cvs},
+          {"max_interventions", p.max_interventions}};
 }
 
 Status apply_yaml(std::string_view yaml_text, ServerConfig* cfg) {

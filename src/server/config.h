@@ -50,6 +50,7 @@ struct GlassPolicyConfig {
   std::vector<std::string> allowed_points;  // hook point names; empty: every per-layer point
   nlohmann::json presets = nlohmann::json::object();  // name -> list of interventions (request syntax)
   std::vector<ControlVectorFile> control_vectors;
+  int64_t max_interventions = 256;  // resolved interventions per request (after presets, vectors, session, default set)
 };
 
 // Parses the policy from JSON (the YAML map converted, or an admin request); errors name the key.
@@ -105,6 +106,8 @@ struct ServerConfig {
   double monitor_min_abs = 100;      // the rule: |x| > min_abs and |x| > min_ratio · median|x|
   double monitor_min_ratio = 1000;
   int64_t repetition_ngram = 4;      // n of the n-gram repetition rate of generated text
+  int64_t max_request_observation_bytes = 16 << 20;  // observation memory one request may hold (all its sequences)
+  int64_t max_observation_bytes = 256 << 20;         // observation memory of all requests in flight together
   GlassPolicyConfig glassbox_policy;
 
   // Logging
@@ -174,6 +177,12 @@ void visit_fields(Config& c, F&& f) {
   f(FieldInfo{"monitor_min_ratio", "massive activation: |x| above this times the row's median |x|", 0, 1e30},
     c.monitor_min_ratio);
   f(FieldInfo{"repetition_ngram", "n of the generated text's n-gram repetition rate", 1, 64}, c.repetition_ngram);
+  f(FieldInfo{"max_request_observation_bytes",
+              "glass-box observation memory one request may hold, all its sequences (statistics, events, captures)",
+              4096, 1e15},
+    c.max_request_observation_bytes);
+  f(FieldInfo{"max_observation_bytes", "glass-box observation memory of all requests in flight together", 4096, 1e15},
+    c.max_observation_bytes);
   f(FieldInfo{"log_prompts", "write prompt text into request logs"}, c.log_prompts);
   f(FieldInfo{"log_level", "trace, debug, info, warn or error"}, c.log_level);
 }

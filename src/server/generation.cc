@@ -162,10 +162,7 @@ json Generation::glass_json(ChoiceState& c) {
     if (c.channel->pop(&ev, std::chrono::milliseconds(20)) && ev.glass) c.glass_report = ev.glass;
   }
   if (c.glass_report == nullptr) return json{{"error", "the engine sent no glass-box report"}};
-  json j = glass_report_json(*c.glass_report, glass.stats);
-  j["repetition_rate"] = c.repetition.rate();
-  if (c.text.stopped_by_repetition()) j["stopped_by"] = "repetition";
-  return j;
+  return glass_choice_json(*c.glass_report, glass, c.repetition, c.text.stopped_by_repetition());
 }
 
 void Generation::poll(std::chrono::milliseconds wait, std::vector<std::pair<size_t, ChoiceDelta>>* out) {

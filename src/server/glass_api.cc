@@ -1,9 +1,8 @@
 #include "server/glass_api.h"
 
 #include <algorithm>
-#include <charconv>
 #include <cmath>
-#include <limits>
+#include <cstdlib>
 #include <set>
 
 namespace gb::server {
@@ -23,6 +22,25 @@ ApiError forbidden(const std::string& code, const std::string& message) {
   return e;
 }
 
+ApiError to_api(const GlassError& g) {
+  if (g.forbidden) return forbidden(g.code, g.message);
+  ApiError e = bad(g.param, g.message);
+  e.code = g.code;
+  return e;
+}
+
+ApiError conflict(const std::string& what, const std::vector<std::string>& conflicts) {
+  ApiError e;
+  e.status = 409;
+  e.code = "policy_conflict";
+  std::string list;
+  for (size_t i = 0; i < conflicts.size() && i < 20; ++i) list += "; " + conflicts[i];
+  if (conflicts.size() > 20) list += "; and " + std::to_string(conflicts.size() - 20) + " more";
+  e.message = what + " conflicts with " + std::to_string(conflicts.size()) +
+              " stored set(s), which requests would then be refused for; change or delete them first" + list;
+  return e;
+}
+
 bool has_role(const std::vector<Role>& roles, Role r) { return std::find(roles.begin(), roles.end(), r) != roles.end(); }
 
 std::string roles_text(const std::vector<Role>& roles) {
@@ -31,135 +49,102 @@ std::string roles_text(const std::vector<Role>& roles) {
   return s.empty() ? "none" : s;
 }
 
-// "layer": 3 | "layers": "all" | [0, 3] | {"from": 2, "to": 9} -> sorted distinct layers.
-std::optional<ApiError> parse_layers(const json& item, const std::string& where, int32_t n_layers,
-                                     std::vector<int32_t>* out) {
-  out->clear();
-  const bool has_layer = item.contains("layer"), has_layers = item.contains("layers");
-  if (has_layer == has_layers) return bad(where, where + ": give exactly one of layer or layers");
-  const std::string w = where + (has_layer ? ".layer" : ".layers");
-  const json& v = has_layer ? item["layer"] : item["layers"];
-  auto check = [&](const json& l) -> std::optional<ApiError> {
-    if (!l.is_number_integer()) return bad(w, w + ": '" + l.dump() + "' is not a layer number");
-    const int64_t x = l.get<int64_t>();
-    if (x < 0 || x >= n_layers)
-      return bad(w, w + ": layer " + std::to_string(x) + " is outside the model's layers 0.." + std::to_string(n_layers - 1));
-    out->push_back(static_cast<int32_t>(x));
-    return std::nullopt;
-  };
-  if (v.is_string() && v.get<std::string>() == "all") {
-    for (int32_t l = 0; l < n_layers; ++l) out->push_back(l);
-  } else if (v.is_number_integer()) {
-    if (auto e = check(v)) return e;
-  } else if (v.is_array() && !has_layer) {
-    for (const json& l : v) {
-      if (auto e = check(l)) return e;
+// A header value for a message: printable ASCII only, at most 64 characters.
+std::string header_brief(const std::string& s) {
+  std::string out;
+  for (char ch : s) {
+    if (out.size() == 64) return out + "...";
+    out += ch >= 0x20 && ch < 0x7f ? ch : '?';
+  }
+  return out;
+}
+
+// Names of presets, vectors and sessions (they appear in URLs, messages and audit rows).
+std::optional<ApiError> check_name(const std::string& kind, const std::string& name) {
+  const bool ok = !name.empty() && name.size() <= 128 && std::all_of(name.begin(), name.end(), [](char ch) {
+    return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '-' || ch == '_' ||
+           ch == '.' || ch == ':';
+  });
+  if (ok) return std::nullopt;
+  return bad(kind, kind + " names are 1..128 characters of letters, digits and - _ . : ('" + header_brief(name) + "')");
+}
+
+std::string default_label(int64_t version) { return "default set v" + std::to_string(version); }
+
+// A session set as requests meet it: followed by the default set in force.
+std::optional<GlassError> check_with_default(const InterventionSet& session, const std::string& session_name,
+                                             const GlassState& st, const ModelConfig& m) {
+  if (st.default_version == 0) return std::nullopt;
+  InterventionSet both;
+  if (auto e = append_set(session, "session " + session_name, st.limits.max_interventions, &both)) return e;
+  if (auto e = append_set(*st.defaults[st.default_version - 1], default_label(st.default_version),
+                          st.limits.max_interventions, &both))
+    return e;
+  return check_combined(both.interventions, both.sources, st.limits, m, "interventions");
+}
+
+// Every stored set that requests would be refused for under st (its policy and limits).
+std::vector<std::string> conflicts(const GlassState& st, const ModelConfig& m) {
+  std::vector<std::string> out;
+  for (const auto& [name, set] : st.presets) {
+    if (auto e = check_set(*set, st.limits, m)) out.push_back("preset " + name + ": " + e->message);
+  }
+  if (st.default_version > 0) {
+    if (auto e = check_set(*st.defaults[st.default_version - 1], st.limits, m))
+      out.push_back(default_label(st.default_version) + ": " + e->message);
+  }
+  for (const auto& [id, s] : st.sessions) {
+    if (auto e = check_set(*s.set, st.limits, m)) {
+      out.push_back("session " + id + ": " + e->message);
+    } else if (auto e2 = check_with_default(*s.set, id, st, m)) {
+      out.push_back("session " + id + " with the " + default_label(st.default_version) + ": " + e2->message);
     }
-  } else if (v.is_object() && !has_layer && v.contains("from") && v.contains("to")) {
-    if (!v["from"].is_number_integer() || !v["to"].is_number_integer())
-      return bad(w, w + ": from and to must be layer numbers");
-    const int64_t a = v["from"].get<int64_t>(), b = v["to"].get<int64_t>();
-    if (a > b) return bad(w, w + ": from > to");
-    for (int64_t l = a; l <= b; ++l) {
-      if (auto e = check(json(l))) return e;
-    }
-  } else {
-    return bad(w, w + ": expected a layer number" + (has_layer ? "" : ", \"all\", a list or {\"from\", \"to\"}"));
   }
-  std::sort(out->begin(), out->end());
-  out->erase(std::unique(out->begin(), out->end()), out->end());
-  if (out->empty()) return bad(w, w + ": no layers");
-  return std::nullopt;
+  return out;
 }
 
-std::optional<ApiError> parse_tokens(const json& v, const std::string& w, TokenSelector* out) {
-  if (v.is_string()) {
-    auto scope = parse_token_scope(v.get<std::string>());
-    if (!scope || *scope == TokenScope::kPositions)
-      return bad(w, w + ": expected all, prompt, generated, first or a list of token positions");
-    out->scope = *scope;
-    return std::nullopt;
+json session_json(const GlassSession& s) {
+  json j = {{"interventions", s.set->items}};
+  if (s.restricted) {
+    json roles = json::array();
+    for (Role r : s.roles) roles.push_back(role_name(r));
+    j["roles"] = roles;
+    j["keys"] = s.keys;
   }
-  if (!v.is_array() || v.empty()) return bad(w, w + ": expected all, prompt, generated, first or a list of positions");
-  if (v.size() > static_cast<size_t>(kMaxSelectedPositions))
-    return bad(w, w + ": at most " + std::to_string(kMaxSelectedPositions) + " positions");
-  out->scope = TokenScope::kPositions;
-  for (const json& p : v) {
-    if (!p.is_number_integer() || p.get<int64_t>() < 0 || p.get<int64_t>() > (1 << 30))
-      return bad(w, w + ": '" + p.dump() + "' is not a token position");
-    out->positions.push_back(p.get<int32_t>());
-  }
-  return std::nullopt;
-}
-
-std::optional<ApiError> parse_floats(const json& v, const std::string& w, std::vector<float>* out) {
-  if (!v.is_array()) return bad(w, w + ": expected a list of numbers");
-  out->clear();
-  out->reserve(v.size());
-  for (const json& x : v) {
-    if (!x.is_number()) return bad(w, w + ": expected a list of numbers");
-    out->push_back(x.get<float>());
-  }
-  return std::nullopt;
-}
-
-std::optional<ApiError> parse_point(const json& v, const std::string& w, HookPoint* out) {
-  auto p = v.is_string() ? parse_hook_point(v.get<std::string>()) : std::nullopt;
-  if (!p || !is_layer_point(*p))
-    return bad(w, w + ": expected a per-layer hook point (resid_pre, attn_out, resid_mid, mlp_act, mlp_out, resid_post)");
-  *out = *p;
-  return std::nullopt;
-}
-
-// "strength": a number, or "inf" (clamp at infinity: the identity).
-std::optional<ApiError> parse_strength(const json& item, const std::string& where, bool required, float* out) {
-  const std::string w = where + ".strength";
-  if (!item.contains("strength")) {
-    if (required) return bad(w, w + ": required");
-    return std::nullopt;
-  }
-  const json& v = item["strength"];
-  if (v.is_number()) {
-    *out = v.get<float>();
-    return std::nullopt;
-  }
-  if (v.is_string() && (v.get<std::string>() == "inf" || v.get<std::string>() == "infinity")) {
-    *out = std::numeric_limits<float>::infinity();
-    return std::nullopt;
-  }
-  return bad(w, w + ": expected a number");
-}
-
-// Strips the "interventions[k]" prefix from resolve_glass_spec's messages (the caller names the item).
-std::string resolve_detail(const std::string& msg) {
-  if (msg.rfind("interventions[", 0) == 0) {
-    const size_t close = msg.find(']');
-    if (close != std::string::npos) return msg.substr(close + 1);
-  }
-  return ": " + msg;
-}
-
-// A float as the shortest decimal that reads back as it (-0.98, not -0.9800000190734863).
-json float_json(float v) {
-  if (std::isfinite(v)) {
-    char buf[32];
-    const auto r = std::to_chars(buf, buf + sizeof buf, v);
-    return std::strtod(std::string(buf, r.ptr).c_str(), nullptr);
-  }
-  return std::isnan(v) ? json("nan") : json(v > 0 ? "inf" : "-inf");
-}
-
-json selector_json(const TokenSelector& t) {
-  if (t.scope == TokenScope::kPositions) return t.positions;
-  return std::string(token_scope_name(t.scope));
+  return j;
 }
 
 }  // namespace
 
-GlassService::GlassService(const ServerConfig& cfg, const ModelConfig* model) : model_(model) {
+GlassLimits glass_limits(const GlassPolicyConfig& p) {
+  GlassLimits l;
+  for (const auto& [op, cap] : p.caps) {
+    if (auto o = parse_intervention_op(op)) l.caps[static_cast<size_t>(*o)] = cap;
+  }
+  for (int64_t layer : p.allowed_layers) l.allowed_layers.push_back(static_cast<int32_t>(std::min<int64_t>(layer, 1 << 30)));
+  for (const std::string& point : p.allowed_points) {
+    if (auto hp = parse_hook_point(point)) l.allowed_points.push_back(*hp);
+  }
+  l.max_interventions = static_cast<int32_t>(p.max_interventions);
+  return l;
+}
+
+GlassService::GlassService(const ServerConfig& cfg, const ModelConfig* model)
+    : model_(model),
+      max_request_observation_bytes_(cfg.max_request_observation_bytes),
+      max_observation_bytes_(cfg.max_observation_bytes),
+      observation_used_(std::make_shared<std::atomic<int64_t>>(0)) {
   auto st = std::make_shared<GlassState>();
   st->interventions_enabled = cfg.interventions;
   st->policy = cfg.glassbox_policy;
+  st->policy.presets = json::object();  // resolved by init()
+  st->limits = glass_limits(st->policy);
+  presets_source_ = cfg.glassbox_policy.presets;
+  // The presets resolve now as far as they can without the vector library; init() loads the
+  // library and resolves them again, stopping the server on an error.
+  json change;
+  GlassState candidate = *st;
+  if (model_ != nullptr && !apply_policy(candidate, presets_source_, /*replace_presets=*/true, &change)) *st = candidate;
   state_ = std::move(st);
 }
 
@@ -188,9 +173,10 @@ Status GlassService::init() {
       if (!cv.is_ok()) return bad("control_vectors", "glassbox_policy.control_vectors." + f.name + ": " + cv.message());
       st.vectors[f.name] = std::make_shared<const ControlVector>(std::move(cv.value()));
     }
-    for (const auto& [name, list] : st.policy.presets.items()) {
-      std::vector<Intervention> ivs;
-      if (auto e = parse_interventions(list, "glassbox_policy.presets." + name, st, false, &ivs)) return e;
+    json change;
+    if (auto e = apply_policy(st, presets_source_, /*replace_presets=*/true, &change)) {
+      e->message = "glassbox_policy: " + e->message;
+      return e;
     }
     return std::nullopt;
   });
@@ -198,331 +184,174 @@ Status GlassService::init() {
   return Status::ok();
 }
 
-std::optional<ApiError> GlassService::parse_one(const json& item, const std::string& where, const GlassState& st,
-                                                bool allow_presets, std::vector<Intervention>* out) const {
-  if (!item.is_object()) return bad(where, where + ": expected an object");
-  if (item.contains("preset")) {
-    if (!allow_presets) return bad(where, where + ": a preset cannot use another preset");
-    if (item.size() != 1) return bad(where, where + ": a preset item takes no other fields");
-    const json& name = item["preset"];
-    if (!name.is_string() || !st.policy.presets.contains(name.get<std::string>()))
-      return bad(where + ".preset", where + ".preset: unknown preset " + name.dump());
-    return parse_interventions(st.policy.presets[name.get<std::string>()], where + "(preset " + name.get<std::string>() + ")",
-                               st, false, out);
-  }
-  if (item.contains("control_vector")) {
-    for (const auto& [k, v] : item.items()) {
-      if (k != "control_vector" && k != "strength" && k != "tokens")
-        return bad(where + "." + k, where + "." + k + ": unknown field for a control vector (control_vector, strength, tokens)");
-    }
-    const json& name = item["control_vector"];
-    auto it = name.is_string() ? st.vectors.find(name.get<std::string>()) : st.vectors.end();
-    if (it == st.vectors.end()) return bad(where + ".control_vector", where + ".control_vector: unknown vector " + name.dump());
-    float strength = 0;
-    if (auto e = parse_strength(item, where, true, &strength)) return e;
-    TokenSelector tokens;
-    if (item.contains("tokens")) {
-      if (auto e = parse_tokens(item["tokens"], where + ".tokens", &tokens)) return e;
-    }
-    for (Intervention& iv : control_vector_interventions(*it->second, strength, tokens)) out->push_back(std::move(iv));
-    return std::nullopt;
-  }
-  static const std::set<std::string> kKeys = {"op", "point", "layer", "layers", "dims", "strength", "vector",
-                                              "threshold", "mean", "tokens", "label"};
-  for (const auto& [k, v] : item.items()) {
-    if (!kKeys.count(k))
-      return bad(where + "." + k, where + "." + k +
-                                      ": unknown field (op, point, layer | layers, dims, strength, vector, threshold, "
-                                      "mean, tokens, label; or preset; or control_vector)");
-  }
-  Intervention iv;
-  auto op = item.contains("op") && item["op"].is_string() ? parse_intervention_op(item["op"].get<std::string>())
-                                                          : std::nullopt;
-  if (!op) return bad(where + ".op", where + ".op: expected scale, add, set, clamp, ablate or clip_massive");
-  iv.op = *op;
-  if (!item.contains("point")) return bad(where + ".point", where + ".point: required");
-  if (auto e = parse_point(item["point"], where + ".point", &iv.point)) return e;
-  std::vector<int32_t> layers;
-  if (auto e = parse_layers(item, where, model_->n_layers, &layers)) return e;
-  if (item.contains("dims")) {
-    const json& d = item["dims"];
-    if (!d.is_array()) return bad(where + ".dims", where + ".dims: expected a list of dimension indices");
-    for (const json& x : d) {
-      if (!x.is_number_integer()) return bad(where + ".dims", where + ".dims: '" + x.dump() + "' is not an index");
-      iv.dims.push_back(x.get<int32_t>());
-    }
-  }
-  const bool clip = iv.op == InterventionOp::kClipMassive;
-  if (auto e = parse_strength(item, where, !clip, &iv.strength)) return e;
-  if (clip) {
-    if (!item.contains("threshold") || !item["threshold"].is_number())
-      return bad(where + ".threshold", where + ".threshold: clip_massive needs a threshold (× the row's median |x|)");
-    iv.threshold = item["threshold"].get<float>();
-    if (item.contains("mean")) {
-      if (auto e = parse_floats(item["mean"], where + ".mean", &iv.vector)) return e;
-    }
-  } else if (item.contains("threshold") || item.contains("mean")) {
-    return bad(where, where + ": threshold and mean belong to clip_massive");
-  }
-  if (item.contains("tokens")) {
-    if (auto e = parse_tokens(item["tokens"], where + ".tokens", &iv.tokens)) return e;
-  }
-  if (item.contains("label")) {
-    if (!item["label"].is_string()) return bad(where + ".label", where + ".label: expected a string");
-    iv.label = item["label"].get<std::string>();
-  }
-  std::shared_ptr<const ControlVector> named;
-  if (item.contains("vector")) {
-    if (clip) return bad(where + ".vector", where + ".vector: clip_massive takes mean, not vector");
-    const json& v = item["vector"];
-    if (v.is_string()) {
-      auto it = st.vectors.find(v.get<std::string>());
-      if (it == st.vectors.end()) return bad(where + ".vector", where + ".vector: unknown vector " + v.dump());
-      if (iv.point == HookPoint::kMlpAct)
-        return bad(where + ".vector", where + ".vector: library vectors live in the residual stream, not mlp_act");
-      named = it->second;
-      if (iv.label.empty()) iv.label = "vector:" + v.get<std::string>();
-    } else if (auto e = parse_floats(v, where + ".vector", &iv.vector)) {
-      return e;
-    }
-  }
-  if (named != nullptr) {
-    // A library vector has one direction per layer: one intervention per layer.
-    for (int32_t l : layers) {
-      auto d = std::find_if(named->directions.begin(), named->directions.end(), [&](const auto& p) { return p.first == l; });
-      if (d == named->directions.end())
-        return bad(where + ".vector", where + ".vector: " + named->name + " has no direction for layer " + std::to_string(l));
-      Intervention one = iv;
-      one.layer_first = one.layer_last = l;
-      one.vector = d->second;
-      out->push_back(std::move(one));
-    }
-    return std::nullopt;
-  }
-  // Contiguous runs of layers share one intervention.
-  for (size_t i = 0; i < layers.size();) {
-    size_t j = i + 1;
-    while (j < layers.size() && layers[j] == layers[j - 1] + 1) ++j;
-    Intervention run = iv;
-    run.layer_first = layers[i];
-    run.layer_last = layers[j - 1];
-    out->push_back(std::move(run));
-    i = j;
-  }
-  return std::nullopt;
-}
-
-std::optional<ApiError> GlassService::parse_interventions(const json& list, const std::string& where,
-                                                          const GlassState& st, bool allow_presets,
-                                                          std::vector<Intervention>* out) const {
-  if (!list.is_array()) return bad(where, where + ": expected a list of interventions");
-  if (list.size() > 256) return bad(where, where + ": at most 256 interventions");
-  for (size_t i = 0; i < list.size(); ++i) {
-    const std::string w = where + "[" + std::to_string(i) + "]";
-    std::vector<Intervention> item;
-    if (auto e = parse_one(list[i], w, st, allow_presets, &item)) return e;
-    // Validate the item on its own so an error names it (dims, vector widths, op rules).
-    GlassSpec probe;
-    probe.interventions = item;
-    Result<std::shared_ptr<const GlassSpec>> r = resolve_glass_spec(std::move(probe), *model_);
-    if (!r.is_ok()) return bad(w, w + resolve_detail(r.message()));
-    if (auto e = check_policy(item, w, st)) return e;
-    for (Intervention& iv : item) out->push_back(std::move(iv));
-  }
-  return std::nullopt;
-}
-
-std::optional<ApiError> GlassService::check_policy(const std::vector<Intervention>& ivs, const std::string& where,
-                                                   const GlassState& st) const {
-  const GlassPolicyConfig& p = st.policy;
-  for (const Intervention& iv : ivs) {
-    const std::string op(intervention_op_name(iv.op));
-    auto cap = p.caps.find(op);
-    if (cap != p.caps.end() && std::fabs(static_cast<double>(iv.strength)) > cap->second) {
-      ApiError e = bad(where + ".strength", where + ".strength: " + std::to_string(iv.strength) + " is over the cap of " +
-                                                std::to_string(cap->second) + " for " + op +
-                                                " (glassbox_policy.caps." + op + "); requests over a cap are refused, not clamped");
-      e.code = "cap_exceeded";
-      return e;
-    }
-    const std::string point(hook_point_name(iv.point));
-    if (!p.allowed_points.empty() &&
-        std::find(p.allowed_points.begin(), p.allowed_points.end(), point) == p.allowed_points.end())
-      return forbidden("point_not_allowed", where + ".point: " + point + " is not in glassbox_policy.allowed_points");
-    if (!p.allowed_layers.empty()) {
-      for (int32_t l = iv.layer_first; l <= iv.layer_last; ++l) {
-        if (std::find(p.allowed_layers.begin(), p.allowed_layers.end(), l) == p.allowed_layers.end())
-          return forbidden("layer_not_allowed",
-                           where + ": layer " + std::to_string(l) + " is not in glassbox_policy.allowed_layers");
-      }
-    }
-  }
-  return std::nullopt;
-}
+// ---- requests ----
 
 std::optional<ApiError> GlassService::resolve(const json* ext, const std::string& session, const Caller& caller,
-                                              GlassRequest* out) const {
+                                              int64_t n_sequences, GlassRequest* out) const {
   *out = GlassRequest{};
   const std::shared_ptr<const GlassState> st = state();
   const bool has_ext = ext != nullptr && !ext->is_null();
   const bool has_default = st->interventions_enabled && st->default_version > 0;
   if (!has_ext && session.empty() && !has_default) return std::nullopt;
   if (!available()) return bad("glassbox", "glassbox: this server's engine does not support the glass box");
-  if (has_ext && !ext->is_object()) return bad("glassbox", "glassbox: expected an object");
 
-  GlassSpec spec;
-  json asked = has_ext ? *ext : json::object();
+  const ApiError disabled = forbidden("interventions_disabled", "glassbox.interventions: interventions are off on this "
+                                                                "server (interventions: false)");
+  ParseContext ctx{model_, st->catalog(), &st->limits, st->limits.max_interventions};
+  GlassRequestParts parts;
   if (has_ext) {
-    static const std::set<std::string> kKeys = {"observe", "interventions", "massive", "stop_on_repetition"};
-    for (const auto& [k, v] : ext->items()) {
-      if (!kKeys.count(k))
-        return bad("glassbox." + k, "glassbox." + k + ": unknown field (observe, interventions, massive, stop_on_repetition)");
-    }
+    std::optional<ApiError> gate_error;
+    auto gate = [&](GlassUse use) -> std::optional<GlassError> {
+      if (use == GlassUse::kObserve) {
+        if (has_role(st->policy.observe_roles, caller.role)) return std::nullopt;
+        return glass_forbidden("role_not_allowed", "glassbox.observe: the " + std::string(role_name(caller.role)) +
+                                                       " role may not observe (glassbox_policy.observe_roles: " +
+                                                       roles_text(st->policy.observe_roles) + ")");
+      }
+      if (!st->interventions_enabled) return glass_forbidden(disabled.code, disabled.message);
+      if (has_role(st->policy.intervention_roles, caller.role)) return std::nullopt;
+      return glass_forbidden("role_not_allowed", "glassbox.interventions: the " + std::string(role_name(caller.role)) +
+                                                     " role may not intervene (glassbox_policy.intervention_roles: " +
+                                                     roles_text(st->policy.intervention_roles) + ")");
+    };
+    if (auto e = parse_glass_request(*ext, ctx, gate, &parts)) return to_api(*e);
   }
+  if (!session.empty() && !st->interventions_enabled) return disabled;
 
-  // ---- observation ----
-  if (has_ext && ext->contains("observe") && !(*ext)["observe"].is_null()) {
-    const json& o = (*ext)["observe"];
-    const std::string w = "glassbox.observe";
-    if (!has_role(st->policy.observe_roles, caller.role))
-      return forbidden("role_not_allowed", w + ": the " + std::string(role_name(caller.role)) +
-                                               " role may not observe (glassbox_policy.observe_roles: " +
-                                               roles_text(st->policy.observe_roles) + ")");
-    if (!o.is_object()) return bad(w, w + ": expected an object");
-    static const std::set<std::string> kKeys = {"points", "layers", "tokens", "top_k", "stats", "detect_massive", "capture"};
-    for (const auto& [k, v] : o.items()) {
-      if (!kKeys.count(k))
-        return bad(w + "." + k, w + "." + k + ": unknown field (points, layers, tokens, top_k, stats, detect_massive, capture)");
-    }
-    ObserveSpec& obs = spec.observe;
-    obs.enabled = true;
-    if (o.contains("points")) {
-      const json& p = o["points"];
-      if (p.is_string() && p.get<std::string>() == "all") {
-        for (int i = 0; i < kNumLayerPoints; ++i) obs.points.push_back(static_cast<HookPoint>(i));
-      } else if (p.is_array() && !p.empty()) {
-        for (const json& x : p) {
-          HookPoint hp;
-          if (auto e = parse_point(x, w + ".points", &hp)) return e;
-          obs.points.push_back(hp);
-        }
-      } else {
-        return bad(w + ".points", w + ".points: expected \"all\" or a list of hook points");
-      }
-    }
-    if (o.contains("layers")) {
-      std::vector<int32_t> layers;
-      json holder = {{"layers", o["layers"]}};
-      if (auto e = parse_layers(holder, w, model_->n_layers, &layers)) return e;
-      obs.layers = layers;
-    }
-    if (o.contains("tokens")) {
-      if (auto e = parse_tokens(o["tokens"], w + ".tokens", &obs.tokens)) return e;
-    }
-    if (o.contains("top_k")) {
-      const json& k = o["top_k"];
-      if (!k.is_number_integer() || k.get<int64_t>() < 0 || k.get<int64_t>() > kMaxTopK)
-        return bad(w + ".top_k", w + ".top_k: expected 0.." + std::to_string(kMaxTopK));
-      obs.top_k = k.get<int32_t>();
-    }
-    if (o.contains("stats")) {
-      static const std::set<std::string> kStats = {"max_abs", "median_abs", "rms", "mean", "top_k", "max_ratio"};
-      if (!o["stats"].is_array()) return bad(w + ".stats", w + ".stats: expected a list");
-      for (const json& s : o["stats"]) {
-        if (!s.is_string() || !kStats.count(s.get<std::string>()))
-          return bad(w + ".stats", w + ".stats: '" + s.dump() + "' is not max_abs, median_abs, max_ratio, rms, mean or top_k");
-        out->stats.push_back(s.get<std::string>());
-      }
-    }
-    if (o.contains("detect_massive")) {
-      if (!o["detect_massive"].is_boolean()) return bad(w + ".detect_massive", w + ".detect_massive: expected true or false");
-      obs.detect_massive = o["detect_massive"].get<bool>();
-    }
-    if (o.contains("capture")) {
-      const json& c = o["capture"];
-      if (!c.is_array()) return bad(w + ".capture", w + ".capture: expected a list of {point, layer, token}");
-      for (size_t i = 0; i < c.size(); ++i) {
-        const std::string cw = w + ".capture[" + std::to_string(i) + "]";
-        const json& x = c[i];
-        CaptureRequest cr;
-        if (!x.is_object() || !x.contains("point") || !x.contains("layer") || !x.contains("token"))
-          return bad(cw, cw + ": expected {point, layer, token}");
-        if (auto e = parse_point(x["point"], cw + ".point", &cr.point)) return e;
-        if (!x["layer"].is_number_integer() || x["layer"].get<int64_t>() < 0 || x["layer"].get<int64_t>() >= model_->n_layers)
-          return bad(cw + ".layer", cw + ".layer: not a layer of this model (0.." + std::to_string(model_->n_layers - 1) + ")");
-        if (!x["token"].is_number_integer() || x["token"].get<int64_t>() < 0)
-          return bad(cw + ".token", cw + ".token: expected a token position");
-        cr.layer = x["layer"].get<int32_t>();
-        cr.position = x["token"].get<int32_t>();
-        obs.captures.push_back(cr);
-      }
-    }
-  }
-  if (has_ext && ext->contains("massive")) {
-    const json& m = (*ext)["massive"];
-    if (!m.is_object()) return bad("glassbox.massive", "glassbox.massive: expected {min_abs, min_ratio}");
-    for (const auto& [k, v] : m.items()) {
-      if ((k != "min_abs" && k != "min_ratio") || !v.is_number() || v.get<double>() < 0)
-        return bad("glassbox.massive." + k, "glassbox.massive." + k + ": expected min_abs or min_ratio, a number >= 0");
-      (k == "min_abs" ? spec.massive.min_abs : spec.massive.min_ratio) = v.get<float>();
-    }
-  }
-  if (has_ext && ext->contains("stop_on_repetition")) {
-    const json& r = (*ext)["stop_on_repetition"];
-    const std::string w = "glassbox.stop_on_repetition";
-    if (!r.is_object()) return bad(w, w + ": expected {ngram, window, max_rate}");
-    RepetitionStop stop;
-    for (const auto& [k, v] : r.items()) {
-      if (k == "ngram" && v.is_number_integer() && v.get<int64_t>() >= 1 && v.get<int64_t>() <= 64) {
-        stop.ngram = v.get<int32_t>();
-      } else if (k == "window" && v.is_number_integer() && v.get<int64_t>() >= 1 && v.get<int64_t>() <= 4096) {
-        stop.window = v.get<int32_t>();
-      } else if (k == "max_rate" && v.is_number() && v.get<double>() > 0 && v.get<double>() <= 1) {
-        stop.max_rate = v.get<double>();
-      } else {
-        return bad(w + "." + k, w + "." + k + ": expected ngram 1..64, window 1..4096 or max_rate in (0, 1]");
-      }
-    }
-    out->stop_on_repetition = stop;
-  }
-
-  // ---- interventions: the request's, its session's, the global default set ----
-  const bool asks = has_ext && ext->contains("interventions") && !(*ext)["interventions"].is_null() &&
-                    !(ext->at("interventions").is_array() && ext->at("interventions").empty());
-  if ((asks || !session.empty()) && !st->interventions_enabled)
-    return forbidden("interventions_disabled", "glassbox.interventions: interventions are off on this server "
-                                                 "(interventions: false)");
-  if (asks) {
-    if (!has_role(st->policy.intervention_roles, caller.role))
-      return forbidden("role_not_allowed", "glassbox.interventions: the " + std::string(role_name(caller.role)) +
-                                               " role may not intervene (glassbox_policy.intervention_roles: " +
-                                               roles_text(st->policy.intervention_roles) + ")");
-    if (auto e = parse_interventions((*ext)["interventions"], "glassbox.interventions", *st, true, &spec.interventions))
-      return e;
-  }
-  json audit = {{"glassbox", asked}};
+  // ---- the request's interventions, then its session's, then the global default set ----
+  InterventionSet all = std::move(parts.interventions);
+  json audit = {{"glassbox", std::move(parts.canonical)}};
   if (!session.empty()) {
     auto it = st->sessions.find(session);
     if (it == st->sessions.end())
-      return bad("X-Glassbox-Session", "X-Glassbox-Session: unknown session '" + session + "' (PUT /admin/glassbox/sessions/ID)");
-    if (auto e = parse_interventions(it->second, "session " + session, *st, true, &spec.interventions)) return e;
+      return bad("X-Glassbox-Session", "X-Glassbox-Session: unknown session '" + header_brief(session) +
+                                           "' (PUT /admin/glassbox/sessions/ID)");
+    const GlassSession& s = it->second;
+    const bool open = s.restricted ? has_role(s.roles, caller.role) ||
+                                         std::find(s.keys.begin(), s.keys.end(), caller.key_id) != s.keys.end()
+                                   : has_role(st->policy.intervention_roles, caller.role);
+    if (!open) {
+      return forbidden("session_not_allowed",
+                       "X-Glassbox-Session: session '" + session + "' is not open to key '" + caller.key_id + "' (" +
+                           std::string(role_name(caller.role)) + " role); it is open to " +
+                           (s.restricted ? "the roles [" + roles_text(s.roles) + "] and " +
+                                               std::to_string(s.keys.size()) + " listed key(s)"
+                                         : "glassbox_policy.intervention_roles (" +
+                                               roles_text(st->policy.intervention_roles) +
+                                               "); its PUT may list roles and keys"));
+    }
+    if (auto e = append_set(*s.set, "session " + session, st->limits.max_interventions, &all)) {
+      e->param = "X-Glassbox-Session";
+      return to_api(*e);
+    }
     audit["session"] = session;
   }
   if (has_default) {
-    if (auto e = parse_interventions(st->defaults[st->default_version - 1], "default set", *st, true, &spec.interventions))
-      return e;
+    if (auto e = append_set(*st->defaults[st->default_version - 1], default_label(st->default_version),
+                            st->limits.max_interventions, &all)) {
+      e->param = "glassbox.interventions";
+      return to_api(*e);
+    }
     audit["default_version"] = st->default_version;
   }
-  if (!spec.observe.enabled && spec.interventions.empty() && !out->stop_on_repetition) return std::nullopt;
-  out->intervenes = !spec.interventions.empty();
-  Result<std::shared_ptr<const GlassSpec>> resolved = resolve_glass_spec(std::move(spec), *model_);
-  if (!resolved.is_ok()) return bad("glassbox", "glassbox: " + resolved.message());
-  out->spec = std::move(resolved.value());
+  if (!parts.observes && all.interventions.empty() && !parts.stop_on_repetition) return std::nullopt;
+  if (auto e = check_combined(all.interventions, all.sources, st->limits, *model_, "glassbox.interventions"))
+    return to_api(*e);
+
+  GlassSpec spec;
+  spec.observe = std::move(parts.observe);
+  spec.massive = parts.massive;
+  spec.interventions = std::move(all.interventions);
+  std::shared_ptr<const GlassSpec> sealed = seal_resolved_spec(std::move(spec), *model_);
+
+  // ---- observation memory: this request's, then the server's ----
+  const int64_t per_sequence = observation_bytes(*sealed, *model_);
+  const int64_t n = std::max<int64_t>(1, n_sequences);
+  if (per_sequence > max_request_observation_bytes_ / n) {
+    ApiError e = bad("glassbox.observe", "glassbox.observe: this request would hold " + std::to_string(per_sequence) +
+                                             " bytes of observation per sequence × " + std::to_string(n) +
+                                             " sequence(s) (prompts × n), over max_request_observation_bytes = " +
+                                             std::to_string(max_request_observation_bytes_) +
+                                             "; observe fewer layers or points, capture less, or ask for fewer choices");
+    e.code = "observation_budget_exceeded";
+    return e;
+  }
+  const int64_t bytes = per_sequence * n;
+  const int64_t before = observation_used_->fetch_add(bytes);
+  if (before + bytes > max_observation_bytes_) {
+    observation_used_->fetch_sub(bytes);
+    ApiError e;
+    e.status = 429;
+    e.type = "rate_limit_error";
+    e.code = "observation_budget_busy";
+    e.message = "the server's observation memory is in use: requests in flight hold " + std::to_string(before) +
+                " bytes, this one needs " + std::to_string(bytes) + ", over max_observation_bytes = " +
+                std::to_string(max_observation_bytes_) + "; retry shortly (or raise max_observation_bytes)";
+    e.retry_after_s = 1;
+    return e;
+  }
+  struct Reservation {
+    Reservation(std::shared_ptr<std::atomic<int64_t>> u, int64_t b) : used(std::move(u)), bytes(b) {}
+    Reservation(const Reservation&) = delete;
+    Reservation& operator=(const Reservation&) = delete;
+    ~Reservation() { used->fetch_sub(bytes); }
+    std::shared_ptr<std::atomic<int64_t>> used;
+    int64_t bytes;
+  };
+  out->observation = std::make_shared<const Reservation>(observation_used_, bytes);
+  out->observation_bytes = bytes;
+
+  out->intervenes = !sealed->interventions.empty();
+  out->spec = std::move(sealed);
   out->audit_spec = std::move(audit);
+  out->stats = std::move(parts.stats);
+  out->stop_on_repetition = parts.stop_on_repetition;
   return std::nullopt;
 }
 
 // ---- admin ----
+
+std::optional<ApiError> GlassService::apply_policy(GlassState& st, const json& presets, bool replace_presets,
+                                                   json* change) const {
+  st.limits = glass_limits(st.policy);
+  std::map<std::string, std::shared_ptr<const InterventionSet>> next = replace_presets ? decltype(next){} : st.presets;
+  json set = json::array(), removed = json::array();
+  if (!presets.is_null() && !presets.is_object()) return bad("presets", "presets: expected a map of name -> list of interventions");
+  // Presets resolve against the library and the new limits; they may not use other presets.
+  const GlassCatalog catalog{nullptr, &st.vectors};
+  if (presets.is_object()) {
+    for (const auto& [name, list] : presets.items()) {
+      if (auto e = check_name("presets", name)) return e;
+      if (list.is_null()) {
+        if (!next.erase(name)) return bad("presets." + name, "presets." + name + ": no such preset to delete");
+        removed.push_back(name);
+        continue;
+      }
+      if (model_ == nullptr) return bad("glassbox", "this server's engine does not support the glass box");
+      auto s = std::make_shared<InterventionSet>();
+      ParseContext ctx{model_, catalog, &st.limits, st.limits.max_interventions};
+      if (!list.is_array() || list.empty())
+        return bad("presets." + name, "presets." + name + ": expected a non-empty list of interventions");
+      if (auto e = parse_interventions(list, "presets." + name, ctx, false, s.get())) return to_api(*e);
+      if (auto e = check_combined(s->interventions, s->sources, st.limits, *model_, "presets." + name)) return to_api(*e);
+      next[name] = std::move(s);
+      set.push_back(name);
+    }
+  }
+  if (replace_presets) {
+    for (const auto& [name, s] : st.presets) {
+      if (!next.count(name)) removed.push_back(name);
+    }
+  }
+  st.presets = std::move(next);
+  st.policy.presets = json::object();
+  for (const auto& [name, s] : st.presets) st.policy.presets[name] = s->items;
+  if (model_ != nullptr) {
+    if (std::vector<std::string> c = conflicts(st, *model_); !c.empty()) return conflict("the policy", c);
+  }
+  *change = {{"policy", glass_policy_json(st.policy)}, {"presets_set", set}, {"presets_removed", removed}};
+  return std::nullopt;
+}
 
 std::optional<ApiError> GlassService::set_policy(const json& body, json* change) {
   GlassPolicyConfig p;
@@ -530,41 +359,90 @@ std::optional<ApiError> GlassService::set_policy(const json& body, json* change)
   if (!s.is_ok()) return bad("policy", s.message());
   return update([&](GlassState& st) -> std::optional<ApiError> {
     st.policy = p;
-    for (const auto& [name, list] : st.policy.presets.items()) {
-      std::vector<Intervention> ivs;
-      if (auto e = parse_interventions(list, "presets." + name, st, false, &ivs)) return e;
+    st.policy.presets = json::object();
+    if (auto e = apply_policy(st, p.presets, /*replace_presets=*/true, change)) return e;
+    // PUT replaces: say which keys took their defaults.
+    json defaults = json::array();
+    for (const char* k : {"intervention_roles", "observe_roles", "caps", "allowed_layers", "allowed_points", "presets",
+                          "control_vectors", "max_interventions"}) {
+      if (!body.contains(k)) defaults.push_back(k);
     }
-    *change = {{"policy", glass_policy_json(p)}};
+    (*change)["replaced"] = true;
+    (*change)["defaults_applied"] = defaults;
+    return std::nullopt;
+  });
+}
+
+std::optional<ApiError> GlassService::patch_policy(const json& body, json* change) {
+  if (!body.is_object()) return bad("policy", "glassbox_policy: expected a map of the keys to change");
+  return update([&](GlassState& st) -> std::optional<ApiError> {
+    json merged = glass_policy_json(st.policy);
+    merged.erase("presets");
+    json presets = nullptr;
+    json changed = json::array();
+    for (const auto& [k, v] : body.items()) {
+      changed.push_back(name_brief(k));
+      if (k == "presets") {
+        presets = v;
+        if (!v.is_object()) return bad("presets", "presets: expected a map of name -> list of interventions (or null)");
+      } else if (v.is_null()) {
+        merged.erase(k);  // back to its default
+      } else if (k == "caps" && v.is_object()) {
+        for (const auto& [op, cap] : v.items()) {
+          if (cap.is_null()) merged["caps"].erase(op);
+          else merged["caps"][op] = cap.is_number() ? cap : json("invalid");
+        }
+      } else {
+        merged[k] = v;
+      }
+    }
+    GlassPolicyConfig p;
+    Status s = parse_glass_policy(merged, &p);
+    if (!s.is_ok()) return bad("policy", s.message());
+    st.policy = p;
+    if (auto e = apply_policy(st, presets, /*replace_presets=*/false, change)) return e;
+    (*change)["merged"] = changed;
     return std::nullopt;
   });
 }
 
 template <class F>
-std::optional<ApiError> GlassService::put_set(const json& body, bool allow_presets, F&& store) {
+std::optional<ApiError> GlassService::put_set(const json& body, const std::vector<std::string>& extra_keys,
+                                              bool allow_presets, F&& store) {
   if (!available()) return bad("glassbox", "this server's engine does not support the glass box");
   if (!body.is_object() || !body.contains("interventions") || !body["interventions"].is_array())
     return bad("interventions", "expected {\"interventions\": [...]}");
+  for (const auto& [k, v] : body.items()) {
+    if (k != "interventions" && std::find(extra_keys.begin(), extra_keys.end(), k) == extra_keys.end())
+      return bad(name_brief(k), name_brief(k) + ": unknown field");
+  }
   const json& list = body["interventions"];
   return update([&](GlassState& st) -> std::optional<ApiError> {
-    std::vector<Intervention> ivs;
-    if (auto e = parse_interventions(list, "interventions", st, allow_presets, &ivs)) return e;
-    store(st, list);
-    return std::nullopt;
+    auto set = std::make_shared<InterventionSet>();
+    ParseContext ctx{model_, st.catalog(), &st.limits, st.limits.max_interventions};
+    if (auto e = parse_interventions(list, "interventions", ctx, allow_presets, set.get())) return to_api(*e);
+    if (auto e = check_combined(set->interventions, set->sources, st.limits, *model_, "interventions")) return to_api(*e);
+    return store(st, std::shared_ptr<const InterventionSet>(std::move(set)));
   });
 }
 
 std::optional<ApiError> GlassService::put_preset(const std::string& name, const json& body, json* change) {
+  if (auto e = check_name("preset", name)) return e;
   if (body.is_object() && body.contains("interventions") && body["interventions"].empty())
     return bad("interventions", "a preset needs at least one intervention");
-  return put_set(body, /*allow_presets=*/false, [&](GlassState& st, const json& list) {
-    st.policy.presets[name] = list;
-    *change = {{"preset", name}, {"interventions", list}};
-  });
+  return put_set(body, {}, /*allow_presets=*/false,
+                 [&](GlassState& st, std::shared_ptr<const InterventionSet> set) -> std::optional<ApiError> {
+                   st.policy.presets[name] = set->items;
+                   *change = {{"preset", name}, {"interventions", set->items}};
+                   st.presets[name] = std::move(set);
+                   return std::nullopt;
+                 });
 }
 
 std::optional<ApiError> GlassService::delete_preset(const std::string& name, json* change) {
   return update([&](GlassState& st) -> std::optional<ApiError> {
-    if (!st.policy.presets.contains(name)) return bad("preset", "unknown preset '" + name + "'");
+    if (!st.presets.count(name)) return bad("preset", "unknown preset '" + header_brief(name) + "'");
+    st.presets.erase(name);
     st.policy.presets.erase(name);
     *change = {{"preset", name}};
     return std::nullopt;
@@ -573,6 +451,7 @@ std::optional<ApiError> GlassService::delete_preset(const std::string& name, jso
 
 std::optional<ApiError> GlassService::put_vector(const std::string& name, const json& body, json* change) {
   if (!available()) return bad("glassbox", "this server's engine does not support the glass box");
+  if (auto e = check_name("vector", name)) return e;
   if (!body.is_object() || (body.contains("path") == body.contains("directions")))
     return bad("vector", "expected {\"path\": GGUF file} or {\"directions\": {\"<layer>\": [...]}}");
   ControlVector cv;
@@ -583,29 +462,11 @@ std::optional<ApiError> GlassService::put_vector(const std::string& name, const 
     cv = std::move(r.value());
     *change = {{"vector", name}, {"path", body["path"]}};
   } else {
-    const json& d = body["directions"];
-    if (!d.is_object() || d.empty()) return bad("directions", "directions: expected {\"<layer>\": [n_embd numbers], ...}");
-    cv.name = name;
-    cv.n_embd = model_->n_embd;
-    for (const auto& [k, v] : d.items()) {
-      char* end = nullptr;
-      const long l = std::strtol(k.c_str(), &end, 10);
-      if (end == k.c_str() || *end != '\0' || l < 0 || l >= model_->n_layers)
-        return bad("directions", "directions." + k + ": not a layer of this model");
-      std::vector<float> values;
-      if (auto e = parse_floats(v, "directions." + k, &values)) return e;
-      if (static_cast<int64_t>(values.size()) != model_->n_embd)
-        return bad("directions", "directions." + k + ": " + std::to_string(values.size()) + " values, the model has " +
-                                     std::to_string(model_->n_embd) + " dims");
-      for (float x : values) {
-        if (!std::isfinite(x)) return bad("directions", "directions." + k + ": values must be finite");
-      }
-      cv.directions.emplace_back(static_cast<int32_t>(l), std::move(values));
-    }
-    std::sort(cv.directions.begin(), cv.directions.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    json directions;
+    if (auto e = parse_vector_directions(body["directions"], *model_, name, &cv, &directions)) return to_api(*e);
     json layers = json::array();
     for (const auto& [l, v] : cv.directions) layers.push_back(l);
-    *change = {{"vector", name}, {"layers", layers}, {"directions", d}};
+    *change = {{"vector", name}, {"layers", layers}, {"directions", directions}};
   }
   return update([&](GlassState& st) -> std::optional<ApiError> {
     st.vectors[name] = std::make_shared<const ControlVector>(std::move(cv));
@@ -615,7 +476,7 @@ std::optional<ApiError> GlassService::put_vector(const std::string& name, const 
 
 std::optional<ApiError> GlassService::delete_vector(const std::string& name, json* change) {
   return update([&](GlassState& st) -> std::optional<ApiError> {
-    if (!st.vectors.count(name)) return bad("vector", "unknown vector '" + name + "'");
+    if (!st.vectors.count(name)) return bad("vector", "unknown vector '" + header_brief(name) + "'");
     st.vectors.erase(name);
     *change = {{"vector", name}};
     return std::nullopt;
@@ -623,15 +484,45 @@ std::optional<ApiError> GlassService::delete_vector(const std::string& name, jso
 }
 
 std::optional<ApiError> GlassService::put_session(const std::string& id, const json& body, json* change) {
-  return put_set(body, /*allow_presets=*/true, [&](GlassState& st, const json& list) {
-    st.sessions[id] = list;
-    *change = {{"session", id}, {"interventions", list}};
-  });
+  if (auto e = check_name("session", id)) return e;
+  GlassSession session;
+  if (body.is_object()) {
+    if (auto it = body.find("roles"); it != body.end()) {
+      if (!it->is_array()) return bad("roles", "roles: expected a list of roles (user, researcher, admin)");
+      for (const json& r : *it) {
+        auto role = r.is_string() ? parse_role(r.get<std::string>()) : std::nullopt;
+        if (!role) return bad("roles", "roles: " + json_brief(r) + " is not user, researcher or admin");
+        if (!has_role(session.roles, *role)) session.roles.push_back(*role);
+      }
+      session.restricted = true;
+    }
+    if (auto it = body.find("keys"); it != body.end()) {
+      if (!it->is_array() || it->size() > 1024) return bad("keys", "keys: expected a list of at most 1024 key ids");
+      for (const json& k : *it) {
+        if (!k.is_string() || k.get_ref<const std::string&>().empty() || k.get_ref<const std::string&>().size() > 128)
+          return bad("keys", "keys: " + json_brief(k) + " is not a key id (keys[].id of the config)");
+        session.keys.push_back(k.get<std::string>());
+      }
+      session.restricted = true;
+    }
+  }
+  return put_set(body, {"roles", "keys"}, /*allow_presets=*/true,
+                 [&](GlassState& st, std::shared_ptr<const InterventionSet> set) -> std::optional<ApiError> {
+                   if (auto e = check_with_default(*set, id, st, *model_)) {
+                     return conflict("this session with the " + default_label(st.default_version),
+                                     {"session " + id + ": " + e->message});
+                   }
+                   session.set = std::move(set);
+                   *change = session_json(session);
+                   (*change)["session"] = id;
+                   st.sessions[id] = std::move(session);
+                   return std::nullopt;
+                 });
 }
 
 std::optional<ApiError> GlassService::delete_session(const std::string& id, json* change) {
   return update([&](GlassState& st) -> std::optional<ApiError> {
-    if (!st.sessions.count(id)) return bad("session", "unknown session '" + id + "'");
+    if (!st.sessions.count(id)) return bad("session", "unknown session '" + header_brief(id) + "'");
     st.sessions.erase(id);
     *change = {{"session", id}};
     return std::nullopt;
@@ -639,12 +530,16 @@ std::optional<ApiError> GlassService::delete_session(const std::string& id, json
 }
 
 std::optional<ApiError> GlassService::put_default(const json& body, json* change) {
-  return put_set(body, /*allow_presets=*/true, [&](GlassState& st, const json& list) {
-    st.defaults.push_back(list);
-    const int64_t previous = st.default_version;
-    st.default_version = static_cast<int64_t>(st.defaults.size());
-    *change = {{"version", st.default_version}, {"previous_version", previous}, {"interventions", list}};
-  });
+  return put_set(body, {}, /*allow_presets=*/true,
+                 [&](GlassState& st, std::shared_ptr<const InterventionSet> set) -> std::optional<ApiError> {
+                   const int64_t previous = st.default_version;
+                   st.defaults.push_back(set);
+                   st.default_version = static_cast<int64_t>(st.defaults.size());
+                   if (std::vector<std::string> c = conflicts(st, *model_); !c.empty())
+                     return conflict("the new default set", c);
+                   *change = {{"version", st.default_version}, {"previous_version", previous}, {"interventions", set->items}};
+                   return std::nullopt;
+                 });
 }
 
 std::optional<ApiError> GlassService::rollback_default(json* change) {
@@ -652,6 +547,10 @@ std::optional<ApiError> GlassService::rollback_default(json* change) {
     if (st.default_version == 0) return bad("version", "the default set has no earlier version to roll back to");
     const int64_t from = st.default_version;
     --st.default_version;
+    if (model_ != nullptr) {
+      if (std::vector<std::string> c = conflicts(st, *model_); !c.empty())
+        return conflict("rolling back to " + (st.default_version > 0 ? default_label(st.default_version) : "no default set"), c);
+    }
     *change = {{"version", st.default_version}, {"rolled_back_from", from}};
     return std::nullopt;
   });
@@ -670,109 +569,35 @@ json GlassService::describe() const {
     vectors.push_back({{"name", name}, {"n_embd", cv->n_embd}, {"directions", layers}});
   }
   json sessions = json::object();
-  for (const auto& [id, list] : st->sessions) sessions[id] = list;
+  for (const auto& [id, s] : st->sessions) sessions[id] = session_json(s);
   json versions = json::array();
-  for (size_t i = 0; i < st->defaults.size(); ++i) versions.push_back({{"version", i + 1}, {"interventions", st->defaults[i]}});
+  for (size_t i = 0; i < st->defaults.size(); ++i) versions.push_back({{"version", i + 1}, {"interventions", st->defaults[i]->items}});
   return {{"interventions_enabled", st->interventions_enabled},
           {"policy", glass_policy_json(st->policy)},
           {"vectors", vectors},
           {"sessions", sessions},
-          {"default", {{"version", st->default_version}, {"history", versions}}}};
+          {"default", {{"version", st->default_version}, {"history", versions}}},
+          {"observation", {{"bytes_in_use", observation_in_use()},
+                           {"max_observation_bytes", max_observation_bytes_},
+                           {"max_request_observation_bytes", max_request_observation_bytes_}}}};
 }
 
 // ---- responses ----
 
-json glass_report_json(const GlassReport& r, const std::vector<std::string>& stats) {
-  auto want = [&](const char* s) { return stats.empty() || std::find(stats.begin(), stats.end(), s) != stats.end(); };
-  json report = json::array();
-  for (const PointStats& p : r.stats) {
-    json e = {{"layer", p.layer}, {"point", std::string(hook_point_name(p.point))}, {"tokens", p.n_tokens}};
-    if (want("max_abs")) {
-      e["max_abs"] = float_json(p.max_abs);
-      e["max_dim"] = p.max_dim;
-      e["max_token"] = p.max_position;
-    }
-    if (want("median_abs")) e["median_abs"] = float_json(p.median_abs);
-    if (want("max_ratio")) {
-      e["max_ratio"] = float_json(p.max_ratio);
-      e["max_ratio_token"] = p.max_ratio_position;
-    }
-    if (want("rms")) e["rms"] = float_json(p.rms);
-    if (want("mean")) e["mean"] = float_json(p.mean);
-    if (want("top_k") && !p.top.empty()) {
-      json top = json::array();
-      for (const TopDim& t : p.top) top.push_back({{"dim", t.dim}, {"abs", float_json(t.abs)}, {"token", t.position}});
-      e["top"] = std::move(top);
-    }
-    report.push_back(std::move(e));
+json glass_choice_json(const GlassReport& r, const GlassRequest& g, const RepetitionTracker& repetition,
+                       bool stopped_by_repetition) {
+  json j = glass_report_json(r, g.stats);
+  j["repetition_rate"] = repetition.rate();
+  if (stopped_by_repetition && g.stop_on_repetition) {
+    const RepetitionStop& s = *g.stop_on_repetition;
+    j["stopped_by"] = "repetition";
+    j["stopped"] = {{"by", "repetition"},
+                    {"window_rate", repetition.window_rate()},
+                    {"max_rate", s.max_rate},
+                    {"ngram", s.ngram},
+                    {"window", s.window}};
   }
-  json events = json::array();
-  for (const MassiveEvent& ev : r.events) {
-    events.push_back({{"layer", ev.layer},
-                      {"point", std::string(hook_point_name(ev.point))},
-                      {"token", ev.position},
-                      {"dim", ev.dim},
-                      {"value", float_json(ev.value)},
-                      {"median_abs", float_json(ev.median_abs)},
-                      {"ratio", float_json(ev.ratio)},
-                      {"abs_test", ev.abs_test},
-                      {"ratio_test", ev.ratio_test}});
-  }
-  json captures = json::array();
-  for (const Capture& c : r.captures) {
-    json values = json::array();
-    for (float x : c.data) values.push_back(float_json(x));
-    captures.push_back({{"layer", c.layer},
-                        {"point", std::string(hook_point_name(c.point))},
-                        {"token", c.position},
-                        {"values", c.filled ? values : json(nullptr)}});
-  }
-  json applied = json::array();
-  for (const AppliedIntervention& a : r.applied) {
-    json e = {{"op", std::string(intervention_op_name(a.op))},
-              {"point", std::string(hook_point_name(a.point))},
-              {"layers", {a.layer_first, a.layer_last}},
-              {"strength", float_json(a.strength)},
-              {"tokens", selector_json(a.tokens)},
-              {"rows", a.rows}};
-    if (!a.dims.empty()) e["dims"] = a.dims;
-    if (a.op == InterventionOp::kClipMassive) e["threshold"] = float_json(a.threshold);
-    if (a.vector_size > 0) e["vector"] = {{"size", a.vector_size}, {"norm", float_json(a.vector_norm)}};
-    if (!a.label.empty()) e["label"] = a.label;
-    applied.push_back(std::move(e));
-  }
-  json out = {{"report", report}, {"events", events}, {"applied", applied}};
-  if (r.events_dropped > 0) out["events_dropped"] = r.events_dropped;
-  if (!captures.empty()) out["captures"] = captures;
-  return out;
-}
-
-// ---- repetition ----
-
-RepetitionTracker::RepetitionTracker(int32_t n, int32_t window) : n_(std::max(1, n)), window_(std::max(1, window)) {
-  recent_.assign(static_cast<size_t>(window_), 0);
-}
-
-void RepetitionTracker::push(int32_t token) {
-  last_.push_back(token);
-  if (static_cast<int32_t>(last_.size()) > n_) last_.erase(last_.begin());
-  if (static_cast<int32_t>(last_.size()) < n_) return;
-  uint64_t h = 0xcbf29ce484222325ULL;
-  for (int32_t t : last_) {
-    h ^= static_cast<uint32_t>(t);
-    h *= 0x100000001b3ULL;
-  }
-  const bool repeated = !seen_.insert(h).second;
-  const size_t slot = static_cast<size_t>(total_ % window_);
-  recent_sum_ += static_cast<int64_t>(repeated) - recent_[slot];
-  recent_[slot] = repeated;
-  ++total_;
-  repeated_ += repeated;
-}
-
-double RepetitionTracker::window_rate() const {
-  const int64_t n = std::min<int64_t>(total_, window_);
-  return n > 0 ? static_cast<double>(recent_sum_) / static_cast<double>(n) : 0.0;
+  return j;
 }
 
 }  // namespace gb::server

@@ -1,28 +1,11 @@
-// The glass box over HTTP: the `glassbox` extension of a request body (observation and
-// interventions; the OpenAI SDKs send it through extra_body) turned into a resolved GlassSpec
-// under the server's policy, the report turned back into JSON, and the state an admin changes at
-// run time — policy, presets, the control-vector library, session sets and the versioned global
-// default set.
-//
-// Request syntax (every field optional):
-//   "glassbox": {
-//     "observe": {"points": ["resid_post"] | "all", "layers": "all" | [0, 3] | {"from": 2, "to": 9},
-//                 "tokens": "all" | "prompt" | "generated" | "first" | [positions], "top_k": 4,
-//                 "stats": ["max_abs", "median_abs", "rms", "mean", "top_k"], "detect_massive": true,
-//                 "capture": [{"point": "resid_post", "layer": 3, "token": 0}]},
-//     "interventions": [
-//       {"op": "scale", "point": "mlp_act", "layer": 14, "dims": [8949], "strength": -0.98},
-//       {"op": "add", "point": "resid_post", "layers": {"from": 2, "to": 5}, "vector": [...] | "name", "strength": 4},
-//       {"op": "clamp", "point": "resid_post", "layers": "all", "strength": 30 | "inf"},
-//       {"op": "clip_massive", "point": "resid_post", "layer": 2, "threshold": 100, "strength": 0 | "mean": [...]},
-//       {"control_vector": "happy", "strength": 0.8},
-//       {"preset": "neuron-14-8949-low"}],
-//     "massive": {"min_abs": 100, "min_ratio": 1000},
-//     "stop_on_repetition": {"ngram": 4, "window": 64, "max_rate": 0.6}
-//   }
-// plus the session set named by the X-Glassbox-Session header and the global default set.
+// The glass box over HTTP: who may use it (roles, the interventions switch, session access), the
+// state an admin changes at run time — policy, presets, the control-vector library, session sets
+// and the versioned global default set, each set stored resolved when it is PUT — and the
+// observation memory budgets. Parsing, resolution, the limits and the report JSON are the glass
+// module's (glass/codec.h, glass/limits.h); the request syntax is documented there.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -30,46 +13,54 @@
 #include <mutex>
 #include <optional>
 #include <string>
-#include <unordered_set>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "glass/codec.h"
+#include "glass/control_vector.h"
+#include "glass/glass.h"
+#include "glass/limits.h"
+#include "glass/repetition.h"
 #include "model/config.h"
-#include "model/control_vector.h"
-#include "model/glass.h"
 #include "server/auth.h"
 #include "server/config.h"
 #include "server/openai_request.h"
 
 namespace gb::server {
 
-// Everything the glass box serves from, as one immutable snapshot (copy on write: a request takes
-// a shared_ptr and never waits for an admin change).
-struct GlassState {
-  bool interventions_enabled = false;
-  GlassPolicyConfig policy;
-  std::map<std::string, std::shared_ptr<const ControlVector>> vectors;  // the control-vector library
-  std::map<std::string, nlohmann::json> sessions;  // session id -> list of interventions
-  std::vector<nlohmann::json> defaults;            // the global default set, every version (1-based); may be empty
-  int64_t default_version = 0;                     // the version in force (0: none)
+// A stored session set and who may use it (X-Glassbox-Session).
+struct GlassSession {
+  std::shared_ptr<const InterventionSet> set;
+  bool restricted = false;        // false: open to the roles in glassbox_policy.intervention_roles
+  std::vector<Role> roles;        // restricted: these roles ...
+  std::vector<std::string> keys;  // ... and these key ids
 };
 
-// Stop a sequence whose generated text loops: over the last `window` n-grams, the fraction that
-// already occurred earlier in the output.
-struct RepetitionStop {
-  int32_t ngram = 4;
-  int32_t window = 64;
-  double max_rate = 0.6;
+// Everything the glass box serves from, as one immutable snapshot (copy on write: a request takes
+// a shared_ptr and never waits for an admin change). Sets are shared between snapshots.
+struct GlassState {
+  bool interventions_enabled = false;
+  GlassPolicyConfig policy;  // roles, caps, layers, points, files; policy.presets: each preset's items
+  GlassLimits limits;        // the policy's bounds, as the glass module takes them
+  std::map<std::string, std::shared_ptr<const InterventionSet>> presets;
+  std::map<std::string, std::shared_ptr<const ControlVector>> vectors;  // the control-vector library
+  std::map<std::string, GlassSession> sessions;
+  std::vector<std::shared_ptr<const InterventionSet>> defaults;  // the global default set, every version (1-based)
+  int64_t default_version = 0;  // the version in force (0: none)
+
+  GlassCatalog catalog() const { return {&presets, &vectors}; }
 };
 
 // What a request's `glassbox` extension (+ session + default set) resolved to.
 struct GlassRequest {
   std::shared_ptr<const GlassSpec> spec;  // null: the request uses nothing (runs as a plain one)
   bool intervenes = false;                // some intervention applies (the request is audited)
-  nlohmann::json audit_spec;              // what was asked and what applied, for the audit row
+  nlohmann::json audit_spec;              // what was asked (canonical, bounded) and which sets applied
   std::vector<std::string> stats;         // which statistics the report lists (empty: all)
   std::optional<RepetitionStop> stop_on_repetition;
+  std::shared_ptr<const void> observation;  // its share of max_observation_bytes, given back when dropped
+  int64_t observation_bytes = 0;
 };
 
 class GlassService {
@@ -78,24 +69,34 @@ class GlassService {
   // then gets a 400.
   GlassService(const ServerConfig& cfg, const ModelConfig* model);
 
-  // Loads the configured control vectors and checks the presets against the model: a bad file
-  // or preset stops the server at start, naming it.
+  // Loads the configured control vectors and resolves the configured presets against the model:
+  // a bad file or preset stops the server at start, naming it.
   Status init();
 
   // Resolves a request: ext is body["glassbox"] (null if absent), session the X-Glassbox-Session
-  // header (empty if absent). Errors: 400 for a malformed field (named), an unknown preset, vector
-  // or session, or a strength over its cap (the cap named); 403 when interventions are off, the
-  // caller's role may not observe or intervene, or a layer / point is outside the policy.
+  // header (empty if absent), n_sequences the request's prompts × n. Errors: 400 for a malformed
+  // field (named), an unknown preset, vector or session, a strength or a stack of items over a cap
+  // (the cap named), too many interventions, or observation over max_request_observation_bytes;
+  // 403 when interventions are off, the caller's role may not observe or intervene, the session is
+  // not open to the caller, or a layer / point is outside the policy; 429 when the observation of
+  // the requests in flight fills max_observation_bytes.
   std::optional<ApiError> resolve(const nlohmann::json* ext, const std::string& session, const Caller& caller,
-                                  GlassRequest* out) const;
+                                  int64_t n_sequences, GlassRequest* out) const;
 
   // ---- admin changes; each returns the change as JSON for the audit log, or an error ----
+  // PUT replaces the whole policy (absent keys take their defaults, presets included; the change
+  // lists what it removed); PATCH merges (RFC 7396: a key set to null returns to its default,
+  // `caps` and `presets` merge by name, null deleting one). A policy under which a stored set
+  // (preset, session, default set) would be refused is itself refused (409, every conflict listed).
   std::optional<ApiError> set_policy(const nlohmann::json& body, nlohmann::json* change);
+  std::optional<ApiError> patch_policy(const nlohmann::json& body, nlohmann::json* change);
   std::optional<ApiError> put_preset(const std::string& name, const nlohmann::json& body, nlohmann::json* change);
   std::optional<ApiError> delete_preset(const std::string& name, nlohmann::json* change);
   // body: {"path": GGUF} (a file on the server) or {"directions": {"<layer>": [n_embd floats], ...}}
   std::optional<ApiError> put_vector(const std::string& name, const nlohmann::json& body, nlohmann::json* change);
   std::optional<ApiError> delete_vector(const std::string& name, nlohmann::json* change);
+  // body: {"interventions": [...], "roles": [...], "keys": [...]}; without roles and keys the
+  // session is open to glassbox_policy.intervention_roles.
   std::optional<ApiError> put_session(const std::string& id, const nlohmann::json& body, nlohmann::json* change);
   std::optional<ApiError> delete_session(const std::string& id, nlohmann::json* change);
   // body: {"interventions": [...]} becomes the next version; rollback returns to the previous one.
@@ -116,53 +117,39 @@ class GlassService {
 
   std::shared_ptr<const GlassState> state() const;
   bool available() const { return model_ != nullptr; }
+  // Observation bytes held by the requests in flight (max_observation_bytes bounds it).
+  int64_t observation_in_use() const { return observation_used_->load(); }
 
  private:
-  // Parses a list of interventions (request syntax). policy: check roles' caps, layers, points
-  // (request-supplied and admin-defined sets alike are checked against caps, layers and points).
-  std::optional<ApiError> parse_interventions(const nlohmann::json& list, const std::string& where,
-                                              const GlassState& st, bool allow_presets,
-                                              std::vector<Intervention>* out) const;
-  std::optional<ApiError> parse_one(const nlohmann::json& item, const std::string& where, const GlassState& st,
-                                    bool allow_presets, std::vector<Intervention>* out) const;
-  std::optional<ApiError> check_policy(const std::vector<Intervention>& ivs, const std::string& where,
-                                       const GlassState& st) const;
-  // A PUT defining a set ({"interventions": [...]}): validated against the candidate state, then
-  // store(state, list) keeps it.
-  template <class F>
-  std::optional<ApiError> put_set(const nlohmann::json& body, bool allow_presets, F&& store);
   // Applies fn to a copy of the state and swaps it in if fn succeeds.
   template <class F>
   std::optional<ApiError> update(F&& fn);
+  // A PUT defining a set ({"interventions": [...]} + extra keys): parsed and resolved against the
+  // candidate state, checked alone, then store(state, set) keeps it.
+  template <class F>
+  std::optional<ApiError> put_set(const nlohmann::json& body, const std::vector<std::string>& extra_keys,
+                                  bool allow_presets, F&& store);
+  // Shared by PUT and PATCH: st.policy and st.limits are the candidate; presets (name -> items or
+  // null) replace or delete the named presets.
+  std::optional<ApiError> apply_policy(GlassState& st, const nlohmann::json& presets, bool replace_presets,
+                                       nlohmann::json* change) const;
 
   const ModelConfig* model_;
+  nlohmann::json presets_source_;  // the config file's presets, resolved by init()
+  int64_t max_request_observation_bytes_, max_observation_bytes_;
+  std::shared_ptr<std::atomic<int64_t>> observation_used_;
   mutable std::mutex mutex_;  // guards state_ (the pointer, not the snapshot)
   std::shared_ptr<const GlassState> state_;
   CommitHook commit_hook_;
 };
 
-// The per-choice `glassbox` object of a response: report (stats per layer and point), events,
-// captures and applied. stats filters the report's fields (empty: all).
-nlohmann::json glass_report_json(const GlassReport& r, const std::vector<std::string>& stats);
+// The glass module's limits for a policy.
+GlassLimits glass_limits(const GlassPolicyConfig& p);
 
-// The n-gram repetition rate of a token sequence, incrementally: the fraction of its n-grams that
-// already occurred earlier in it, overall and over the last `window` n-grams.
-class RepetitionTracker {
- public:
-  explicit RepetitionTracker(int32_t n, int32_t window = 64);
-  void push(int32_t token);
-  double rate() const { return total_ > 0 ? static_cast<double>(repeated_) / static_cast<double>(total_) : 0.0; }
-  double window_rate() const;
-  int64_t ngrams() const { return total_; }
-  int32_t window() const { return window_; }
-
- private:
-  int32_t n_, window_;
-  std::vector<int32_t> last_;            // the last n tokens
-  std::unordered_set<uint64_t> seen_;    // hashes of the n-grams so far
-  std::vector<uint8_t> recent_;          // ring of the last `window` n-grams: 1 = repeated
-  int64_t recent_sum_ = 0;
-  int64_t total_ = 0, repeated_ = 0;
-};
+// The per-choice `glassbox` object of a response: the report (glass_report_json), the choice's
+// repetition rate and, when stop_on_repetition ended it, "stopped_by": "repetition" and
+// "stopped": {"by", "window_rate", "max_rate", "ngram", "window"}.
+nlohmann::json glass_choice_json(const GlassReport& r, const GlassRequest& g, const RepetitionTracker& repetition,
+                                 bool stopped_by_repetition);
 
 }  // namespace gb::server

@@ -85,6 +85,7 @@ void Server::install_routes() {
                handle_admin_glass(q, "", r);
              }));
   http_->Put("/admin/glassbox/policy", admin_glass);
+  http_->Patch("/admin/glassbox/policy", admin_glass);
   http_->Put("/admin/glassbox/default", admin_glass);
   http_->Post("/admin/glassbox/default/rollback", admin_glass);
   http_->Put(R"(/admin/glassbox/(presets|vectors|sessions)/([^/]+))", admin_glass);

@@ -112,6 +112,30 @@ test('policy: a user may not intervene (403), over a cap is 400 naming it', asyn
     (e) => e.status === 400 && /cap of 10/.test(e.message) && e.param === 'glassbox.interventions[0].strength');
 });
 
+test('caps bound stacked items; an admin session is not open to a user key', async () => {
+  // 256 scales of 10 used to turn activations into NaN and answer 200 with empty text.
+  const stacked = { interventions: Array(256).fill({ op: 'scale', point: 'mlp_act', layer: 1, strength: 10 }) };
+  await assert.rejects(complete(RESEARCHER, stacked),
+    (e) => e.status === 400 && e.code === 'cap_exceeded' && /stacked scale/.test(e.message));
+  const admin = { Authorization: `Bearer ${ADMIN}`, 'Content-Type': 'application/json' };
+  const put = await fetch(`${server.origin}/admin/glassbox/sessions/lab`, {
+    method: 'PUT', headers: admin,
+    body: JSON.stringify({ interventions: [{ op: 'scale', point: 'mlp_act', layers: 'all', strength: -0.9 }] }),
+  });
+  assert.equal(put.status, 200, await put.text());
+  const withSession = (key) => fetch(`${server.origin}/v1/completions`, {
+    method: 'POST',
+    headers: { Authorization: `Bearer ${key}`, 'Content-Type': 'application/json', 'X-Glassbox-Session': 'lab' },
+    body: JSON.stringify({ model, prompt: PROMPT, max_tokens: 4, temperature: 0 }),
+  });
+  const asUser = await withSession(USER);
+  assert.equal(asUser.status, 403, 'a user key gets no admin session');
+  assert.equal((await asUser.json()).error.code, 'session_not_allowed');
+  const asResearcher = await withSession(RESEARCHER);
+  assert.equal(asResearcher.status, 200);
+  assert.equal((await asResearcher.json()).choices[0].glassbox.applied.length, 1);
+});
+
 test('the monitor counts nothing on stories260K and exports its ratio histogram', async () => {
   const m = await (await fetch(`${server.origin}/metrics`)).text();
   assert.ok(metric(m, 'glassbox_monitor_steps_total') > 0);

@@ -10,7 +10,7 @@
 #include <cstdlib>
 #include <new>
 
-#include "model/glass.h"
+#include "glass/glass.h"
 #include "model/session.h"
 #include "support/test_support.h"
 

@@ -19,7 +19,18 @@ ServerConfig glass_config(bool interventions = true) {
   cfg.audit_db = gb::test::temp_dir() + "/audit.db";
   cfg.glassbox_policy.presets = json::parse(R"({"neuron-2-5-low": [
       {"op": "scale", "point": "mlp_act", "layer": 2, "dims": [5], "strength": -0.98}]})");
+  cfg.max_body_bytes = 1 << 20;  // room for the stacking tests' 256-item lists
   return cfg;
+}
+
+json add_dims(double strength, int layer = 1) {
+  return {{"op", "add"}, {"point", "mlp_act"}, {"layer", layer}, {"dims", {3}}, {"strength", strength}};
+}
+
+json times(const json& item, int n) {
+  json a = json::array();
+  for (int i = 0; i < n; ++i) a.push_back(item);
+  return a;
 }
 
 json scale(double strength, int layer = 1, const char* point = "mlp_act") {
@@ -42,6 +53,7 @@ class GlassHttpTest : public HttpTest {
     if (method == "PUT") return c->Put(path.c_str(), auth(kAdminKey), body.dump(), "application/json");
     if (method == "POST") return c->Post(path.c_str(), auth(kAdminKey), body.dump(), "application/json");
     if (method == "DELETE") return c->Delete(path.c_str(), auth(kAdminKey));
+    if (method == "PATCH") return c->Patch(path.c_str(), auth(kAdminKey), body.dump(), "application/json");
     return c->Get(path.c_str(), auth(kAdminKey));
   }
 };
@@ -166,8 +178,10 @@ TEST_F(GlassHttpTest, VectorLibrarySessionsAndTheVersionedDefaultSet) {
   ASSERT_EQ(applied.size(), 1u);
   EXPECT_EQ(applied[0]["point"], "resid_post");
 
-  // A session binds a stored set to whoever sends its header (a user included).
-  ASSERT_EQ(admin("PUT", "/admin/glassbox/sessions/exp-1", {{"interventions", {scale(0.25, 0)}}})->status, 200);
+  // A session binds a stored set to whoever sends its header, among the roles and keys it lists
+  // (a user included here; see SessionsAreBoundToRolesAndKeys).
+  ASSERT_EQ(admin("PUT", "/admin/glassbox/sessions/exp-1", {{"interventions", {scale(0.25, 0)}}, {"roles", {"user"}}})->status,
+            200);
   httplib::Headers h = auth();
   h.emplace("X-Glassbox-Session", "exp-1");
   res = client()->Post("/v1/completions", h, json{{"prompt", "x"}, {"max_tokens", 2}}.dump(), "application/json");
@@ -392,6 +406,346 @@ TEST_F(GlassHttpTest, DeletedAuditFileIsNoticed) {
   EXPECT_NE(ready["audit"].get<std::string>().find("deleted"), std::string::npos) << ready;
   expect_error(admin("PUT", "/admin/glassbox/presets/p2", {{"interventions", {scale(0.5)}}}), 503,
                "service_unavailable", "deleted");
+}
+
+}  // namespace
+}  // namespace gb::server
+
+namespace gb::server {
+namespace {
+
+class GlassHardeningTest : public HttpTest {
+ protected:
+  httplib::Result admin(const std::string& method, const std::string& path, const json& body = json::object()) {
+    auto c = client();
+    if (method == "PUT") return c->Put(path.c_str(), auth(kAdminKey), body.dump(), "application/json");
+    if (method == "PATCH") return c->Patch(path.c_str(), auth(kAdminKey), body.dump(), "application/json");
+    if (method == "POST") return c->Post(path.c_str(), auth(kAdminKey), body.dump(), "application/json");
+    if (method == "DELETE") return c->Delete(path.c_str(), auth(kAdminKey));
+    return c->Get(path.c_str(), auth(kAdminKey));
+  }
+  httplib::Result with_session(const char* key, const std::string& session, const json& body) {
+    httplib::Headers h = auth(key);
+    h.emplace("X-Glassbox-Session", session);
+    return client()->Post("/v1/completions", h, body.dump(), "application/json");
+  }
+  static json error_of(const httplib::Result& res) { return res ? json::parse(res->body)["error"] : json(); }
+};
+
+// Caps bound what a request's items do together, not each item alone: stacked adds sum, stacked
+// scales multiply, a vector add counts by the size of its shift, the clip_massive mean by the set
+// cap, and the default set counts with the request's own items.
+TEST_F(GlassHardeningTest, StackedItemsOverACapAreRefused) {
+  start(glass_config());
+  // 256 adds of 100 on one dim used to pass a cap of 100 (each alone is at the cap).
+  auto res = post("/v1/completions", completion({{"interventions", times(add_dims(100), 256)}}), kResearcherKey);
+  expect_error(res, 400, "invalid_request_error", "the stacked add interventions at mlp_act layer 1 dim 3 add up to 25600");
+  EXPECT_EQ(error_of(res)["code"], "cap_exceeded");
+  EXPECT_EQ(error_of(res)["param"], "glassbox.interventions");
+  // 256 scales of 10 used to multiply activations by 11^256 (inf, then NaN) and answer 200.
+  res = post("/v1/completions", completion({{"interventions", times(scale(10), 256)}}), kResearcherKey);
+  expect_error(res, 400, "invalid_request_error", "the stacked scale interventions");
+  // Within the cap together: fine.
+  EXPECT_EQ(post("/v1/completions", completion({{"interventions", times(add_dims(50), 2)}}), kResearcherKey)->status, 200);
+  // A raw vector is capped by the size of the shift it adds; [3e38]*8 used to pass.
+  json huge = json::array();
+  for (int i = 0; i < 8; ++i) huge.push_back(3e38);
+  res = post("/v1/completions",
+             completion({{"interventions", {{{"op", "add"}, {"point", "resid_post"}, {"layer", 1}, {"vector", huge},
+                                             {"strength", 1}}}}}),
+             kResearcherKey);
+  expect_error(res, 400, "invalid_request_error", "|strength| × |vector|");
+  EXPECT_EQ(error_of(res)["param"], "glassbox.interventions[0].vector");
+  // The clip_massive mean writes values like set does: bounded by the set cap.
+  res = post("/v1/completions",
+             completion({{"interventions", {{{"op", "clip_massive"}, {"point", "resid_post"}, {"layer", 1},
+                                             {"threshold", 10}, {"mean", huge}}}}}),
+             kResearcherKey);
+  expect_error(res, 400, "invalid_request_error", "over the cap of 100 for set");
+  // The default set stacks with the request's own items, and the message names both.
+  ASSERT_EQ(admin("PUT", "/admin/glassbox/default", {{"interventions", {add_dims(60)}}})->status, 200);
+  res = post("/v1/completions", completion({{"interventions", {add_dims(60)}}}), kResearcherKey);
+  expect_error(res, 400, "invalid_request_error", "glassbox.interventions[0], default set v1 interventions[0]");
+  EXPECT_EQ(post("/v1/completions", completion({{"interventions", {add_dims(60, 2)}}}), kResearcherKey)->status, 200);
+}
+
+// One limit on the resolved interventions: presets, sessions and the default set count after
+// expansion, and a list that expands too far is refused before it is built.
+TEST_F(GlassHardeningTest, ResolvedInterventionsAreLimited) {
+  start(glass_config());
+  ASSERT_EQ(admin("PUT", "/admin/glassbox/presets/wide", {{"interventions", times(add_dims(0.1, 0), 256)}})->status, 200);
+  // 256 references to it used to become 65,536 interventions.
+  json refs = times({{"preset", "wide"}}, 256);
+  auto res = post("/v1/completions", completion({{"interventions", refs}}), kResearcherKey);
+  expect_error(res, 400, "invalid_request_error", "more than 256 (glassbox_policy.max_interventions)");
+  EXPECT_EQ(post("/v1/completions", completion({{"interventions", {{{"preset", "wide"}}}}}), kResearcherKey)->status, 200);
+  // A session of the full preset leaves no room for the default set's item: the request is refused, naming it.
+  ASSERT_EQ(admin("PUT", "/admin/glassbox/sessions/big", {{"interventions", {{{"preset", "wide"}}}}})->status, 200);
+  res = admin("PUT", "/admin/glassbox/default", {{"interventions", {scale(0.1, 3)}}});
+  EXPECT_EQ(res->status, 409) << res->body;
+  EXPECT_NE(error_of(res)["message"].get<std::string>().find("session big"), std::string::npos) << res->body;
+  // The limit is part of the policy.
+  res = admin("PATCH", "/admin/glassbox/policy", {{"max_interventions", 100}});
+  EXPECT_EQ(res->status, 409) << res->body;  // the preset and the session hold 256
+  ASSERT_EQ(admin("DELETE", "/admin/glassbox/sessions/big")->status, 200);
+  ASSERT_EQ(admin("DELETE", "/admin/glassbox/presets/wide")->status, 200);
+  ASSERT_EQ(admin("PATCH", "/admin/glassbox/policy", {{"max_interventions", 2}})->status, 200);
+  expect_error(post("/v1/completions", completion({{"interventions", times(scale(0.1), 3)}}), kResearcherKey), 400,
+               "invalid_request_error", "at most 2 interventions");
+}
+
+// Non-finite numbers (values beyond the f32 range) and integers beyond their type are refused,
+// never turned into inf or truncated.
+TEST_F(GlassHardeningTest, NonFiniteAndOutOfRangeNumbersAreRefused) {
+  start(glass_config());
+  struct Case {
+    json glassbox;
+    std::string param;
+  };
+  const std::vector<Case> cases = {
+      // A clamp at 1e39 used to become a clamp at infinity (200).
+      {{{"interventions", {{{"op", "clamp"}, {"point", "resid_post"}, {"layer", 1}, {"strength", 1e39}}}}},
+       "glassbox.interventions[0].strength"},
+      // min_abs 1e39 used to become inf (200).
+      {{{"observe", {{"points", {"resid_post"}}}}, {"massive", {{"min_abs", 1e39}}}}, "glassbox.massive.min_abs"},
+      // dim 2^32 + 3 used to become dim 3 (200, applied to dim 3).
+      {{{"interventions", {{{"op", "scale"}, {"point", "mlp_act"}, {"layer", 1}, {"dims", {4294967299LL}}, {"strength", 1}}}}},
+       "glassbox.interventions[0]"},
+      {{{"observe", {{"capture", {{{"point", "resid_post"}, {"layer", 1}, {"token", 4294967296LL}}}}}}},
+       "glassbox.observe.capture[0].token"},
+  };
+  for (const Case& c : cases) {
+    auto res = post("/v1/completions", completion(c.glassbox), kResearcherKey);
+    ASSERT_TRUE(res);
+    EXPECT_EQ(res->status, 400) << c.glassbox.dump() << "\n" << res->body;
+    EXPECT_EQ(error_of(res)["param"], c.param) << res->body;
+  }
+}
+
+// A session is open to the roles and keys its PUT lists; without them, to the roles that may
+// intervene. A user key sending an admin's session header used to get its interventions.
+TEST_F(GlassHardeningTest, SessionsAreBoundToRolesAndKeys) {
+  start(glass_config());
+  const json body = {{"prompt", "x"}, {"max_tokens", 2}};
+  ASSERT_EQ(admin("PUT", "/admin/glassbox/sessions/lab", {{"interventions", {scale(0.25, 0)}}})->status, 200);
+  auto res = with_session(kUserKey, "lab", body);
+  expect_error(res, 403, "permission_error", "session 'lab' is not open to key 'alice' (user role)");
+  EXPECT_EQ(error_of(res)["code"], "session_not_allowed");
+  EXPECT_EQ(with_session(kResearcherKey, "lab", body)->status, 200);
+  // Listed keys: alice may, another user key may not.
+  ASSERT_EQ(admin("PUT", "/admin/glassbox/sessions/alice-only", {{"interventions", {scale(0.25, 0)}}, {"keys", {"alice"}}})
+                ->status,
+            200);
+  res = with_session(kUserKey, "alice-only", body);
+  ASSERT_EQ(res->status, 200) << res->body;
+  EXPECT_EQ(json::parse(res->body)["choices"][0]["glassbox"]["applied"].size(), 1u);
+  EXPECT_EQ(with_session(kLimitedKey, "alice-only", body)->status, 403);
+  EXPECT_EQ(with_session(kResearcherKey, "alice-only", body)->status, 403);  // restricted: the policy roles no longer apply
+  // Listed roles.
+  ASSERT_EQ(admin("PUT", "/admin/glassbox/sessions/all-users", {{"interventions", {scale(0.25, 0)}}, {"roles", {"user"}}})
+                ->status,
+            200);
+  EXPECT_EQ(with_session(kLimitedKey, "all-users", body)->status, 200);
+  // The body is checked, and GET shows who may use each session.
+  expect_error(admin("PUT", "/admin/glassbox/sessions/x", {{"interventions", json::array()}, {"roles", {"god"}}}), 400,
+               "invalid_request_error", "'god' is not user, researcher or admin");
+  expect_error(admin("PUT", "/admin/glassbox/sessions/x", {{"interventions", json::array()}, {"colour", 1}}), 400,
+               "invalid_request_error", "colour: unknown field");
+  const json state = json::parse(admin("GET", "/admin/glassbox")->body);
+  EXPECT_EQ(state["sessions"]["alice-only"]["keys"], json({"alice"}));
+  EXPECT_EQ(state["sessions"]["all-users"]["roles"], json({"user"}));
+  EXPECT_FALSE(state["sessions"]["lab"].contains("roles"));
+}
+
+// A policy under which a stored set would be refused is itself refused, listing every conflict;
+// plain requests (which carry the default set) keep working.
+TEST_F(GlassHardeningTest, PolicyChangesConflictingWithStoredSetsAreRefused) {
+  start(glass_config());
+  ASSERT_EQ(admin("PUT", "/admin/glassbox/default", {{"interventions", {scale(5, 0)}}})->status, 200);
+  ASSERT_EQ(admin("PUT", "/admin/glassbox/sessions/s1", {{"interventions", {scale(4, 1)}}})->status, 200);
+  ASSERT_EQ(admin("PUT", "/admin/glassbox/presets/p1", {{"interventions", {scale(3, 2)}}})->status, 200);
+  json policy = glass_policy_json(glass_config().glassbox_policy);
+  policy["caps"]["scale"] = 1;
+  for (const char* method : {"PUT", "PATCH"}) {
+    auto res = admin(method, "/admin/glassbox/policy", std::string(method) == "PUT" ? policy : json{{"caps", {{"scale", 1}}}});
+    ASSERT_EQ(res->status, 409) << method << " " << res->body;
+    const json e = error_of(res);
+    EXPECT_EQ(e["code"], "policy_conflict");
+    const std::string m = e["message"].get<std::string>();
+    EXPECT_NE(m.find("default set v1: interventions[0].strength: 5 is over the cap of 1"), std::string::npos) << m;
+    EXPECT_NE(m.find("session s1: "), std::string::npos) << m;
+    if (std::string(method) == "PUT") {
+      EXPECT_NE(m.find("conflicts with 2 stored set(s)"), std::string::npos) << m;  // the PUT drops preset p1
+    } else {
+      EXPECT_NE(m.find("conflicts with 3 stored set(s)"), std::string::npos) << m;
+      EXPECT_NE(m.find("preset p1: "), std::string::npos) << m;
+    }
+  }
+  // Nothing changed: plain requests still get the default set.
+  auto res = post("/v1/completions", {{"prompt", "x"}, {"max_tokens", 2}});
+  ASSERT_EQ(res->status, 200) << res->body;
+  EXPECT_EQ(json::parse(res->body)["choices"][0]["glassbox"]["applied"].size(), 1u);
+  EXPECT_EQ(json::parse(admin("GET", "/admin/glassbox")->body)["policy"]["caps"]["scale"], 10);
+  // A session that, with the default set, would pass a cap is refused when it is PUT.
+  res = admin("PUT", "/admin/glassbox/sessions/s2", {{"interventions", {scale(2, 0)}}});  // 6 · 3 = 18
+  EXPECT_EQ(res->status, 409) << res->body;
+  // So is rolling back to a version that conflicts, and a new default set that conflicts with a session.
+  res = admin("PUT", "/admin/glassbox/default", {{"interventions", {scale(9, 1)}}});  // with s1: 10 · 5 = 50
+  EXPECT_EQ(res->status, 409) << res->body;
+}
+
+// PUT replaces the whole policy and says what that removed; PATCH merges.
+TEST_F(GlassHardeningTest, PutPolicyReplacesAndSaysSoPatchMerges) {
+  start(glass_config());
+  auto res = admin("PUT", "/admin/glassbox/policy", {{"caps", {{"scale", 5}}}});
+  ASSERT_EQ(res->status, 200) << res->body;
+  json change = json::parse(res->body)["change"];
+  EXPECT_EQ(change["replaced"], true);
+  EXPECT_EQ(change["presets_removed"], json({"neuron-2-5-low"}));
+  EXPECT_NE(std::find(change["defaults_applied"].begin(), change["defaults_applied"].end(), "presets"),
+            change["defaults_applied"].end());
+  EXPECT_EQ(change["policy"]["caps"], json({{"scale", 5}}));
+  expect_error(post("/v1/completions", completion({{"interventions", {{{"preset", "neuron-2-5-low"}}}}}), kResearcherKey),
+               400, "invalid_request_error", "unknown preset");
+  // PATCH: caps merge by op, presets by name; the rest stays.
+  res = admin("PATCH", "/admin/glassbox/policy",
+              {{"caps", {{"add", 7}}}, {"presets", {{"p", {scale(0.5)}}}}, {"allowed_layers", {0, 1}}});
+  ASSERT_EQ(res->status, 200) << res->body;
+  change = json::parse(res->body)["change"];
+  EXPECT_EQ(change["policy"]["caps"], json({{"add", 7}, {"scale", 5}}));
+  EXPECT_EQ(change["presets_set"], json({"p"}));
+  EXPECT_EQ(change["policy"]["allowed_layers"], json({0, 1}));
+  EXPECT_EQ(json::parse(res->body)["action"], "merge");
+  EXPECT_EQ(post("/v1/completions", completion({{"interventions", {{{"preset", "p"}}}}}), kResearcherKey)->status, 200);
+  // null: back to the default (a key), or delete (a cap, a preset).
+  res = admin("PATCH", "/admin/glassbox/policy", {{"caps", {{"add", nullptr}}}, {"allowed_layers", nullptr}});
+  ASSERT_EQ(res->status, 200) << res->body;
+  EXPECT_EQ(json::parse(res->body)["change"]["policy"]["caps"], json({{"scale", 5}}));
+  EXPECT_EQ(json::parse(res->body)["change"]["policy"]["allowed_layers"], "all");
+  res = admin("PATCH", "/admin/glassbox/policy", {{"presets", {{"p", nullptr}}}});
+  ASSERT_EQ(res->status, 200) << res->body;
+  EXPECT_EQ(json::parse(res->body)["change"]["presets_removed"], json({"p"}));
+  expect_error(admin("PATCH", "/admin/glassbox/policy", {{"caps", {{"scale", "big"}}}}), 400, "invalid_request_error",
+               "glassbox_policy.caps.scale");
+  expect_error(admin("PATCH", "/admin/glassbox/policy", {{"presets", {{"nope", nullptr}}}}), 400, "invalid_request_error",
+               "no such preset");
+  // Every change is an audit row: set, merge, merge, merge.
+  const json rows = json::parse(admin("GET", "/admin/audit?kind=policy")->body)["data"];
+  ASSERT_EQ(rows.size(), 4u);
+  int merges = 0;
+  for (const json& r : rows) merges += r["action"] == "merge";
+  EXPECT_EQ(merges, 3);
+}
+
+// Observation memory: a request's own budget (400 naming it) and the server's (429 naming it,
+// given back when the request ends); nothing is reserved for a request that is refused.
+TEST_F(GlassHardeningTest, ObservationHasARequestAndAServerBudget) {
+  test::FakeEngineOptions slow;
+  slow.token_delay = 20ms;
+  const ModelConfig& m = slow.model;
+  GlassSpec probe;
+  probe.observe.enabled = true;
+  const int64_t per_sequence = observation_bytes(*resolve_glass_spec(probe, m).value(), m);
+  ServerConfig cfg = glass_config();
+  cfg.max_request_observation_bytes = 4 * per_sequence;
+  cfg.max_observation_bytes = per_sequence + per_sequence / 2;
+  start(cfg, slow);
+  const json observe = {{"observe", {{"points", {"resid_post"}}}}};
+  // n = 16 used to reserve 16 accumulators (and, with captures, a 198 MB answer).
+  json body = completion(observe);
+  body["n"] = 16;
+  auto res = post("/v1/completions", body);
+  expect_error(res, 400, "invalid_request_error", "over max_request_observation_bytes = " + std::to_string(4 * per_sequence));
+  EXPECT_EQ(error_of(res)["code"], "observation_budget_exceeded");
+  body["n"] = 1;
+  ASSERT_EQ(post("/v1/completions", body)->status, 200);
+  // A long request holds the server's budget; a second one meanwhile is 429, naming the setting.
+  json longer = completion(observe);
+  longer["max_tokens"] = 200;
+  longer["ignore_eos"] = true;
+  longer["stream"] = true;
+  std::atomic<bool> streaming{false};
+  std::thread first([&] {
+    httplib::Request req;
+    req.method = "POST";
+    req.path = "/v1/completions";
+    req.headers = auth();
+    req.body = longer.dump();
+    req.set_header("Content-Type", "application/json");
+    req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) {
+      streaming = true;
+      return true;
+    };
+    client()->send(req);
+  });
+  // (No ASSERT until the thread is joined.) The first request streams for 200 × 20 ms.
+  for (int i = 0; i < 2000 && !streaming; ++i) std::this_thread::sleep_for(5ms);
+  EXPECT_TRUE(streaming);
+  EXPECT_EQ(json::parse(admin("GET", "/admin/glassbox")->body)["observation"]["bytes_in_use"], per_sequence);
+  res = post("/v1/completions", body);
+  expect_error(res, 429, "rate_limit_error", "max_observation_bytes = " + std::to_string(cfg.max_observation_bytes));
+  EXPECT_EQ(error_of(res)["code"], "observation_budget_busy");
+  EXPECT_EQ(res->get_header_value("Retry-After"), "1");
+  // Requests that observe nothing are not held up.
+  EXPECT_EQ(post("/v1/completions", {{"prompt", "x"}, {"max_tokens", 2}})->status, 200);
+  first.join();
+  ASSERT_TRUE(wait_idle());
+  EXPECT_EQ(json::parse(admin("GET", "/admin/glassbox")->body)["observation"]["bytes_in_use"], 0);
+  EXPECT_EQ(post("/v1/completions", body)->status, 200);
+}
+
+// Error messages and audit rows never carry unbounded input.
+TEST_F(GlassHardeningTest, MessagesAndAuditRowsAreBounded) {
+  start(glass_config());
+  const std::string long_key(200000, 'k');
+  auto res = post("/v1/completions", completion({{long_key, 1}}), kResearcherKey);
+  ASSERT_EQ(res->status, 400);
+  EXPECT_LT(res->body.size(), 1000u);
+  // A session header of arbitrary bytes: 400 naming it, the message printable.
+  res = with_session(kResearcherKey, std::string(2000, '\xff'), {{"prompt", "x"}, {"max_tokens", 2}});
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 400) << res->body;
+  EXPECT_LT(res->body.size(), 1000u);
+  // The audit row holds the request as parsed: duplicates collapsed, no raw input.
+  json stats = json::array();
+  for (int i = 0; i < 20000; ++i) stats.push_back("rms");
+  res = post("/v1/completions",
+             completion({{"observe", {{"points", {"resid_post"}}, {"stats", stats}}}, {"interventions", {scale(0.5)}}}),
+             kResearcherKey);
+  ASSERT_EQ(res->status, 200) << res->body.substr(0, 300);
+  const json rows = json::parse(admin("GET", "/admin/audit?kind=request")->body)["data"];
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0]["spec"]["glassbox"]["observe"]["stats"], json({"rms"}));
+  EXPECT_LT(rows[0]["spec"].dump().size(), 1000u);
+}
+
+// The repetition stop is visible in the choice's glassbox object, streaming or not.
+TEST_F(GlassHardeningTest, RepetitionStopIsReportedWithItsRate) {
+  start(glass_config());
+  json body = {{"prompt", "x"},
+               {"max_tokens", 200},
+               {"ignore_eos", true},
+               {"glassbox", {{"stop_on_repetition", {{"ngram", 4}, {"window", 8}, {"max_rate", 0.5}}}}}};
+  auto res = post("/v1/completions", body);
+  ASSERT_EQ(res->status, 200) << res->body;
+  json g = json::parse(res->body)["choices"][0]["glassbox"];
+  EXPECT_EQ(g["stopped"]["by"], "repetition");
+  EXPECT_GT(g["stopped"]["window_rate"].get<double>(), 0.5);
+  EXPECT_EQ(g["stopped"]["max_rate"], 0.5);
+  EXPECT_EQ(g["stopped"]["window"], 8);
+  body["stream"] = true;
+  int status = 0;
+  const auto payloads = sse_payloads(post_stream("/v1/completions", body, 0, &status));
+  ASSERT_EQ(status, 200);
+  ASSERT_GE(payloads.size(), 2u);
+  g = json::parse(payloads[payloads.size() - 2])["choices"][0]["glassbox"];
+  EXPECT_EQ(g["stopped_by"], "repetition");
+  EXPECT_GT(g["stopped"]["window_rate"].get<double>(), 0.5);
+  // A natural end has no "stopped".
+  body.erase("stream");
+  body["ignore_eos"] = false;
+  res = post("/v1/completions", body);
+  EXPECT_FALSE(json::parse(res->body)["choices"][0]["glassbox"].contains("stopped"));
 }
 
 }  // namespace

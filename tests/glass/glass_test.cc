@@ -8,8 +8,8 @@
 #include <cstring>
 #include <random>
 
-#include "model/control_vector.h"
-#include "model/glass.h"
+#include "glass/control_vector.h"
+#include "glass/glass.h"
 #include "model/observers.h"
 #include "model/session.h"
 #include "support/glass_fixtures.h"

@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "core/status.h"
+#include "glass/spec.h"
 #include "model/config.h"
-#include "model/glass.h"
 
 namespace gb {
 

@@ -1,5 +1,5 @@
 // Control-vector GGUF loading.
-#include "model/control_vector.h"
+#include "glass/control_vector.h"
 
 #include <algorithm>
 #include <cmath>

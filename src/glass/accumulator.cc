@@ -1,0 +1,103 @@
+// The per-sequence glass-box accumulator: storage on first use, the report.
+#include "glass/accumulator.h"
+
+#include <cmath>
+
+namespace gb {
+
+GlassAccumulator::GlassAccumulator(std::shared_ptr<const GlassSpec> spec, const ModelConfig& c)
+    : spec_(std::move(spec)), n_layers_(c.n_layers), n_embd_(c.n_embd), n_ff_(c.n_ff) {}
+
+int64_t GlassAccumulator::storage_bytes(const GlassSpec& spec, const ModelConfig& c) {
+  int64_t bytes = static_cast<int64_t>(spec.interventions.size()) * static_cast<int64_t>(sizeof(int64_t));
+  const ObserveSpec& ob = spec.observe;
+  if (!ob.enabled) return bytes;
+  const int64_t n_slots = int64_t{c.n_layers} * kNumLayerPoints;
+  bytes += n_slots * static_cast<int64_t>(sizeof(uint8_t) + sizeof(Acc));
+  if (ob.detect_massive) bytes += kMaxEventsPerRequest * static_cast<int64_t>(sizeof(MassiveEvent));
+  bytes += static_cast<int64_t>(ob.captures.size()) * static_cast<int64_t>(sizeof(Capture));
+  for (const CaptureRequest& cr : ob.captures) bytes += point_width(cr.point, c) * static_cast<int64_t>(sizeof(float));
+  return bytes;
+}
+
+int64_t observation_bytes(const GlassSpec& spec, const ModelConfig& c) {
+  return GlassAccumulator::storage_bytes(spec, c);
+}
+
+void GlassAccumulator::ensure_storage() {
+  if (storage_) return;
+  storage_ = true;
+  applied_rows_.assign(spec_->interventions.size(), 0);
+  const ObserveSpec& ob = spec_->observe;
+  if (!ob.enabled) return;
+  const size_t n_slots = static_cast<size_t>(n_layers_) * kNumLayerPoints;
+  observed_.assign(n_slots, 0);
+  acc_.resize(n_slots);
+  for (int32_t l : ob.layers) {
+    for (HookPoint p : ob.points) observed_[static_cast<size_t>(l) * kNumLayerPoints + static_cast<int>(p)] = 1;
+  }
+  captures_.reserve(ob.captures.size());
+  for (const CaptureRequest& cr : ob.captures) {
+    Capture cap;
+    cap.point = cr.point;
+    cap.layer = cr.layer;
+    cap.position = cr.position;
+    cap.data.assign(static_cast<size_t>(cr.point == HookPoint::kMlpAct ? n_ff_ : n_embd_), 0.0f);
+    captures_.push_back(std::move(cap));
+  }
+  if (ob.detect_massive) events_.reserve(kMaxEventsPerRequest);
+}
+
+GlassReport GlassAccumulator::report() const {
+  GlassReport r;
+  const ObserveSpec& ob = spec_->observe;
+  if (ob.enabled) {
+    // Before the first step nothing was observed: every observed pair reports zero tokens.
+    std::vector<uint8_t> observed = observed_;
+    if (!storage_) {
+      observed.assign(static_cast<size_t>(n_layers_) * kNumLayerPoints, 0);
+      for (int32_t l : ob.layers) {
+        for (HookPoint p : ob.points) observed[static_cast<size_t>(l) * kNumLayerPoints + static_cast<int>(p)] = 1;
+      }
+    }
+    const Acc empty;
+    for (int32_t l = 0; l < n_layers_; ++l) {
+      for (int p = 0; p < kNumLayerPoints; ++p) {
+        const size_t i = static_cast<size_t>(l) * kNumLayerPoints + p;
+        if (!observed[i]) continue;
+        const Acc& a = storage_ ? acc_[i] : empty;
+        PointStats s;
+        s.point = static_cast<HookPoint>(p);
+        s.layer = l;
+        s.n_tokens = a.n_tokens;
+        s.max_abs = a.max_abs;
+        s.max_dim = a.max_dim;
+        s.max_position = a.max_position;
+        s.median_abs = a.n_tokens > 0 ? static_cast<float>(a.sum_median / static_cast<double>(a.n_tokens)) : 0.0f;
+        s.max_ratio = a.max_ratio;
+        s.max_ratio_position = a.max_ratio_position;
+        if (a.n_values > 0) {
+          s.rms = static_cast<float>(std::sqrt(a.sum_sq / static_cast<double>(a.n_values)));
+          s.mean = static_cast<float>(a.sum / static_cast<double>(a.n_values));
+        }
+        s.top.assign(a.top, a.top + a.n_top);
+        r.stats.push_back(std::move(s));
+      }
+    }
+  }
+  r.events = events_;
+  r.events_dropped = events_dropped_;
+  if (storage_) {
+    r.captures = captures_;
+  } else {
+    for (const CaptureRequest& cr : ob.captures) r.captures.push_back({cr.point, cr.layer, cr.position, false, {}});
+  }
+  for (size_t k = 0; k < spec_->interventions.size(); ++k) {
+    AppliedIntervention a = applied_intervention(spec_->interventions[k]);
+    a.rows = storage_ ? applied_rows_[k] : 0;
+    r.applied.push_back(std::move(a));
+  }
+  return r;
+}
+
+}  // namespace gb

@@ -1,0 +1,137 @@
+// What the glass box does for one request, as plain data: interventions (edits of the hidden
+// state at per-layer hook points), observation (statistics, massive-activation events, raw
+// captures) and the massive-activation rule. A spec is resolved once against the model's shape
+// and then shared, immutable, by the engine's sequences.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/status.h"
+#include "model/config.h"
+#include "model/hooks.h"
+
+namespace gb {
+
+inline constexpr int kNumLayerPoints = static_cast<int>(HookPoint::kEmbed);  // resid_pre .. resid_post
+inline constexpr int32_t kMaxTopK = 16;                 // ObserveSpec::top_k
+inline constexpr int32_t kMaxSelectedPositions = 256;   // TokenSelector::positions
+inline constexpr int64_t kMaxCaptureFloats = 1 << 20;   // raw vectors per sequence (4 MiB)
+inline constexpr int32_t kMaxEventsPerRequest = 256;    // massive events kept per sequence; the rest are counted
+
+// Which tokens of a sequence an intervention or observation applies to. A "token" is a row of the
+// forward pass: the hidden state computed for the token at that position (the row at position p
+// predicts token p + 1). Prompt tokens are positions < prompt length, generated ones the rest.
+enum class TokenScope : uint8_t { kAll, kPrompt, kGenerated, kFirst, kPositions };
+std::string_view token_scope_name(TokenScope s);  // "all", "prompt", "generated", "first", "positions"
+std::optional<TokenScope> parse_token_scope(std::string_view name);
+
+struct TokenSelector {
+  TokenScope scope = TokenScope::kAll;
+  std::vector<int32_t> positions = {};  // kPositions: 0-based positions (sorted and deduplicated at resolution)
+};
+
+enum class InterventionOp : uint8_t { kScale, kAdd, kSet, kClamp, kAblate, kClipMassive };
+inline constexpr int kNumInterventionOps = 6;
+std::string_view intervention_op_name(InterventionOp op);  // "scale", "add", "set", "clamp", "ablate", "clip_massive"
+std::optional<InterventionOp> parse_intervention_op(std::string_view name);
+
+// One edit of the hidden state at a per-layer hook point, for layers [layer_first, layer_last].
+//   scale:        x_d ← x_d · (1 + strength)            on dims (empty: every dim)
+//   add:          x_d ← x_d + strength                  on dims; or x ← x + strength · vector
+//   set:          x_d ← strength                        on dims
+//   clamp:        x_d ← clamp(x_d, −strength, strength) on dims (strength ≥ 0; ∞ allowed)
+//   ablate:       x ← x − strength · (x·u) u            u = vector, normalised at resolution
+//   clip_massive: where |x_d| > threshold · median|x| of the row: x_d ← vector[d] (a per-dim mean)
+//                 when vector is given, else x_d · strength (0 zeroes them)
+struct Intervention {
+  InterventionOp op = InterventionOp::kScale;
+  HookPoint point = HookPoint::kResidPost;
+  int32_t layer_first = 0;  // 0-based; -1 (with layer_last -1): every layer
+  int32_t layer_last = 0;   // inclusive
+  std::vector<int32_t> dims = {};
+  float strength = 0;
+  std::vector<float> vector = {};  // [width of the point] f32 (n_embd, or n_ff for mlp_act), or empty
+  float threshold = 0;
+  TokenSelector tokens = {};
+  std::string label = {};  // free text reported back in `applied` (e.g. "control_vector:happy")
+};
+
+// The massive-activation rule (Sun et al. 2024): |x| > min_abs and |x| > min_ratio · median|x|
+// of that token's row at that (layer, point).
+struct MassiveRule {
+  float min_abs = 100.0f;
+  float min_ratio = 1000.0f;
+};
+
+// The rule applied to a row's max |x| and median |x|: the one test the per-request detector and
+// the engine-wide monitor share.
+struct MassiveTest {
+  bool abs_test = false;    // max_abs > min_abs
+  bool ratio_test = false;  // max_abs > min_ratio · median_abs
+  bool massive() const { return abs_test && ratio_test; }
+};
+inline MassiveTest is_massive(const MassiveRule& rule, float max_abs, float median_abs) {
+  return {max_abs > rule.min_abs, max_abs > rule.min_ratio * median_abs};
+}
+
+// A raw vector to copy out: the row of (point, layer) at `position`.
+struct CaptureRequest {
+  HookPoint point = HookPoint::kResidPost;
+  int32_t layer = 0;
+  int32_t position = 0;
+};
+
+struct ObserveSpec {
+  bool enabled = false;
+  std::vector<HookPoint> points;  // per-layer points; empty: resid_post
+  std::vector<int32_t> layers;    // 0-based; empty: every layer
+  TokenSelector tokens;
+  int32_t top_k = 0;              // top dims by |x| per (layer, point), 0 .. kMaxTopK
+  bool detect_massive = true;     // massive events on the observed rows
+  std::vector<CaptureRequest> captures;  // raw vectors; Σ widths ≤ kMaxCaptureFloats
+};
+
+// Everything the glass box does for one request.
+struct GlassSpec {
+  ObserveSpec observe;
+  std::vector<Intervention> interventions;  // applied in this order at each point
+  MassiveRule massive;
+  // Set by resolution: the model shape the spec was checked against (the engine refuses a spec
+  // resolved for another model).
+  struct Shape {
+    int32_t n_layers = 0, n_embd = 0, n_ff = 0;
+    bool operator==(const Shape&) const = default;
+  } resolved_for;
+};
+// The Shape a spec resolved for c has.
+GlassSpec::Shape glass_shape(const ModelConfig& c);
+// The width of a per-layer point: n_ff for mlp_act, else n_embd.
+int64_t point_width(HookPoint p, const ModelConfig& c);
+
+// Checks one intervention against the model and resolves it in place: layer range (-1 → every
+// layer), dims and vector width against the point, positions sorted, an ablation direction
+// normalised. Resolving is not idempotent (normalisation), so each intervention is resolved once.
+// Errors name the field under `where` ("interventions[1].dims[0]: 4000 is outside mlp_act's 3072 dims").
+Status resolve_intervention(Intervention& iv, const ModelConfig& c, const std::string& where);
+// Checks and resolves the observation part (points, layers, top_k, tokens, captures) in place;
+// errors name "observe.<field>".
+Status resolve_observe(ObserveSpec& ob, const ModelConfig& c);
+Status check_massive_rule(const MassiveRule& m);
+
+// Checks spec against the model and resolves it (every intervention, the observation, the rule).
+Result<std::shared_ptr<const GlassSpec>> resolve_glass_spec(GlassSpec spec, const ModelConfig& c);
+// A spec whose interventions were each resolved already (resolve_intervention) and whose
+// observation was resolved (resolve_observe): stamps the shape without resolving again.
+std::shared_ptr<const GlassSpec> seal_resolved_spec(GlassSpec spec, const ModelConfig& c);
+
+// A hash of everything in a resolved spec that changes the KV cache (the interventions; not the
+// observation), 0 when there are none. Prompt-relative token scopes make KV depend on the prompt
+// length, so it is mixed in then. The engine mixes this into the request's cache_salt.
+uint64_t glass_kv_salt(const GlassSpec& spec, int32_t n_prompt);
+
+}  // namespace gb

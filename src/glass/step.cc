@@ -1,0 +1,279 @@
+// The per-step glass-box table: building it from sequences, applying it at a hook point.
+#include "glass/step.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "ops/steer.h"
+
+namespace gb {
+
+namespace {
+
+// Calls fn(begin, end) for the maximal row ranges of a sequence's rows [row_begin, row_begin + n)
+// (positions first_pos..) that the selector picks.
+template <class F>
+void for_each_range(const TokenSelector& sel, int32_t row_begin, int32_t n, int32_t first_pos, int32_t n_prompt, F fn) {
+  const int32_t end_pos = first_pos + n;
+  auto rows = [&](int32_t p0, int32_t p1) {  // positions [p0, p1) clipped to this step's
+    p0 = std::max(p0, first_pos);
+    p1 = std::min(p1, end_pos);
+    if (p0 < p1) fn(row_begin + (p0 - first_pos), row_begin + (p1 - first_pos));
+  };
+  switch (sel.scope) {
+    case TokenScope::kAll: rows(first_pos, end_pos); return;
+    case TokenScope::kPrompt: rows(0, n_prompt); return;
+    case TokenScope::kGenerated: rows(n_prompt, end_pos); return;
+    case TokenScope::kFirst: rows(0, 1); return;
+    case TokenScope::kPositions: {
+      auto it = std::lower_bound(sel.positions.begin(), sel.positions.end(), first_pos);
+      while (it != sel.positions.end() && *it < end_pos) {
+        const int32_t p0 = *it;
+        int32_t p1 = p0 + 1;
+        for (++it; it != sel.positions.end() && *it == p1 && p1 < end_pos; ++it) ++p1;
+        rows(p0, p1);
+      }
+      return;
+    }
+  }
+}
+
+}  // namespace
+
+// ---- MonitorStep ----
+
+void MonitorStep::reset(int32_t n_layers) {
+  max_abs.assign(static_cast<size_t>(n_layers), 0.0f);
+  max_ratio.assign(static_cast<size_t>(n_layers), 0.0f);
+  if (events.capacity() < static_cast<size_t>(kMaxEvents)) events.reserve(kMaxEvents);
+  events.clear();
+  events_dropped = 0;
+  rows = 0;
+}
+
+// ---- GlassStep ----
+
+GlassStep::GlassStep(const ModelConfig& c)
+    : n_layers_(c.n_layers),
+      masks_(static_cast<size_t>(c.n_layers), 0),
+      scratch_(static_cast<size_t>(std::max(c.n_embd, c.n_ff))) {
+  const size_t n_slots = static_cast<size_t>(n_layers_) * kNumLayerPoints;
+  op_offsets_.assign(n_slots + 1, 0);
+  obs_offsets_.assign(n_slots + 1, 0);
+  cap_offsets_.assign(n_slots + 1, 0);
+  ops_stage_.reserve(256), ops_.reserve(256);
+  obs_stage_.reserve(256), obs_.reserve(256);
+  caps_stage_.reserve(64), caps_.reserve(64);
+}
+
+void GlassStep::clear() {
+  std::fill(masks_.begin(), masks_.end(), 0u);
+  ops_stage_.clear(), ops_.clear();
+  obs_stage_.clear(), obs_.clear();
+  caps_stage_.clear(), caps_.clear();
+  std::fill(op_offsets_.begin(), op_offsets_.end(), 0);
+  std::fill(obs_offsets_.begin(), obs_offsets_.end(), 0);
+  std::fill(cap_offsets_.begin(), cap_offsets_.end(), 0);
+  rows_needed_ = 0;
+  monitor_ = nullptr;
+  monitor_out_ = nullptr;
+}
+
+bool GlassStep::empty() const {
+  return ops_stage_.empty() && obs_stage_.empty() && caps_stage_.empty() && monitor_ == nullptr;
+}
+
+void GlassStep::add_sequence(int32_t row_begin, int32_t n_rows, int32_t first_pos, int32_t n_prompt,
+                             GlassAccumulator* acc) {
+  acc->ensure_storage();
+  const GlassSpec& spec = acc->spec();
+  rows_needed_ = std::max(rows_needed_, row_begin + n_rows);
+  for (size_t k = 0; k < spec.interventions.size(); ++k) {
+    const Intervention& iv = spec.interventions[k];
+    for_each_range(iv.tokens, row_begin, n_rows, first_pos, n_prompt, [&](int32_t b, int32_t e) {
+      for (int32_t l = iv.layer_first; l <= iv.layer_last; ++l) {
+        ops_stage_.push_back({slot(iv.point, l), b, e, &iv, &acc->applied_rows_[k]});
+        masks_[l] |= hook_bit(iv.point);
+      }
+    });
+  }
+  const ObserveSpec& ob = spec.observe;
+  if (!ob.enabled) return;
+  for_each_range(ob.tokens, row_begin, n_rows, first_pos, n_prompt, [&](int32_t b, int32_t e) {
+    for (int32_t l : ob.layers) {
+      for (HookPoint p : ob.points) {
+        obs_stage_.push_back({slot(p, l), b, e, acc});
+        masks_[l] |= hook_bit(p);
+      }
+    }
+  });
+  for (Capture& cap : acc->captures_) {
+    if (cap.position >= first_pos && cap.position < first_pos + n_rows) {
+      caps_stage_.push_back({slot(cap.point, cap.layer), row_begin + (cap.position - first_pos), &cap});
+      masks_[cap.layer] |= hook_bit(cap.point);
+    }
+  }
+}
+
+void GlassStep::set_monitor(const MonitorConfig& config, MonitorStep* out) {
+  monitor_ = &config;
+  monitor_out_ = out;
+  out->reset(n_layers_);
+  const uint32_t bits = config.points & ((1u << kNumLayerPoints) - 1);
+  for (auto& m : masks_) m |= bits;
+}
+
+template <class E>
+void GlassStep::sort_by_slot(std::vector<E>& staged, std::vector<E>& sorted, std::vector<int32_t>& offsets,
+                             int32_t n_slots) {
+  // Counting sort: stable, so entries of one slot keep the order they were added in (a request's
+  // interventions apply in spec order; requests in batch order).
+  std::fill(offsets.begin(), offsets.end(), 0);
+  for (const E& e : staged) ++offsets[e.slot + 1];
+  for (int32_t s = 0; s < n_slots; ++s) offsets[s + 1] += offsets[s];
+  sorted.resize(staged.size());
+  // offsets[s] is the write cursor of slot s while placing; restore afterwards by shifting.
+  for (const E& e : staged) sorted[offsets[e.slot]++] = e;
+  for (int32_t s = n_slots; s > 0; --s) offsets[s] = offsets[s - 1];
+  offsets[0] = 0;
+}
+
+void GlassStep::finalize() {
+  const int32_t n_slots = n_layers_ * kNumLayerPoints;
+  sort_by_slot(ops_stage_, ops_, op_offsets_, n_slots);
+  sort_by_slot(obs_stage_, obs_, obs_offsets_, n_slots);
+  sort_by_slot(caps_stage_, caps_, cap_offsets_, n_slots);
+}
+
+void GlassStep::observe_rows(const ObsEntry& e, int32_t s, HookPoint p, int32_t layer, const float* data,
+                             int64_t width, const Batch& batch, float* scratch) const {
+  GlassAccumulator& acc = *e.acc;
+  const GlassSpec& spec = acc.spec();
+  GlassAccumulator::Acc& a = acc.acc_[static_cast<size_t>(s)];
+  for (int32_t r = e.row_begin; r < e.row_end; ++r) {
+    const int32_t pos = batch.positions[r];
+    if (pos <= a.last_position) continue;  // recomputed after a preemption: counted already
+    a.last_position = pos;
+    const float* x = data + int64_t{r} * width;
+    const ops::RowStats st = ops::row_stats(x, width, scratch);
+    ++a.n_tokens;
+    if (st.max_abs > a.max_abs || a.max_position < 0) {
+      a.max_abs = st.max_abs;
+      a.max_dim = st.max_dim;
+      a.max_position = pos;
+    }
+    a.sum_median += st.median_abs;
+    const float ratio = st.median_abs > 0 ? st.max_abs / st.median_abs : 0.0f;
+    if (ratio > a.max_ratio || a.max_ratio_position < 0) {
+      a.max_ratio = ratio;
+      a.max_ratio_position = pos;
+    }
+    a.sum += st.sum;
+    a.sum_sq += st.sum_sq;
+    a.n_values += width;
+    if (spec.observe.top_k > 0) {
+      int32_t dims[kMaxTopK];
+      float vals[kMaxTopK];
+      const int32_t n = ops::row_top_k(x, width, spec.observe.top_k, dims, vals);
+      // Merge into the running list: one entry per dim holding its largest |x|.
+      for (int32_t j = 0; j < n; ++j) {
+        int32_t at = -1;
+        for (int32_t q = 0; q < a.n_top; ++q) {
+          if (a.top[q].dim == dims[j]) at = q;
+        }
+        if (at >= 0) {
+          if (vals[j] <= a.top[at].abs) continue;
+          for (int32_t q = at; q + 1 < a.n_top; ++q) a.top[q] = a.top[q + 1];  // remove, reinsert below
+          --a.n_top;
+        } else if (a.n_top == spec.observe.top_k && vals[j] <= a.top[a.n_top - 1].abs) {
+          continue;
+        }
+        int32_t q = std::min(a.n_top, spec.observe.top_k - 1);
+        if (a.n_top < spec.observe.top_k) ++a.n_top;
+        while (q > 0 && a.top[q - 1].abs < vals[j]) {
+          a.top[q] = a.top[q - 1];
+          --q;
+        }
+        a.top[q] = {dims[j], vals[j], pos};
+      }
+    }
+    if (spec.observe.detect_massive) {
+      const MassiveTest t = is_massive(spec.massive, st.max_abs, st.median_abs);
+      if (t.massive()) {
+        if (acc.events_.size() < static_cast<size_t>(kMaxEventsPerRequest)) {
+          acc.events_.push_back(massive_event(p, layer, pos, x, st.max_dim, st.max_abs, st.median_abs, t));
+        } else {
+          ++acc.events_dropped_;
+        }
+      }
+    }
+  }
+}
+
+void GlassStep::monitor_rows(HookPoint p, int32_t layer, const float* data, int64_t n_rows, int64_t width,
+                             const Batch& batch, float* scratch) const {
+  MonitorStep& out = *monitor_out_;
+  for (int64_t r = 0; r < n_rows; ++r) {
+    const float* x = data + r * width;
+    const ops::RowStats st = ops::row_max_median(x, width, scratch);
+    out.max_abs[layer] = std::max(out.max_abs[layer], st.max_abs);
+    if (st.median_abs > 0) out.max_ratio[layer] = std::max(out.max_ratio[layer], st.max_abs / st.median_abs);
+    const MassiveTest t = is_massive(monitor_->rule, st.max_abs, st.median_abs);
+    if (t.massive()) {
+      if (out.events.size() < static_cast<size_t>(MonitorStep::kMaxEvents)) {
+        MonitorEvent ev;
+        ev.event = massive_event(p, layer, batch.positions[r], x, st.max_dim, st.max_abs, st.median_abs, t);
+        ev.seq_index = batch.seq_index[r];
+        out.events.push_back(ev);
+      } else {
+        ++out.events_dropped;
+      }
+    }
+  }
+  out.rows += n_rows;
+}
+
+void GlassStep::apply(HookPoint p, int32_t layer, float* data, int64_t n_rows, int64_t width, const Batch& batch) const {
+  const int32_t s = slot(p, layer);
+  float* scratch = scratch_.data();
+
+  // 1. Interventions, in table order.
+  for (int32_t i = op_offsets_[s]; i < op_offsets_[s + 1]; ++i) {
+    const OpEntry& e = ops_[i];
+    const Intervention& iv = *e.op;
+    float* x = data + int64_t{e.row_begin} * width;
+    const int64_t rows = e.row_end - e.row_begin;
+    const int32_t* dims = iv.dims.empty() ? nullptr : iv.dims.data();
+    const int64_t nd = static_cast<int64_t>(iv.dims.size());
+    switch (iv.op) {
+      case InterventionOp::kScale: ops::scale_dims(x, rows, width, dims, nd, iv.strength); break;
+      case InterventionOp::kAdd:
+        if (!iv.vector.empty()) ops::add_vector(x, rows, width, iv.vector.data(), iv.strength);
+        else ops::add_dims(x, rows, width, dims, nd, iv.strength);
+        break;
+      case InterventionOp::kSet: ops::set_dims(x, rows, width, dims, nd, iv.strength); break;
+      case InterventionOp::kClamp: ops::clamp_dims(x, rows, width, dims, nd, iv.strength); break;
+      case InterventionOp::kAblate: ops::ablate_direction(x, rows, width, iv.vector.data(), iv.strength); break;
+      case InterventionOp::kClipMassive:
+        ops::clip_massive(x, rows, width, iv.threshold, iv.strength, iv.vector.empty() ? nullptr : iv.vector.data(),
+                          scratch);
+        break;
+    }
+    *e.rows += rows;
+  }
+
+  // 2. Per-request observation.
+  for (int32_t i = obs_offsets_[s]; i < obs_offsets_[s + 1]; ++i) observe_rows(obs_[i], s, p, layer, data, width, batch, scratch);
+
+  // 3. Raw captures.
+  for (int32_t i = cap_offsets_[s]; i < cap_offsets_[s + 1]; ++i) {
+    const CapEntry& e = caps_[i];
+    std::memcpy(e.dst->data.data(), data + int64_t{e.row} * width, static_cast<size_t>(width) * sizeof(float));
+    e.dst->filled = true;
+  }
+
+  // 4. The engine-wide monitor over every row.
+  if (monitor_ != nullptr && (monitor_->points & hook_bit(p))) monitor_rows(p, layer, data, n_rows, width, batch, scratch);
+}
+
+}  // namespace gb

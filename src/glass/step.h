@@ -1,0 +1,103 @@
+// One step's glass-box table (the model's StepTable): per (point, layer), the row ranges of the
+// flat batch and what to do on them — the running requests' interventions, their observation and
+// captures — plus the engine-wide massive-activation monitor.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "glass/accumulator.h"
+#include "glass/report.h"
+#include "glass/spec.h"
+#include "model/batch.h"
+#include "model/hooks.h"
+
+namespace gb {
+
+// ---- The engine-wide monitor ----
+
+struct MonitorConfig {
+  bool enabled = false;
+  uint32_t points = hook_bit(HookPoint::kResidPost);  // hook_bit()s of per-layer points
+  int32_t every_steps = 1;                            // sample one step in this many
+  MassiveRule rule;
+};
+
+struct MonitorEvent {
+  MassiveEvent event;
+  int32_t seq_index = 0;  // the batch sequence of the row
+};
+
+// What a monitored step saw, per layer over all monitored points and rows. Sized once.
+struct MonitorStep {
+  static constexpr int32_t kMaxEvents = 256;
+  void reset(int32_t n_layers);  // clears, keeping capacity
+  std::vector<float> max_abs;    // [n_layers] max |x| over the step's rows
+  std::vector<float> max_ratio;  // [n_layers] max over rows of max|x| / median|x|
+  std::vector<MonitorEvent> events;  // at most kMaxEvents
+  int64_t events_dropped = 0;
+  int64_t rows = 0;              // rows checked (summed over layers and points)
+};
+
+// Built by the engine (or a test) from the batch's sequences, then handed to Hooks::set_glass;
+// the forward pass applies it through Hooks::emit. Grow-only buffers: after the largest step has
+// been seen once, building and applying allocate nothing.
+class GlassStep final : public StepTable {
+ public:
+  explicit GlassStep(const ModelConfig& c);
+
+  void clear();
+  // One sequence of the batch: rows [row_begin, row_begin + n_rows) hold its positions
+  // first_pos, first_pos + 1, ...; n_prompt is its prompt length (token scopes). acc receives its
+  // observation and must stay alive until the forward pass returns. The first call for an
+  // accumulator allocates its storage (GlassAccumulator::ensure_storage).
+  void add_sequence(int32_t row_begin, int32_t n_rows, int32_t first_pos, int32_t n_prompt, GlassAccumulator* acc);
+  // Monitors every row of this step at config.points of every layer into *out.
+  void set_monitor(const MonitorConfig& config, MonitorStep* out);
+  // Sorts the table by (point, layer); call after the last add_sequence / set_monitor.
+  void finalize();
+
+  bool empty() const;
+  int32_t rows_needed() const override { return rows_needed_; }
+  uint32_t layer_mask(int32_t layer) const override { return masks_[layer]; }
+  int32_t n_layers() const override { return n_layers_; }
+
+  // Interventions for (p, layer) on data[n_rows, width] (rows = batch rows 0..n_rows-1), then the
+  // observations and the monitor, which see the edited values.
+  void apply(HookPoint p, int32_t layer, float* data, int64_t n_rows, int64_t width, const Batch& batch) const override;
+
+ private:
+  struct OpEntry {
+    int32_t slot, row_begin, row_end;
+    const Intervention* op;
+    int64_t* rows;  // the accumulator's applied counter
+  };
+  struct ObsEntry {
+    int32_t slot, row_begin, row_end;
+    GlassAccumulator* acc;
+  };
+  struct CapEntry {
+    int32_t slot, row;
+    Capture* dst;
+  };
+  int32_t slot(HookPoint p, int32_t layer) const { return layer * kNumLayerPoints + static_cast<int>(p); }
+  template <class E>
+  static void sort_by_slot(std::vector<E>& staged, std::vector<E>& sorted, std::vector<int32_t>& offsets, int32_t n_slots);
+  void observe_rows(const ObsEntry& e, int32_t s, HookPoint p, int32_t layer, const float* data, int64_t width,
+                    const Batch& batch, float* scratch) const;
+  void monitor_rows(HookPoint p, int32_t layer, const float* data, int64_t n_rows, int64_t width, const Batch& batch,
+                    float* scratch) const;
+
+  int32_t n_layers_;
+  std::vector<uint32_t> masks_;  // [n_layers]
+  std::vector<OpEntry> ops_stage_, ops_;
+  std::vector<ObsEntry> obs_stage_, obs_;
+  std::vector<CapEntry> caps_stage_, caps_;
+  std::vector<int32_t> op_offsets_, obs_offsets_, cap_offsets_;  // [n_slots + 1]
+  int32_t rows_needed_ = 0;
+  const MonitorConfig* monitor_ = nullptr;
+  MonitorStep* monitor_out_ = nullptr;
+  mutable std::vector<float> scratch_;  // [max(n_embd, n_ff)] median workspace
+};
+
+}  // namespace gb
