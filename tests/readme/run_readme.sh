@@ -70,10 +70,11 @@ awk -v q="'" '
 ' "$readme" > "$work/blocks.sh"
 
 # Path and port mapping (commands and expected output alike).
+# /tmp/ first: the build and shared paths substituted after it may themselves lie under /tmp.
 sed -E \
+  -e "s#(^|[[:space:]\"'(=@])/tmp/#\\1$work/tmp/#g" \
   -e "s#(^|[[:space:]\"'(=])build/#\\1$build/#g" \
   -e "s#\\.\\./shared#$shared#g" \
-  -e "s#(^|[[:space:]\"'(=@])/tmp/#\\1$work/tmp/#g" \
   -e "s#(localhost|127\\.0\\.0\\.1):8000#\\1:$port#g" \
   -e "s#^$build/glassbox serve( |\$)#readme_serve #" \
   "$work/blocks.sh" > "$work/mapped.sh"
