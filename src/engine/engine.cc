@@ -56,31 +56,21 @@ Result<std::unique_ptr<Engine>> Engine::create(Model* model, const EngineConfig&
 Engine::Engine(Model* model, const EngineConfig& config, std::unique_ptr<KvCache> cache)
     : model_(model),
       config_(config),
-      cache_(std::move(cache)),
-      blocks_(cache_->n_blocks(), config.block_size),
+      blocks_(cache->n_blocks(), config.block_size),
       scheduler_(config.scheduler, &blocks_),
-      logits_(static_cast<size_t>(config.scheduler.max_num_seqs) * model->config().vocab),
+      runner_(model, std::move(cache), config.scheduler.max_num_seqs, config.block_size, config.monitor),
       logprobs_(model->config().vocab),
-      eos_ids_(model->config().eos_ids),
-      glass_step_(model->config()),
-      hooks_(model->config().n_layers) {
-  stats_.kv_blocks_total = cache_->n_blocks();
-  const size_t n_layers = static_cast<size_t>(model->config().n_layers);
-  monitor_state_.events_per_layer.assign(n_layers, 0);
-  monitor_state_.last_max_ratio.assign(n_layers, 0.0f);
-  monitor_state_.last_max_abs.assign(n_layers, 0.0f);
-  monitor_state_.peak_max_ratio.assign(n_layers, 0.0f);
-  monitor_state_.ratio_buckets.assign(n_layers, {});
-  monitor_state_.ratio_count.assign(n_layers, 0);
-  monitor_state_.ratio_sum.assign(n_layers, 0.0);
-  monitor_state_.config = config.monitor;
-  monitor_config_ = config.monitor;
-  monitor_step_.reset(model->config().n_layers);
+      eos_ids_(model->config().eos_ids) {
+  stats_.kv_blocks_total = blocks_.n_blocks();
+  monitor_state_.reset(model->config().n_layers, config.monitor);
 }
 
 Engine::~Engine() { stop(); }
 
-Status Engine::submit(GenerationRequest request, std::shared_ptr<RequestChannel> channel) {
+Status Engine::submit(GenerationRequest request, std::shared_ptr<RequestChannel> channel, EngineErrorCode* code) {
+  EngineErrorCode unused;
+  if (code == nullptr) code = &unused;
+  *code = EngineErrorCode::kInvalidRequest;
   const int32_t vocab = model_->config().vocab;
   if (request.prompt.empty()) return Status::error("the prompt is empty");
   for (int32_t t : request.prompt) {
@@ -129,13 +119,18 @@ Status Engine::submit(GenerationRequest request, std::shared_ptr<RequestChannel>
   seq->channel = std::move(channel);
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (!accepting_) return Status::error("the engine is draining and accepts no new requests");
+    if (!accepting_) {
+      *code = EngineErrorCode::kDraining;
+      return Status::error("the engine is draining and accepts no new requests");
+    }
     if (static_cast<int64_t>(inbox_.size()) + stats_.waiting >= config_.max_queue) {
+      *code = EngineErrorCode::kQueueFull;
       return Status::error("the request queue is full (" + std::to_string(config_.max_queue) + " waiting)");
     }
     if (seq->glass != nullptr) ++stats_.glass_requests;
     inbox_.push_back(std::move(seq));
   }
+  *code = EngineErrorCode::kNone;
   wake_.notify_one();
   return Status::ok();
 }
@@ -158,28 +153,8 @@ void Engine::set_monitor(const MonitorConfig& config) {
 
 void Engine::record_monitor(const std::vector<ScheduledSeq>& scheduled) {
   std::lock_guard<std::mutex> lock(mutex_);
-  MonitorSnapshot& m = monitor_state_;
-  ++m.steps_sampled;
-  m.rows_checked += monitor_step_.rows;
-  m.events_dropped += monitor_step_.events_dropped;
-  for (size_t l = 0; l < m.last_max_ratio.size(); ++l) {
-    m.last_max_ratio[l] = monitor_step_.max_ratio[l];
-    m.last_max_abs[l] = monitor_step_.max_abs[l];
-    m.peak_max_ratio[l] = std::max(m.peak_max_ratio[l], monitor_step_.max_ratio[l]);
-    const double r = monitor_step_.max_ratio[l];
-    size_t b = 0;
-    while (b < MonitorSnapshot::kRatioBounds.size() && r > MonitorSnapshot::kRatioBounds[b]) ++b;
-    ++m.ratio_buckets[l][b];
-    ++m.ratio_count[l];
-    m.ratio_sum[l] += r;
-  }
-  for (const MonitorEvent& e : monitor_step_.events) {
-    ++m.events_total;
-    ++m.events_per_layer[static_cast<size_t>(e.event.layer)];
-    if (m.recent.size() == MonitorSnapshot::kRecent) m.recent.erase(m.recent.begin());
-    m.recent.push_back({static_cast<uint64_t>(m.events_total), scheduled[e.seq_index].seq->request.id, e.event});
-  }
-  m.events_total += monitor_step_.events_dropped;
+  monitor_state_.record(runner_.monitor_step(),
+                        [&](int32_t seq_index) -> const std::string& { return scheduled[seq_index].seq->request.id; });
 }
 
 void Engine::take_inbox() {
@@ -191,10 +166,11 @@ void Engine::take_inbox() {
   for (auto& s : incoming) scheduler_.add(std::move(s));
 }
 
-void Engine::finish(Sequence* seq, FinishReason reason, const std::string& error) {
+void Engine::finish(Sequence* seq, FinishReason reason, EngineErrorCode code, const std::string& error) {
   GenerationEvent ev;
   ev.finish = reason;
   ev.error = error;
+  ev.error_code = code;
   ev.prompt_tokens = seq->n_prompt;
   ev.cached_prompt_tokens = seq->n_cached_prompt;
   if (seq->glass != nullptr) ev.glass = std::make_shared<GlassReport>(seq->glass->report());
@@ -212,100 +188,77 @@ void Engine::reap_cancelled() {
   auto& done = done_;
   done.clear();
   auto check = [&](Sequence* s) {
-    if (s->channel->cancelled() || draining_past_deadline) done.emplace_back(s, FinishReason::kCancelled);
-    else if (now >= s->request.deadline) done.emplace_back(s, FinishReason::kTimeout);
+    if (s->channel->cancelled()) done.push_back({s, FinishReason::kCancelled, EngineErrorCode::kCancelled});
+    else if (draining_past_deadline) done.push_back({s, FinishReason::kCancelled, EngineErrorCode::kDraining});
+    else if (now >= s->request.deadline) done.push_back({s, FinishReason::kTimeout, EngineErrorCode::kTimeout});
   };
   for (const auto& s : scheduler_.running()) check(s.get());
   for (const auto& s : scheduler_.waiting()) check(s.get());
-  for (auto [s, r] : done) finish(s, r);
+  for (const Done& d : done) finish(d.seq, d.reason, d.code);
 }
 
 Result<bool> Engine::step() {
   take_inbox();
   reap_cancelled();
-  const auto& scheduled = scheduler_.schedule();
+  const auto& scheduled = schedule();
   if (scheduled.empty()) {
     publish_stats(-1);
     return false;
   }
   const Clock::time_point t0 = Clock::now();
+  const Status st = runner_.run(scheduled);
+  if (st.is_ok() && runner_.monitored()) record_monitor(scheduled);
+  post_process(scheduled, st);
+  publish_stats(std::chrono::duration<double>(Clock::now() - t0).count());
+  return true;
+}
 
+const std::vector<ScheduledSeq>& Engine::schedule() {
+  const auto& scheduled = scheduler_.schedule();
+  if (scheduled.empty()) return scheduled;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (monitor_changed_) {
-      monitor_config_ = monitor_state_.config;
-      monitor_counter_ = 0;
+      runner_.set_monitor(monitor_state_.config);
       monitor_changed_ = false;
     }
   }
-
-  batch_.clear();
-  glass_step_.clear();
-  bool glass = false;
   for (const ScheduledSeq& s : scheduled) {
-    if (s.seq->glass != nullptr) {
-      glass_step_.add_sequence(static_cast<int32_t>(batch_.n_tokens()), s.n_tokens, s.start, s.seq->n_prompt,
-                               s.seq->glass.get());
-      glass = true;
-    }
-    if (s.first_admission) {
-      // An empty event marks the end of the queue wait (the server's queue-time metric).
-      GenerationEvent ev;
-      ev.prompt_tokens = s.seq->n_prompt;
-      ev.cached_prompt_tokens = s.seq->n_cached_prompt;
-      s.seq->channel->push(std::move(ev));
-    }
-    const std::span<const int32_t> ids(s.seq->tokens.data() + s.start, s.n_tokens);
-    batch_.add_sequence(ids, s.start, s.seq->block_table, config_.block_size, /*all_logits=*/false, s.seq->state_slot);
-    if (!s.samples) batch_.output_rows.pop_back();  // a prefill chunk short of the end: no logits
+    if (!s.first_admission) continue;
+    // An empty event marks the end of the queue wait (the server's queue-time metric).
+    GenerationEvent ev;
+    ev.prompt_tokens = s.seq->n_prompt;
+    ev.cached_prompt_tokens = s.seq->n_cached_prompt;
+    s.seq->channel->push(std::move(ev));
   }
-  const bool monitored =
-      monitor_config_.enabled && monitor_counter_++ % std::max<int32_t>(1, monitor_config_.every_steps) == 0;
-  if (monitored) glass_step_.set_monitor(monitor_config_, &monitor_step_);
-  // Without glass work the step is exactly a plain one: no hooks at all.
-  const Hooks* hooks = nullptr;
-  if (glass || monitored) {
-    glass_step_.finalize();
-    hooks_.set_glass(&glass_step_);
-    hooks = &hooks_;
-  }
-  const Status st = model_->forward(batch_, *cache_, hooks, logits_.data());
-  if (st.is_ok() && monitored) record_monitor(scheduled);
-  if (!st.is_ok()) {
-    // A failed step fails the requests in it, never the process.
-    auto& failed = done_;
-    failed.clear();
-    for (const ScheduledSeq& s : scheduled) failed.emplace_back(s.seq, FinishReason::kError);
-    scheduler_.commit();
-    for (auto [s, r] : failed) finish(s, r, st.message());
-    return true;
-  }
+  return scheduled;
+}
 
-  // Sample where a sequence reached the end of its known tokens, in output-row order.
-  const int32_t vocab = model_->config().vocab;
+void Engine::post_process(const std::vector<ScheduledSeq>& scheduled, const Status& forward) {
   auto& done = done_;
   done.clear();
+  if (!forward.is_ok()) {
+    // A failed step fails the requests in it, never the process.
+    for (const ScheduledSeq& s : scheduled) done.push_back({s.seq, FinishReason::kError, EngineErrorCode::kInternal});
+    scheduler_.commit();
+    for (const Done& d : done) finish(d.seq, d.reason, d.code, forward.message());
+    return;
+  }
+  // Sample where a sequence reached the end of its known tokens, in output-row order.
+  const int32_t vocab = model_->config().vocab;
   int32_t row = 0;
+  bool non_finite = false;
   for (const ScheduledSeq& s : scheduled) {
     if (!s.samples) continue;
     Sequence* seq = s.seq;
-    float* logits = logits_.data() + static_cast<size_t>(row++) * vocab;
-    GeneratedToken gen{};
-    if (seq->request.top_logprobs >= 0) log_softmax({logits, static_cast<size_t>(vocab)}, logprobs_);
-    gen.token = seq->sampler->sample(logits);
-    if (seq->request.top_logprobs >= 0) {
-      gen.logprob = logprobs_[gen.token];
-      // The k most likely tokens by insertion into a short sorted list (k <= 20): one pass, no sort of the vocabulary.
-      const int32_t k = std::min(seq->request.top_logprobs, vocab);
-      gen.top.reserve(k + 1);
-      for (int32_t i = 0; i < vocab && k > 0; ++i) {
-        const float lp = logprobs_[i];
-        if (static_cast<int32_t>(gen.top.size()) == k && lp <= gen.top.back().logprob) continue;
-        auto pos = std::find_if(gen.top.begin(), gen.top.end(), [&](const TokenLogprob& t) { return lp > t.logprob; });
-        gen.top.insert(pos, {i, lp});
-        if (static_cast<int32_t>(gen.top.size()) > k) gen.top.pop_back();
-      }
+    float* logits = runner_.logits(row++);
+    if (!all_finite(logits, vocab)) {
+      // Never a token sampled from NaN: the request fails (where it happened is found below).
+      done.push_back({seq, FinishReason::kError, EngineErrorCode::kNonFinite});
+      non_finite = true;
+      continue;
     }
+    GeneratedToken gen = seq->sampler->sample(logits, seq->request.top_logprobs, logprobs_);
     seq->tokens.push_back(gen.token);
     if (seq->n_generated() == 1) seq->first_token_time = Clock::now();
 
@@ -323,13 +276,22 @@ Result<bool> Engine::step() {
     ev.prompt_tokens = seq->n_prompt;
     ev.cached_prompt_tokens = seq->n_cached_prompt;
     seq->channel->push(std::move(ev));
-    if (reason != FinishReason::kNone) done.emplace_back(seq, reason);
+    if (reason != FinishReason::kNone) done.push_back({seq, reason});
   }
   scheduler_.commit();
-  for (auto [s, r] : done) finish(s, r);
+  if (non_finite) {
+    for (Done& d : done) {
+      if (d.code == EngineErrorCode::kNonFinite) d.error = non_finite_error(d.seq);
+    }
+  }
+  for (const Done& d : done) finish(d.seq, d.reason, d.code, d.error);
+}
 
-  publish_stats(std::chrono::duration<double>(Clock::now() - t0).count());
-  return true;
+std::string Engine::non_finite_error(Sequence* seq) {
+  // After commit: n_computed covers this step's tokens.
+  auto site = runner_.locate_non_finite(*seq, seq->n_computed);
+  if (!site.is_ok()) return "non-finite logits (NaN or Inf); locating them failed: " + site.message();
+  return non_finite_message(*site, seq->request.glass.get());
 }
 
 void Engine::publish_stats(double step_seconds) {

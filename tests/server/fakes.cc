@@ -80,7 +80,8 @@ FakeEngine::~FakeEngine() {
   thread_.join();
 }
 
-Status FakeEngine::submit(GenerationRequest request, std::shared_ptr<RequestChannel> channel) {
+Status FakeEngine::submit(GenerationRequest request, std::shared_ptr<RequestChannel> channel, EngineErrorCode* code) {
+  if (code != nullptr) *code = queue_full_.load() ? EngineErrorCode::kQueueFull : EngineErrorCode::kNone;
   if (queue_full_.load()) return Status::error("queue full");
   auto a = std::make_unique<Active>();
   a->rng.seed(request.sampling.has_seed ? request.sampling.seed : std::random_device{}());
