@@ -4,8 +4,23 @@
 
 namespace gb {
 
-BlockManager::BlockManager(int32_t n_blocks, int32_t block_size) : block_size_(block_size), blocks_(n_blocks) {
+BlockManager::BlockManager(int32_t n_blocks, int32_t block_size, int32_t n_state_slots)
+    : block_size_(block_size), blocks_(n_blocks), n_state_slots_(n_state_slots) {
   for (int32_t b = 0; b < n_blocks; ++b) blocks_[b].free_pos = free_list_.insert(free_list_.end(), b);
+  free_state_slots_.reserve(n_state_slots);
+  for (int32_t s = n_state_slots - 1; s >= 0; --s) free_state_slots_.push_back(s);
+}
+
+int32_t BlockManager::acquire_state_slot() {
+  if (free_state_slots_.empty()) return -1;
+  const int32_t s = free_state_slots_.back();
+  free_state_slots_.pop_back();
+  return s;
+}
+
+void BlockManager::release_state_slot(int32_t slot) {
+  assert(slot >= 0 && slot < n_state_slots_);
+  free_state_slots_.push_back(slot);
 }
 
 uint64_t BlockManager::hash_block(uint64_t parent, std::span<const int32_t> tokens, uint64_t salt) {

@@ -1,6 +1,8 @@
-// Paged KV block bookkeeping for the engine: which physical blocks each sequence owns, reference
-// counts, and the prefix cache — full blocks keyed by a chained hash of their tokens (and of a
-// per-request salt), reused by later sequences and evicted least-recently-freed first.
+// Paged KV bookkeeping for the engine — the one allocator of the KvCache's storage: which physical
+// blocks each sequence owns, reference counts, the prefix cache (full blocks keyed by a chained hash
+// of their tokens and of a per-request salt, reused by later sequences and evicted
+// least-recently-freed first), and for hybrid models the recurrent-state slots, one per running
+// sequence.
 #pragma once
 
 #include <cstdint>
@@ -13,7 +15,8 @@ namespace gb {
 
 class BlockManager {
  public:
-  BlockManager(int32_t n_blocks, int32_t block_size);
+  // n_state_slots: recurrent-state slots of the cache (hybrid models; 0 otherwise).
+  BlockManager(int32_t n_blocks, int32_t block_size, int32_t n_state_slots = 0);
 
   int32_t block_size() const { return block_size_; }
   int32_t n_blocks() const { return static_cast<int32_t>(blocks_.size()); }
@@ -48,6 +51,13 @@ class BlockManager {
   int32_t ref_count(int32_t block) const { return blocks_[block].ref_count; }
   size_t n_cached() const { return cached_.size(); }
 
+  // A free recurrent-state slot (the lowest ids first, then the most recently released), or -1
+  // when every slot is held.
+  int32_t acquire_state_slot();
+  void release_state_slot(int32_t slot);
+  int32_t n_state_slots() const { return n_state_slots_; }
+  int32_t n_state_slots_used() const { return n_state_slots_ - static_cast<int32_t>(free_state_slots_.size()); }
+
  private:
   struct Block {
     int32_t ref_count = 0;
@@ -60,6 +70,8 @@ class BlockManager {
   std::vector<Block> blocks_;
   std::list<int32_t> free_list_;  // front = evicted first
   std::unordered_map<uint64_t, int32_t> cached_;  // hash -> block
+  int32_t n_state_slots_;
+  std::vector<int32_t> free_state_slots_;  // stack: back = next handed out
 };
 
 }  // namespace gb

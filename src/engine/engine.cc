@@ -56,7 +56,7 @@ Result<std::unique_ptr<Engine>> Engine::create(Model* model, const EngineConfig&
 Engine::Engine(Model* model, const EngineConfig& config, std::unique_ptr<KvCache> cache)
     : model_(model),
       config_(config),
-      blocks_(cache->n_blocks(), config.block_size),
+      blocks_(cache->n_blocks(), config.block_size, cache->n_state_slots()),
       scheduler_(config.scheduler, &blocks_),
       runner_(model, std::move(cache), config.scheduler.max_num_seqs, config.block_size, config.monitor),
       logprobs_(model->config().vocab),

@@ -49,6 +49,7 @@ ModelRunner::ModelRunner(Model* model, std::unique_ptr<KvCache> cache, int32_t m
       hooks_(model->config().n_layers),
       monitor_config_(monitor) {
   monitor_step_.reset(model->config().n_layers);
+  sample_rows_.reserve(static_cast<size_t>(max_num_seqs));
 }
 
 void ModelRunner::set_monitor(const MonitorConfig& config) {
@@ -59,17 +60,32 @@ void ModelRunner::set_monitor(const MonitorConfig& config) {
 Status ModelRunner::run(const std::vector<ScheduledSeq>& scheduled) {
   batch_.clear();
   glass_step_.clear();
+  sample_rows_.clear();
   bool glass = false;
   for (const ScheduledSeq& s : scheduled) {
+    const int32_t row0 = static_cast<int32_t>(batch_.n_tokens());
+    out_positions_.clear();
     if (s.seq->glass != nullptr) {
-      glass_step_.add_sequence(static_cast<int32_t>(batch_.n_tokens()), s.n_tokens, s.start, s.seq->n_prompt,
-                               s.seq->glass.get());
+      glass_step_.add_sequence(row0, s.n_tokens, s.start, s.seq->n_prompt, s.seq->glass.get());
+      s.seq->glass->output_positions(s.start, s.n_tokens, &out_positions_);
       glass = true;
     }
     const std::span<const int32_t> ids(s.seq->tokens.data() + s.start, s.n_tokens);
     batch_.add_sequence(ids, s.start, s.seq->block_table, block_size_, /*all_logits=*/false, s.seq->state_slot);
-    if (!s.samples) batch_.output_rows.pop_back();  // a prefill chunk short of the end: no logits
+    // add_sequence asked for the last row's logits: kept when the sequence samples (a prefill chunk
+    // short of the end has none), after the rows its final_norm / logits captures need.
+    batch_.output_rows.pop_back();
+    const int32_t last_pos = s.start + s.n_tokens - 1;
+    for (int32_t p : out_positions_) {
+      if (p != last_pos || !s.samples) batch_.output_rows.push_back(row0 + (p - s.start));
+    }
+    if (s.samples) {
+      batch_.output_rows.push_back(row0 + s.n_tokens - 1);
+      sample_rows_.push_back(static_cast<int32_t>(batch_.output_rows.size()) - 1);
+    }
   }
+  const size_t need = static_cast<size_t>(batch_.n_out()) * static_cast<size_t>(model_->config().vocab);
+  if (need > logits_.size()) logits_.resize(need);  // only output captures get here
   monitored_ = monitor_config_.enabled && monitor_counter_++ % std::max<int32_t>(1, monitor_config_.every_steps) == 0;
   if (monitored_) glass_step_.set_monitor(monitor_config_, &monitor_step_);
   // Without glass work the step is exactly a plain one: no hooks at all.

@@ -15,7 +15,11 @@ namespace {
 constexpr std::string_view kScopeNames[] = {"all", "prompt", "generated", "first", "positions"};
 constexpr std::string_view kOpNames[] = {"scale", "add", "set", "clamp", "ablate", "clip_massive"};
 
-int64_t point_width(HookPoint p, const ModelConfig& c) { return p == HookPoint::kMlpAct ? c.n_ff : c.n_embd; }
+int64_t point_width(HookPoint p, const ModelConfig& c) {
+  return p == HookPoint::kMlpAct ? c.n_ff : p == HookPoint::kLogits ? c.vocab : c.n_embd;
+}
+constexpr int kNumGlobalPoints = kNumHookPoints - kNumLayerPoints;  // embed, final_norm, logits
+bool is_output_point(HookPoint p) { return p == HookPoint::kFinalNorm || p == HookPoint::kLogits; }
 
 // Calls fn(begin, end) for the maximal row ranges of a sequence's rows [row_begin, row_begin + n)
 // (positions first_pos..) that the selector picks.
@@ -206,16 +210,19 @@ Result<std::shared_ptr<const GlassSpec>> resolve_glass_spec(GlassSpec spec, cons
     GB_RETURN_IF_ERROR(resolve_selector(ob.tokens, "observe.tokens"));
     int64_t floats = 0;
     for (size_t j = 0; j < ob.captures.size(); ++j) {
-      const CaptureRequest& cr = ob.captures[j];
+      CaptureRequest& cr = ob.captures[j];
       const std::string where = "observe.captures[" + std::to_string(j) + "]";
-      GB_RETURN_IF_ERROR(check_layer_point(cr.point, where + ".point"));
-      GB_RETURN_IF_ERROR(check_layer(cr.layer, c, where));
+      if (is_layer_point(cr.point)) {
+        GB_RETURN_IF_ERROR(check_layer(cr.layer, c, where));
+      } else {
+        cr.layer = -1;
+      }
       if (cr.position < 0) return Status::error(where + ".position: must be >= 0");
-      floats += point_width(cr.point, c);
+      floats += is_output_point(cr.point) ? c.vocab : point_width(cr.point, c);
     }
-    if (floats > kMaxCaptureFloats) {
+    if (floats > ob.max_capture_floats) {
       return Status::error("observe.captures: " + std::to_string(floats) + " values exceed the cap of " +
-                           std::to_string(kMaxCaptureFloats));
+                           std::to_string(ob.max_capture_floats));
     }
   } else if (!ob.captures.empty()) {
     return Status::error("observe.captures: observation is not enabled");
@@ -326,6 +333,18 @@ GlassReport GlassAccumulator::report() const {
   return r;
 }
 
+void GlassAccumulator::output_positions(int32_t first_pos, int32_t n, std::vector<int32_t>* positions) const {
+  const size_t begin = positions->size();
+  for (const Capture& cap : captures_) {
+    if (is_output_point(cap.point) && cap.position >= first_pos && cap.position < first_pos + n) {
+      positions->push_back(cap.position);
+    }
+  }
+  std::sort(positions->begin() + static_cast<std::ptrdiff_t>(begin), positions->end());
+  positions->erase(std::unique(positions->begin() + static_cast<std::ptrdiff_t>(begin), positions->end()),
+                   positions->end());
+}
+
 // ---- MonitorStep ----
 
 void MonitorStep::reset(int32_t n_layers) {
@@ -346,7 +365,7 @@ GlassStep::GlassStep(const ModelConfig& c)
   const size_t n_slots = static_cast<size_t>(n_layers_) * kNumLayerPoints;
   op_offsets_.assign(n_slots + 1, 0);
   obs_offsets_.assign(n_slots + 1, 0);
-  cap_offsets_.assign(n_slots + 1, 0);
+  cap_offsets_.assign(n_slots + kNumGlobalPoints + 1, 0);
   ops_stage_.reserve(256), ops_.reserve(256);
   obs_stage_.reserve(256), obs_.reserve(256);
   caps_stage_.reserve(64), caps_.reserve(64);
@@ -354,6 +373,7 @@ GlassStep::GlassStep(const ModelConfig& c)
 
 void GlassStep::clear() {
   std::fill(masks_.begin(), masks_.end(), 0u);
+  global_mask_ = 0;
   ops_stage_.clear(), ops_.clear();
   obs_stage_.clear(), obs_.clear();
   caps_stage_.clear(), caps_.clear();
@@ -395,7 +415,8 @@ void GlassStep::add_sequence(int32_t row_begin, int32_t n_rows, int32_t first_po
   for (Capture& cap : acc->captures_) {
     if (cap.position >= first_pos && cap.position < first_pos + n_rows) {
       caps_stage_.push_back({slot(cap.point, cap.layer), row_begin + (cap.position - first_pos), &cap});
-      masks_[cap.layer] |= hook_bit(cap.point);
+      if (is_layer_point(cap.point)) masks_[cap.layer] |= hook_bit(cap.point);
+      else global_mask_ |= hook_bit(cap.point);
     }
   }
 }
@@ -427,7 +448,22 @@ void GlassStep::finalize() {
   const int32_t n_slots = n_layers_ * kNumLayerPoints;
   sort_by_slot(ops_stage_, ops_, op_offsets_, n_slots);
   sort_by_slot(obs_stage_, obs_, obs_offsets_, n_slots);
-  sort_by_slot(caps_stage_, caps_, cap_offsets_, n_slots);
+  sort_by_slot(caps_stage_, caps_, cap_offsets_, n_slots + kNumGlobalPoints);
+}
+
+void GlassStep::apply_global(HookPoint p, const float* data, int64_t n_rows, int64_t width,
+                             const int32_t* row_ids) const {
+  const int32_t s = slot(p, -1);
+  for (int32_t i = cap_offsets_[s]; i < cap_offsets_[s + 1]; ++i) {
+    const CapEntry& e = caps_[i];
+    // Per-token points hold every batch row; final_norm / logits only the output rows.
+    for (int64_t r = 0; r < n_rows; ++r) {
+      if (row_ids[r] != e.row) continue;
+      std::memcpy(e.dst->data.data(), data + r * width, static_cast<size_t>(width) * sizeof(float));
+      e.dst->filled = true;
+      break;
+    }
+  }
 }
 
 void GlassStep::apply(HookPoint p, int32_t layer, float* data, int64_t n_rows, int64_t width, const Batch& batch) const {

@@ -69,7 +69,9 @@ struct MassiveRule {
   float min_ratio = 1000.0f;
 };
 
-// A raw vector to copy out: the row of (point, layer) at `position`.
+// A raw vector to copy out: the row of (point, layer) at `position`. Global points too (embed,
+// final_norm, logits; layer -1): a final_norm or logits capture makes its position an output row
+// of the forward pass, so it costs a vocab-wide row of logits and counts vocab floats to the cap.
 struct CaptureRequest {
   HookPoint point = HookPoint::kResidPost;
   int32_t layer = 0;
@@ -83,7 +85,8 @@ struct ObserveSpec {
   TokenSelector tokens;
   int32_t top_k = 0;              // top dims by |x| per (layer, point), 0 .. kMaxTopK
   bool detect_massive = true;     // massive events on the observed rows
-  std::vector<CaptureRequest> captures;  // raw vectors; Σ widths ≤ kMaxCaptureFloats
+  std::vector<CaptureRequest> captures;  // raw vectors; Σ widths ≤ max_capture_floats
+  int64_t max_capture_floats = kMaxCaptureFloats;  // a tool (glassbox dump) may raise it; the server never does
 };
 
 // Everything the glass box does for one request.
@@ -189,6 +192,9 @@ class GlassAccumulator {
   GlassAccumulator(std::shared_ptr<const GlassSpec> spec, const ModelConfig& c);
   const GlassSpec& spec() const { return *spec_; }
   GlassReport report() const;
+  // Appends to *positions those in [first_pos, first_pos + n) that a final_norm or logits capture
+  // needs as output rows of the forward pass (ascending, once each).
+  void output_positions(int32_t first_pos, int32_t n, std::vector<int32_t>* positions) const;
 
  private:
   friend class GlassStep;
@@ -262,11 +268,15 @@ class GlassStep {
   // One past the highest batch row the table touches (the forward checks it against the batch).
   int32_t rows_needed() const { return rows_needed_; }
   uint32_t layer_mask(int32_t layer) const { return masks_[layer]; }
+  uint32_t global_mask() const { return global_mask_; }  // hook_bit()s of captured global points
   int32_t n_layers() const { return n_layers_; }
 
   // Interventions for (p, layer) on data[n_rows, width] (rows = batch rows 0..n_rows-1), then the
   // observations and the monitor, which see the edited values.
   void apply(HookPoint p, int32_t layer, float* data, int64_t n_rows, int64_t width, const Batch& batch) const;
+  // The captures at a global point (embed, final_norm, logits) from data[n_rows, width], whose row
+  // i is batch row row_ids[i].
+  void apply_global(HookPoint p, const float* data, int64_t n_rows, int64_t width, const int32_t* row_ids) const;
 
  private:
   struct OpEntry {
@@ -282,12 +292,17 @@ class GlassStep {
     int32_t slot, row;
     Capture* dst;
   };
-  int32_t slot(HookPoint p, int32_t layer) const { return layer * kNumLayerPoints + static_cast<int>(p); }
+  // Per-layer points: layer · kNumLayerPoints + point; global points (captures only) follow.
+  int32_t slot(HookPoint p, int32_t layer) const {
+    return is_layer_point(p) ? layer * kNumLayerPoints + static_cast<int>(p)
+                             : n_layers_ * kNumLayerPoints + (static_cast<int>(p) - kNumLayerPoints);
+  }
   template <class E>
   static void sort_by_slot(std::vector<E>& staged, std::vector<E>& sorted, std::vector<int32_t>& offsets, int32_t n_slots);
 
   int32_t n_layers_;
   std::vector<uint32_t> masks_;  // [n_layers]
+  uint32_t global_mask_ = 0;
   std::vector<OpEntry> ops_stage_, ops_;
   std::vector<ObsEntry> obs_stage_, obs_;
   std::vector<CapEntry> caps_stage_, caps_;

@@ -32,6 +32,9 @@ inline constexpr bool is_layer_point(HookPoint p) { return p < HookPoint::kEmbed
 
 std::string_view hook_point_name(HookPoint p);         // "resid_post", "embed", ...
 std::optional<HookPoint> parse_hook_point(std::string_view name);
+// "layers.{l}.{point}" for per-layer points, "{point}" for embed / final_norm / logits: the keys
+// of `glassbox dump` files and of the reference fixtures.
+std::string hook_key(HookPoint p, int32_t layer);
 
 // What an observer sees: a read-only view of one hook tensor of the current step.
 struct HookTensor {

@@ -29,6 +29,19 @@ TEST(BlockManager, GrowIsAllOrNothingAndReleaseFrees) {
   EXPECT_TRUE(bm.grow(&b, 20));
 }
 
+TEST(BlockManager, HandsOutEachStateSlotOnce) {
+  BlockManager bm(4, 16, 3);
+  EXPECT_EQ(bm.n_state_slots(), 3);
+  const int32_t a = bm.acquire_state_slot(), b = bm.acquire_state_slot(), c = bm.acquire_state_slot();
+  EXPECT_EQ(std::vector<int32_t>({a, b, c}), std::vector<int32_t>({0, 1, 2}));  // lowest ids first
+  EXPECT_EQ(bm.n_state_slots_used(), 3);
+  EXPECT_EQ(bm.acquire_state_slot(), -1);  // none left
+  bm.release_state_slot(b);
+  EXPECT_EQ(bm.n_state_slots_used(), 2);
+  EXPECT_EQ(bm.acquire_state_slot(), b);
+  EXPECT_EQ(BlockManager(4, 16).acquire_state_slot(), -1);  // a model without recurrent state has none
+}
+
 TEST(BlockManager, PrefixCacheSharesPublishedBlocksPerSalt) {
   BlockManager bm(8, 4);
   const auto toks = iota_tokens(10);
@@ -70,7 +83,8 @@ TEST(BlockManager, PrefixCacheSharesPublishedBlocksPerSalt) {
 struct Driver {
   BlockManager blocks;
   Scheduler sched;
-  Driver(int32_t n_blocks, SchedulerConfig cfg) : blocks(n_blocks, 4), sched(cfg, &blocks) {}
+  Driver(int32_t n_blocks, SchedulerConfig cfg)
+      : blocks(n_blocks, 4, cfg.recurrent_state ? cfg.max_num_seqs : 0), sched(cfg, &blocks) {}
 
   Sequence* add(int n_prompt, int max_tokens, int start = 100) {
     auto s = std::make_unique<Sequence>();
@@ -170,6 +184,25 @@ TEST(Scheduler, RepeatedPromptHitsThePrefixCache) {
   ASSERT_EQ(st.size(), 1u);
   EXPECT_EQ(e->n_cached_prompt, 12);
   EXPECT_EQ(st[0].second, 4);
+}
+
+TEST(Scheduler, RecurrentStateSlotsComeFromTheBlockManager) {
+  Driver d(64, {.max_num_seqs = 2, .max_num_batched_tokens = 64, .recurrent_state = true});
+  Sequence* a = d.add(5, 2);
+  Sequence* b = d.add(5, 4);
+  Sequence* c = d.add(5, 3);
+  d.step();  // a and b admitted (max_num_seqs 2), each holding a slot
+  EXPECT_EQ(d.blocks.n_state_slots_used(), 2);
+  EXPECT_NE(a->state_slot, b->state_slot);
+  EXPECT_EQ(c->state_slot, -1);
+  d.step();  // a finishes and returns its slot
+  EXPECT_EQ(d.blocks.n_state_slots_used(), 1);
+  d.step();  // c takes the free slot
+  EXPECT_GE(c->state_slot, 0);
+  EXPECT_NE(c->state_slot, b->state_slot);
+  EXPECT_EQ(d.sched.state_slots_used(), 2);
+  while (!d.sched.idle()) d.step();
+  EXPECT_EQ(d.blocks.n_state_slots_used(), 0);
 }
 
 }  // namespace
