@@ -6,9 +6,7 @@
 #pragma once
 
 #include <cstdint>
-#include <list>
 #include <span>
-#include <unordered_map>
 #include <vector>
 
 namespace gb {
@@ -21,7 +19,7 @@ class BlockManager {
   int32_t block_size() const { return block_size_; }
   int32_t n_blocks() const { return static_cast<int32_t>(blocks_.size()); }
   // Blocks no sequence holds (cached-but-unused blocks count as free: they can be evicted).
-  int32_t n_free() const { return static_cast<int32_t>(free_list_.size()); }
+  int32_t n_free() const { return n_free_; }
   int32_t n_used() const { return n_blocks() - n_free(); }
 
   // Chained block hash: the key of a full block whose tokens are `tokens`, following the block
@@ -49,7 +47,7 @@ class BlockManager {
   void release(std::vector<int32_t>* table);
 
   int32_t ref_count(int32_t block) const { return blocks_[block].ref_count; }
-  size_t n_cached() const { return cached_.size(); }
+  size_t n_cached() const { return static_cast<size_t>(n_cached_); }
 
   // A free recurrent-state slot (the lowest ids first, then the most recently released), or -1
   // when every slot is held.
@@ -59,17 +57,30 @@ class BlockManager {
   int32_t n_state_slots_used() const { return n_state_slots_ - static_cast<int32_t>(free_state_slots_.size()); }
 
  private:
+  // Everything is sized at construction: taking, publishing and releasing blocks allocate nothing.
   struct Block {
     int32_t ref_count = 0;
     uint64_t hash = 0;  // 0: not in the prefix cache
-    std::list<int32_t>::iterator free_pos;  // valid while ref_count == 0
+    int32_t prev = -1, next = -1;  // free-list links, valid while ref_count == 0
   };
   int32_t take_free_block();
+  // The free list, intrusive over blocks_: front = evicted first.
+  void list_remove(int32_t b);
+  void list_push_front(int32_t b);
+  void list_push_back(int32_t b);
+  // The prefix cache: hash -> block, open addressing with linear probing (hashes are never 0, the
+  // empty key); at most one entry per block, in a table of at least twice as many slots.
+  int32_t cache_find(uint64_t hash) const;  // -1: absent
+  void cache_insert(uint64_t hash, int32_t block);
+  void cache_erase(uint64_t hash);
 
   int32_t block_size_;
   std::vector<Block> blocks_;
-  std::list<int32_t> free_list_;  // front = evicted first
-  std::unordered_map<uint64_t, int32_t> cached_;  // hash -> block
+  int32_t free_head_ = -1, free_tail_ = -1, n_free_ = 0;
+  std::vector<uint64_t> cache_keys_;    // [capacity] 0 = empty
+  std::vector<int32_t> cache_blocks_;   // [capacity]
+  uint64_t cache_mask_ = 0;             // capacity - 1 (a power of two)
+  int32_t n_cached_ = 0;
   int32_t n_state_slots_;
   std::vector<int32_t> free_state_slots_;  // stack: back = next handed out
 };

@@ -50,6 +50,7 @@ ModelRunner::ModelRunner(Model* model, std::unique_ptr<KvCache> cache, int32_t m
       monitor_config_(monitor) {
   monitor_step_.reset(model->config().n_layers);
   sample_rows_.reserve(static_cast<size_t>(max_num_seqs));
+  out_positions_.reserve(static_cast<size_t>(model->max_batch_tokens()));
 }
 
 void ModelRunner::set_monitor(const MonitorConfig& config) {
