@@ -67,10 +67,7 @@ Engine::Engine(Model* model, const EngineConfig& config, std::unique_ptr<KvCache
 
 Engine::~Engine() { stop(); }
 
-Status Engine::submit(GenerationRequest request, std::shared_ptr<RequestChannel> channel, EngineErrorCode* code) {
-  EngineErrorCode unused;
-  if (code == nullptr) code = &unused;
-  *code = EngineErrorCode::kInvalidRequest;
+Status Engine::validate(const GenerationRequest& request) const {
   const int32_t vocab = model_->config().vocab;
   if (request.prompt.empty()) return Status::error("the prompt is empty");
   for (int32_t t : request.prompt) {
@@ -84,13 +81,23 @@ Status Engine::submit(GenerationRequest request, std::shared_ptr<RequestChannel>
                          " exceeds the context length " + std::to_string(config_.max_model_len));
   }
   GB_RETURN_IF_ERROR(request.sampling.validate(vocab));
+  if (request.glass != nullptr && !(request.glass->resolved_for == glass_shape(model_->config()))) {
+    return Status::error("the glass spec was not resolved for this model (resolve_glass_spec with its config)");
+  }
+  return Status::ok();
+}
+
+Status Engine::submit(GenerationRequest request, std::shared_ptr<RequestChannel> channel, EngineErrorCode* code) {
+  EngineErrorCode unused;
+  if (code == nullptr) code = &unused;
+  *code = EngineErrorCode::kInvalidRequest;
+  GB_RETURN_IF_ERROR(validate(request));
+  const int32_t vocab = model_->config().vocab;
+  const int64_t total = static_cast<int64_t>(request.prompt.size()) + request.max_tokens;
   std::unique_ptr<GlassAccumulator> glass;
   bool skip_prefix_lookup = false;
   if (request.glass != nullptr) {
     const GlassSpec& g = *request.glass;
-    if (!(g.resolved_for == glass_shape(model_->config()))) {
-      return Status::error("the glass spec was not resolved for this model (resolve_glass_spec with its config)");
-    }
     const int32_t n_prompt = static_cast<int32_t>(request.prompt.size());
     // Blocks computed under an intervention never serve another request (or a plain one).
     if (const uint64_t salt = glass_kv_salt(g, n_prompt); salt != 0) {

@@ -69,6 +69,8 @@ class Engine : public EngineApi {
   };
 
   Engine(Model* model, const EngineConfig& config, std::unique_ptr<KvCache> cache);
+  // submit's checks of a request against this engine (the errors are kInvalidRequest).
+  Status validate(const GenerationRequest& request) const;
   void take_inbox();
   void reap_cancelled();
   // The three parts of a step. schedule: the scheduler's pick, the queue-wait events of newly
