@@ -1,6 +1,7 @@
 // `glassbox bench`: prefill and decode tokens/s on synthetic token ids, like llama.cpp's
 // llama-bench (pp = one prompt of N tokens, tg = N single-token steps from an empty cache),
-// so the two can be run side by side on one GGUF file.
+// so the two can be run side by side on one GGUF file. Both run as requests through the engine
+// step that `serve` runs (scheduler, model runner, greedy sampling, events), stepped on this thread.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -9,8 +10,8 @@
 
 #include "cli/commands.h"
 #include "cli/common_flags.h"
+#include "engine/engine.h"
 #include "model/model.h"
-#include "model/session.h"
 
 namespace gb::cli {
 namespace {
@@ -73,10 +74,13 @@ int run_bench(const BenchOptions& o) {
     std::fprintf(stderr, "glassbox bench: %d tokens exceed the model's context of %d\n", ctx, cfg.max_pos);
     return 1;
   }
-  const int32_t block = 16;
-  auto cache = KvCache::create(cfg, (ctx + block - 1) / block, block, /*n_state_slots=*/2);
-  if (!cache.is_ok()) {
-    std::fprintf(stderr, "glassbox bench: %s\n", cache.message().c_str());
+  EngineConfig ec;
+  ec.scheduler.max_num_seqs = 1;
+  ec.scheduler.max_num_batched_tokens = o.batch;  // the prefill's tokens per forward
+  ec.max_model_len = ctx;
+  auto engine = Engine::create(&m, ec);
+  if (!engine.is_ok()) {
+    std::fprintf(stderr, "glassbox bench: %s\n", engine.message().c_str());
     return 1;
   }
   std::mt19937 rng(42);
@@ -85,31 +89,46 @@ int run_bench(const BenchOptions& o) {
   for (auto& t : prompt) t = pick(rng);
 
   using clock = std::chrono::steady_clock;
-  auto fail = [](const Status& s) {
-    std::fprintf(stderr, "glassbox bench: %s\n", s.message().c_str());
+  auto fail = [](const std::string& message) {
+    std::fprintf(stderr, "glassbox bench: %s\n", message.c_str());
     return 1;
+  };
+  uint64_t salt = 0;
+  // Runs one greedy request to its end on this thread; seconds from submit to the last token.
+  auto run = [&](std::vector<int32_t> ids, int32_t max_tokens, double* seconds) -> Status {
+    GenerationRequest r;
+    r.id = "bench";
+    r.prompt = std::move(ids);
+    r.max_tokens = max_tokens;
+    r.sampling.temperature = 0;
+    r.ignore_eos = true;
+    r.cache_salt = ++salt;  // every round computes its prompt: no prefix-cache hits
+    auto channel = std::make_shared<RequestChannel>();
+    const auto t0 = clock::now();
+    GB_RETURN_IF_ERROR((*engine)->submit(std::move(r), channel));
+    GB_RETURN_IF_ERROR((*engine)->run_until_idle());
+    *seconds = std::chrono::duration<double>(clock::now() - t0).count();
+    GenerationEvent ev;
+    int32_t n = 0;
+    while (channel->pop(&ev, std::chrono::milliseconds(0))) {
+      n += static_cast<int32_t>(ev.tokens.size());
+      if (ev.finish == FinishReason::kError) return Status::error(ev.error);
+    }
+    if (n != max_tokens) return Status::error("the engine produced " + std::to_string(n) + " of " + std::to_string(max_tokens) + " tokens");
+    return Status::ok();
   };
   std::vector<double> pp, tg;
   // One warm-up round (page faults, caches), then reps measured rounds.
   for (int rep = -1; rep < o.reps; ++rep) {
+    double dt = 0;
     if (o.prompt_tokens > 0) {
-      Session s(m, **cache);
-      const auto t0 = clock::now();
-      const Status st = s.feed(prompt);
-      const double dt = std::chrono::duration<double>(clock::now() - t0).count();
-      if (!st.is_ok()) return fail(st);
+      // The prompt in forwards of --batch tokens, then its one sampled token.
+      if (Status st = run(prompt, 1, &dt); !st) return fail(st.message());
       if (rep >= 0) pp.push_back(o.prompt_tokens / dt);
     }
     if (o.gen_tokens > 0) {
-      Session s(m, **cache);
-      int32_t tok = prompt.empty() ? 1 : prompt[0];
-      const auto t0 = clock::now();
-      for (int i = 0; i < o.gen_tokens; ++i) {
-        const Status st = s.feed(std::span<const int32_t>(&tok, 1));
-        if (!st.is_ok()) return fail(st);
-        tok = pick(rng);
-      }
-      const double dt = std::chrono::duration<double>(clock::now() - t0).count();
+      // A one-token prompt and gen_tokens - 1 decode steps: gen_tokens single-token forwards.
+      if (Status st = run({prompt.empty() ? 1 : prompt[0]}, o.gen_tokens, &dt); !st) return fail(st.message());
       if (rep >= 0) tg.push_back(o.gen_tokens / dt);
     }
   }

@@ -1,7 +1,11 @@
 // `glassbox dump`: runs a prompt through a model and writes the chosen hook-point tensors to a
 // safetensors file (keys layers.{l}.{point}, embed, final_norm, logits; F32 [n_tokens, width]) —
 // the debugging tool and the basis of reference comparisons. --stats prints per-point statistics.
+// The prompt runs as one request through the engine step that `serve` runs, its tensors taken by
+// the glass box's captures (one per point, layer and token) and its statistics by ops::row_stats.
+#include <cmath>
 #include <cstdio>
+#include <map>
 #include <set>
 #include <sstream>
 #include <string>
@@ -9,9 +13,9 @@
 
 #include "cli/commands.h"
 #include "cli/common_flags.h"
+#include "engine/engine.h"
 #include "formats/safetensors.h"
-#include "model/observers.h"
-#include "model/session.h"
+#include "ops/steer.h"
 
 #if __has_include("tokenizer/tokenizer.h")
 #include "tokenizer/tokenizer.h"
@@ -126,31 +130,65 @@ int run_dump(const DumpOptions& o) {
   std::set<int32_t> layers;
   if (Status st = parse_layers(o.layers, c.n_layers, &layers); !st) return fail(st);
 
-  Hooks hooks(c.n_layers);
-  CaptureObserver capture;
-  StatsObserver stats;
+  // One capture per (point, layer, token): the glass box copies each row out as it is produced.
+  GlassSpec spec;
+  spec.observe.enabled = true;
+  spec.observe.layers = {0};
+  spec.observe.detect_massive = false;
+  const int32_t n = static_cast<int32_t>(ids.size());
   for (HookPoint p : points) {
-    if (is_layer_point(p)) {
-      for (int32_t l : layers) {
-        hooks.watch(p, l, &capture);
-        if (o.stats) hooks.watch(p, l, &stats);
-      }
-    } else {
-      hooks.watch(p, -1, &capture);
-      if (o.stats) hooks.watch(p, -1, &stats);
+    std::vector<int32_t> point_layers = is_layer_point(p) ? std::vector<int32_t>(layers.begin(), layers.end())
+                                                          : std::vector<int32_t>{-1};
+    for (int32_t l : point_layers) {
+      for (int32_t pos = 0; pos < n; ++pos) spec.observe.captures.push_back({p, l, pos});
     }
   }
-  const int32_t block_size = 16;
-  auto cache = KvCache::create(c, static_cast<int32_t>((ids.size() + block_size - 1) / block_size), block_size);
-  if (!cache.is_ok()) return fail(cache.status());
-  Session session(**model, **cache);
-  if (Status st = session.feed(ids, &hooks, /*all_logits=*/true); !st) return fail(st);
+  spec.observe.max_capture_floats = INT64_MAX;  // a local tool: every requested row
+  auto resolved = resolve_glass_spec(std::move(spec), c);
+  if (!resolved.is_ok()) return fail(resolved.status());
 
+  EngineConfig ec;
+  ec.scheduler.max_num_seqs = 1;
+  ec.scheduler.max_num_batched_tokens = (*model)->max_batch_tokens();
+  ec.max_model_len = std::min(n + 1, c.max_pos);  // the prompt and the one token the engine samples after it
+  auto engine = Engine::create(model->get(), ec);
+  if (!engine.is_ok()) return fail(engine.status());
+  GenerationRequest request;
+  request.id = "dump";
+  request.prompt = ids;
+  request.max_tokens = 1;
+  request.sampling.temperature = 0;
+  request.ignore_eos = true;
+  request.glass = *resolved;
+  auto channel = std::make_shared<RequestChannel>();
+  if (Status st = (*engine)->submit(std::move(request), channel); !st) return fail(st);
+  if (Status st = (*engine)->run_until_idle(); !st) return fail(st);
+  std::shared_ptr<const GlassReport> report;
+  for (GenerationEvent ev; channel->pop(&ev, std::chrono::milliseconds(0));) {
+    if (ev.finish == FinishReason::kError) return fail(Status::error(ev.error));
+    if (ev.glass != nullptr) report = ev.glass;
+  }
+  if (report == nullptr) return fail(Status::error("the engine returned no glass report"));
+
+  // [n_tokens, width] per key, rows in position order.
+  struct Tensor {
+    HookPoint point;
+    int32_t layer;
+    int64_t width = 0;
+    std::vector<float> data;
+  };
+  std::map<std::string, Tensor> tensors;
+  for (const Capture& cap : report->captures) {
+    if (!cap.filled) return fail(Status::error("no " + hook_key(cap.point, cap.layer) + " row for token " + std::to_string(cap.position)));
+    Tensor& t = tensors[hook_key(cap.point, cap.layer)];
+    t.point = cap.point;
+    t.layer = cap.layer;
+    t.width = static_cast<int64_t>(cap.data.size());
+    t.data.insert(t.data.end(), cap.data.begin(), cap.data.end());  // captures are in position order per key
+  }
   std::vector<SafetensorsEntry> entries;
   entries.push_back({"ids", DType::kI32, {static_cast<int64_t>(ids.size())}, ids.data()});
-  for (const auto& [key, t] : capture.tensors()) {
-    entries.push_back({key.second, DType::kF32, {t.n_rows, t.width}, t.data.data()});
-  }
+  for (const auto& [key, t] : tensors) entries.push_back({key, DType::kF32, {n, t.width}, t.data.data()});
   const std::map<std::string, std::string> meta = {{"model", o.model}, {"producer", "glassbox dump"}};
   if (Status st = write_safetensors(o.out, entries, meta); !st) return fail(st);
   std::fprintf(stderr, "glassbox dump: %s\nglassbox dump: %zu tokens, %zu tensors -> %s\n", (*model)->describe().c_str(),
@@ -160,16 +198,28 @@ int run_dump(const DumpOptions& o) {
     // Per (point, layer): the token holding the largest |x|, and the median / RMS of that token.
     std::printf("%-22s %5s %5s %12s %12s %12s %10s\n", "point", "token", "dim", "max_abs", "median_abs", "rms",
                 "max/median");
-    std::map<std::pair<int32_t, int>, StatsObserver::Record> best;
-    for (const auto& r : stats.records()) {
-      auto key = std::make_pair(r.layer, static_cast<int>(r.point));
-      auto it = best.find(key);
-      if (it == best.end() || r.stats.max_abs > it->second.stats.max_abs) best[key] = r;
+    struct Best {
+      std::string key;
+      int32_t position = 0;
+      ops::RowStats stats;
+      float rms = 0;
+    };
+    std::map<std::pair<int32_t, int>, Best> best;
+    for (const auto& [key, t] : tensors) {
+      std::vector<float> scratch(static_cast<size_t>(t.width));
+      Best* b = nullptr;
+      for (int32_t pos = 0; pos < n; ++pos) {
+        const ops::RowStats st = ops::row_stats(t.data.data() + pos * t.width, t.width, scratch.data());
+        if (b == nullptr || st.max_abs > b->stats.max_abs) {
+          b = &best[{t.layer, static_cast<int>(t.point)}];
+          *b = {key, pos, st, static_cast<float>(std::sqrt(st.sum_sq / static_cast<double>(t.width)))};
+        }
+      }
     }
-    for (const auto& [key, r] : best) {
-      const double ratio = r.stats.median_abs > 0 ? r.stats.max_abs / r.stats.median_abs : 0.0;
-      std::printf("%-22s %5d %5d %12.5g %12.5g %12.5g %10.1f\n", hook_key(r.point, r.layer).c_str(), r.position,
-                  r.stats.max_dim, r.stats.max_abs, r.stats.median_abs, r.stats.rms, ratio);
+    for (const auto& [order, b] : best) {
+      const double ratio = b.stats.median_abs > 0 ? b.stats.max_abs / b.stats.median_abs : 0.0;
+      std::printf("%-22s %5d %5d %12.5g %12.5g %12.5g %10.1f\n", b.key.c_str(), b.position, b.stats.max_dim,
+                  b.stats.max_abs, b.stats.median_abs, b.rms, ratio);
     }
   }
   return 0;

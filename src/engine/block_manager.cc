@@ -4,8 +4,91 @@
 
 namespace gb {
 
-BlockManager::BlockManager(int32_t n_blocks, int32_t block_size) : block_size_(block_size), blocks_(n_blocks) {
-  for (int32_t b = 0; b < n_blocks; ++b) blocks_[b].free_pos = free_list_.insert(free_list_.end(), b);
+BlockManager::BlockManager(int32_t n_blocks, int32_t block_size, int32_t n_state_slots)
+    : block_size_(block_size), blocks_(n_blocks), n_state_slots_(n_state_slots) {
+  for (int32_t b = 0; b < n_blocks; ++b) list_push_back(b);
+  size_t capacity = 16;
+  while (capacity < 2 * static_cast<size_t>(n_blocks)) capacity *= 2;
+  cache_keys_.assign(capacity, 0);
+  cache_blocks_.assign(capacity, -1);
+  cache_mask_ = capacity - 1;
+  free_state_slots_.reserve(n_state_slots);
+  for (int32_t s = n_state_slots - 1; s >= 0; --s) free_state_slots_.push_back(s);
+}
+
+int32_t BlockManager::acquire_state_slot() {
+  if (free_state_slots_.empty()) return -1;
+  const int32_t s = free_state_slots_.back();
+  free_state_slots_.pop_back();
+  return s;
+}
+
+void BlockManager::release_state_slot(int32_t slot) {
+  assert(slot >= 0 && slot < n_state_slots_);
+  free_state_slots_.push_back(slot);
+}
+
+void BlockManager::list_remove(int32_t b) {
+  Block& blk = blocks_[b];
+  (blk.prev >= 0 ? blocks_[blk.prev].next : free_head_) = blk.next;
+  (blk.next >= 0 ? blocks_[blk.next].prev : free_tail_) = blk.prev;
+  blk.prev = blk.next = -1;
+  --n_free_;
+}
+
+void BlockManager::list_push_front(int32_t b) {
+  Block& blk = blocks_[b];
+  blk.prev = -1;
+  blk.next = free_head_;
+  (free_head_ >= 0 ? blocks_[free_head_].prev : free_tail_) = b;
+  free_head_ = b;
+  ++n_free_;
+}
+
+void BlockManager::list_push_back(int32_t b) {
+  Block& blk = blocks_[b];
+  blk.next = -1;
+  blk.prev = free_tail_;
+  (free_tail_ >= 0 ? blocks_[free_tail_].next : free_head_) = b;
+  free_tail_ = b;
+  ++n_free_;
+}
+
+int32_t BlockManager::cache_find(uint64_t hash) const {
+  for (uint64_t i = hash & cache_mask_;; i = (i + 1) & cache_mask_) {
+    if (cache_keys_[i] == hash) return cache_blocks_[i];
+    if (cache_keys_[i] == 0) return -1;
+  }
+}
+
+void BlockManager::cache_insert(uint64_t hash, int32_t block) {
+  uint64_t i = hash & cache_mask_;
+  while (cache_keys_[i] != 0) i = (i + 1) & cache_mask_;
+  cache_keys_[i] = hash;
+  cache_blocks_[i] = block;
+  ++n_cached_;
+}
+
+void BlockManager::cache_erase(uint64_t hash) {
+  uint64_t i = hash & cache_mask_;
+  while (cache_keys_[i] != hash) {
+    if (cache_keys_[i] == 0) return;
+    i = (i + 1) & cache_mask_;
+  }
+  // Backward-shift deletion: move later entries of the probe run into the hole, so lookups never
+  // need tombstones.
+  for (uint64_t j = (i + 1) & cache_mask_; cache_keys_[j] != 0; j = (j + 1) & cache_mask_) {
+    const uint64_t home = cache_keys_[j] & cache_mask_;
+    // The entry at j may fill the hole at i when its home is not in (i, j] (cyclically).
+    if (((j - home) & cache_mask_) >= ((j - i) & cache_mask_)) {
+      cache_keys_[i] = cache_keys_[j];
+      cache_blocks_[i] = cache_blocks_[j];
+      i = j;
+    }
+  }
+  cache_keys_[i] = 0;
+  cache_blocks_[i] = -1;
+  --n_cached_;
 }
 
 uint64_t BlockManager::hash_block(uint64_t parent, std::span<const int32_t> tokens, uint64_t salt) {
@@ -33,11 +116,11 @@ int32_t BlockManager::acquire_prefix(std::span<const int32_t> tokens, uint64_t s
   const int64_t full = static_cast<int64_t>(tokens.size()) / block_size_;
   for (int64_t b = 0; b < full && hits < max_blocks; ++b) {
     const uint64_t h = hash_block(parent, tokens.subspan(b * block_size_, block_size_), salt);
-    auto it = cached_.find(h);
-    if (it == cached_.end()) break;
-    Block& blk = blocks_[it->second];
-    if (blk.ref_count++ == 0) free_list_.erase(blk.free_pos);
-    table->push_back(it->second);
+    const int32_t hit = cache_find(h);
+    if (hit < 0) break;
+    Block& blk = blocks_[hit];
+    if (blk.ref_count++ == 0) list_remove(hit);
+    table->push_back(hit);
     hashes->push_back(h);
     parent = h;
     ++hits;
@@ -51,12 +134,11 @@ int32_t BlockManager::blocks_needed(const std::vector<int32_t>& table, int64_t n
 }
 
 int32_t BlockManager::take_free_block() {
-  const int32_t b = free_list_.front();
-  free_list_.pop_front();
+  const int32_t b = free_head_;
+  list_remove(b);
   Block& blk = blocks_[b];
   if (blk.hash != 0) {  // evict its cached content
-    auto it = cached_.find(blk.hash);
-    if (it != cached_.end() && it->second == b) cached_.erase(it);
+    if (cache_find(blk.hash) == b) cache_erase(blk.hash);
     blk.hash = 0;
   }
   blk.ref_count = 1;
@@ -73,9 +155,9 @@ bool BlockManager::grow(std::vector<int32_t>* table, int64_t n_tokens) {
 void BlockManager::publish(int32_t block, uint64_t hash) {
   Block& blk = blocks_[block];
   if (blk.hash != 0) return;  // already published (a prefix-cache hit)
-  if (cached_.count(hash) != 0) return;  // an identical block exists: keep that one
+  if (hash == 0 || cache_find(hash) >= 0) return;  // an identical block exists: keep that one
   blk.hash = hash;
-  cached_.emplace(hash, block);
+  cache_insert(hash, block);
 }
 
 void BlockManager::release(std::vector<int32_t>* table) {
@@ -84,7 +166,8 @@ void BlockManager::release(std::vector<int32_t>* table) {
     assert(blk.ref_count > 0);
     if (--blk.ref_count == 0) {
       // Uncached blocks are reused first; cached ones wait at the back, least recently used first.
-      blk.free_pos = blk.hash == 0 ? free_list_.insert(free_list_.begin(), *it) : free_list_.insert(free_list_.end(), *it);
+      if (blk.hash == 0) list_push_front(*it);
+      else list_push_back(*it);
     }
   }
   table->clear();

@@ -58,75 +58,48 @@ Result<std::unique_ptr<Engine>> Engine::create(Model* model, const EngineConfig&
 Engine::Engine(Model* model, const EngineConfig& config, std::unique_ptr<KvCache> cache)
     : model_(model),
       config_(config),
-      cache_(std::move(cache)),
-      blocks_(cache_->n_blocks(), config.block_size),
+      blocks_(cache->n_blocks(), config.block_size, cache->n_state_slots()),
       scheduler_(config.scheduler, &blocks_),
-      logits_(static_cast<size_t>(config.scheduler.max_num_seqs) * model->config().vocab),
+      runner_(model, std::move(cache), config.scheduler.max_num_seqs, config.block_size, config.monitor),
       logprobs_(model->config().vocab),
-      eos_ids_(model->config().eos_ids),
-      glass_step_(model->config()),
-      hooks_(model->config().n_layers) {
-  stats_.kv_blocks_total = cache_->n_blocks();
-  const size_t n_layers = static_cast<size_t>(model->config().n_layers);
-  monitor_state_.events_per_layer.assign(n_layers, 0);
-  monitor_state_.last_max_ratio.assign(n_layers, 0.0f);
-  monitor_state_.last_max_abs.assign(n_layers, 0.0f);
-  monitor_state_.peak_max_ratio.assign(n_layers, 0.0f);
-  monitor_state_.ratio_buckets.assign(n_layers, {});
-  monitor_state_.ratio_count.assign(n_layers, 0);
-  monitor_state_.ratio_sum.assign(n_layers, 0.0);
-  monitor_state_.config = config.monitor;
-  monitor_config_ = config.monitor;
-  monitor_step_.reset(model->config().n_layers);
+      eos_ids_(model->config().eos_ids) {
+  stats_.kv_blocks_total = blocks_.n_blocks();
+  monitor_state_.reset(model->config().n_layers, config.monitor);
 }
 
 Engine::~Engine() { stop(); }
 
-namespace {
-
-// A request submit() refuses: its channel gets one last event carrying the code; the caller gets
-// the Status.
-Status refuse(RequestChannel* channel, EngineErrorCode code, std::string message) {
-  if (channel != nullptr) {
-    GenerationEvent ev;
-    ev.finish = FinishReason::kError;
-    ev.error = message;
-    ev.error_code = code;
-    channel->push(std::move(ev));
-  }
-  return Status::error(std::move(message));
-}
-
-}  // namespace
-
-Status Engine::submit(GenerationRequest request, std::shared_ptr<RequestChannel> channel) {
+Status Engine::validate(const GenerationRequest& request) const {
   const int32_t vocab = model_->config().vocab;
-  if (request.prompt.empty())
-    return refuse(channel.get(), EngineErrorCode::kInvalidRequest, "the prompt is empty");
+  if (request.prompt.empty()) return Status::error("the prompt is empty");
   for (int32_t t : request.prompt) {
-    if (t < 0 || t >= vocab)
-      return refuse(channel.get(), EngineErrorCode::kInvalidRequest,
-                    "prompt token id " + std::to_string(t) + " is outside the vocabulary");
+    if (t < 0 || t >= vocab) return Status::error("prompt token id " + std::to_string(t) + " is outside the vocabulary");
   }
-  if (request.max_tokens <= 0)
-    return refuse(channel.get(), EngineErrorCode::kInvalidRequest, "max_tokens must be positive");
+  if (request.max_tokens <= 0) return Status::error("max_tokens must be positive");
   const int64_t total = static_cast<int64_t>(request.prompt.size()) + request.max_tokens;
   if (total > config_.max_model_len) {
-    return refuse(channel.get(), EngineErrorCode::kInvalidRequest,
-                  "prompt (" + std::to_string(request.prompt.size()) + " tokens) + max_tokens (" +
-                      std::to_string(request.max_tokens) + ") = " + std::to_string(total) +
-                      " exceeds the context length " + std::to_string(config_.max_model_len));
+    return Status::error("prompt (" + std::to_string(request.prompt.size()) + " tokens) + max_tokens (" +
+                         std::to_string(request.max_tokens) + ") = " + std::to_string(total) +
+                         " exceeds the context length " + std::to_string(config_.max_model_len));
   }
-  if (Status st = request.sampling.validate(vocab); !st.is_ok())
-    return refuse(channel.get(), EngineErrorCode::kInvalidRequest, st.message());
+  GB_RETURN_IF_ERROR(request.sampling.validate(vocab));
+  if (request.glass != nullptr && !(request.glass->resolved_for == glass_shape(model_->config()))) {
+    return Status::error("the glass spec was not resolved for this model (resolve_glass_spec with its config)");
+  }
+  return Status::ok();
+}
+
+Status Engine::submit(GenerationRequest request, std::shared_ptr<RequestChannel> channel, EngineErrorCode* code) {
+  EngineErrorCode unused;
+  if (code == nullptr) code = &unused;
+  *code = EngineErrorCode::kInvalidRequest;
+  GB_RETURN_IF_ERROR(validate(request));
+  const int32_t vocab = model_->config().vocab;
+  const int64_t total = static_cast<int64_t>(request.prompt.size()) + request.max_tokens;
   std::unique_ptr<GlassAccumulator> glass;
   bool skip_prefix_lookup = false;
   if (request.glass != nullptr) {
     const GlassSpec& g = *request.glass;
-    if (!(g.resolved_for == glass_shape(model_->config()))) {
-      return refuse(channel.get(), EngineErrorCode::kInvalidRequest,
-                    "the glass spec was not resolved for this model (resolve_glass_spec with its config)");
-    }
     const int32_t n_prompt = static_cast<int32_t>(request.prompt.size());
     // Blocks computed under an intervention never serve another request (or a plain one).
     if (const uint64_t salt = glass_kv_salt(g, n_prompt); salt != 0) {
@@ -155,15 +128,18 @@ Status Engine::submit(GenerationRequest request, std::shared_ptr<RequestChannel>
   seq->channel = std::move(channel);
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (!accepting_)
-      return refuse(seq->channel.get(), EngineErrorCode::kDraining, "the engine is draining and accepts no new requests");
+    if (!accepting_) {
+      *code = EngineErrorCode::kDraining;
+      return Status::error("the engine is draining and accepts no new requests");
+    }
     if (static_cast<int64_t>(inbox_.size()) + stats_.waiting >= config_.max_queue) {
-      return refuse(seq->channel.get(), EngineErrorCode::kQueueFull,
-                    "the request queue is full (" + std::to_string(config_.max_queue) + " waiting)");
+      *code = EngineErrorCode::kQueueFull;
+      return Status::error("the request queue is full (" + std::to_string(config_.max_queue) + " waiting)");
     }
     if (seq->glass != nullptr) ++stats_.glass_requests;
     inbox_.push_back(std::move(seq));
   }
+  *code = EngineErrorCode::kNone;
   wake_.notify_one();
   return Status::ok();
 }
@@ -186,28 +162,8 @@ void Engine::set_monitor(const MonitorConfig& config) {
 
 void Engine::record_monitor(const std::vector<ScheduledSeq>& scheduled) {
   std::lock_guard<std::mutex> lock(mutex_);
-  MonitorSnapshot& m = monitor_state_;
-  ++m.steps_sampled;
-  m.rows_checked += monitor_step_.rows;
-  m.events_dropped += monitor_step_.events_dropped;
-  for (size_t l = 0; l < m.last_max_ratio.size(); ++l) {
-    m.last_max_ratio[l] = monitor_step_.max_ratio[l];
-    m.last_max_abs[l] = monitor_step_.max_abs[l];
-    m.peak_max_ratio[l] = std::max(m.peak_max_ratio[l], monitor_step_.max_ratio[l]);
-    const double r = monitor_step_.max_ratio[l];
-    size_t b = 0;
-    while (b < MonitorSnapshot::kRatioBounds.size() && r > MonitorSnapshot::kRatioBounds[b]) ++b;
-    ++m.ratio_buckets[l][b];
-    ++m.ratio_count[l];
-    m.ratio_sum[l] += r;
-  }
-  for (const MonitorEvent& e : monitor_step_.events) {
-    ++m.events_total;
-    ++m.events_per_layer[static_cast<size_t>(e.event.layer)];
-    if (m.recent.size() == MonitorSnapshot::kRecent) m.recent.erase(m.recent.begin());
-    m.recent.push_back({static_cast<uint64_t>(m.events_total), scheduled[e.seq_index].seq->request.id, e.event});
-  }
-  m.events_total += monitor_step_.events_dropped;
+  monitor_state_.record(runner_.monitor_step(),
+                        [&](int32_t seq_index) -> const std::string& { return scheduled[seq_index].seq->request.id; });
 }
 
 void Engine::take_inbox() {
@@ -219,7 +175,7 @@ void Engine::take_inbox() {
   for (auto& s : incoming) scheduler_.add(std::move(s));
 }
 
-void Engine::finish(Sequence* seq, FinishReason reason, const std::string& error, EngineErrorCode code) {
+void Engine::finish(Sequence* seq, FinishReason reason, EngineErrorCode code, const std::string& error) {
   GenerationEvent ev;
   ev.finish = reason;
   ev.error = error;
@@ -241,101 +197,77 @@ void Engine::reap_cancelled() {
   auto& done = done_;
   done.clear();
   auto check = [&](Sequence* s) {
-    if (s->channel->cancelled() || draining_past_deadline) done.emplace_back(s, FinishReason::kCancelled);
-    else if (now >= s->request.deadline) done.emplace_back(s, FinishReason::kTimeout);
+    if (s->channel->cancelled()) done.push_back({s, FinishReason::kCancelled, EngineErrorCode::kCancelled});
+    else if (draining_past_deadline) done.push_back({s, FinishReason::kCancelled, EngineErrorCode::kDraining});
+    else if (now >= s->request.deadline) done.push_back({s, FinishReason::kTimeout, EngineErrorCode::kTimeout});
   };
   for (const auto& s : scheduler_.running()) check(s.get());
   for (const auto& s : scheduler_.waiting()) check(s.get());
-  const EngineErrorCode why = draining_past_deadline ? EngineErrorCode::kDraining : EngineErrorCode::kCancelled;
-  for (auto [s, r] : done) finish(s, r, {}, r == FinishReason::kCancelled ? why : EngineErrorCode::kInternal);
+  for (const Done& d : done) finish(d.seq, d.reason, d.code);
 }
 
 Result<bool> Engine::step() {
   take_inbox();
   reap_cancelled();
-  const auto& scheduled = scheduler_.schedule();
+  const auto& scheduled = schedule();
   if (scheduled.empty()) {
     publish_stats(-1);
     return false;
   }
   const Clock::time_point t0 = Clock::now();
+  const Status st = runner_.run(scheduled);
+  if (st.is_ok() && runner_.monitored()) record_monitor(scheduled);
+  post_process(scheduled, st);
+  publish_stats(std::chrono::duration<double>(Clock::now() - t0).count());
+  return true;
+}
 
+const std::vector<ScheduledSeq>& Engine::schedule() {
+  const auto& scheduled = scheduler_.schedule();
+  if (scheduled.empty()) return scheduled;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (monitor_changed_) {
-      monitor_config_ = monitor_state_.config;
-      monitor_counter_ = 0;
+      runner_.set_monitor(monitor_state_.config);
       monitor_changed_ = false;
     }
   }
-
-  batch_.clear();
-  glass_step_.clear();
-  bool glass = false;
   for (const ScheduledSeq& s : scheduled) {
-    if (s.seq->glass != nullptr) {
-      glass_step_.add_sequence(static_cast<int32_t>(batch_.n_tokens()), s.n_tokens, s.start, s.seq->n_prompt,
-                               s.seq->glass.get());
-      glass = true;
-    }
-    if (s.first_admission) {
-      // An empty event marks the end of the queue wait (the server's queue-time metric).
-      GenerationEvent ev;
-      ev.prompt_tokens = s.seq->n_prompt;
-      ev.cached_prompt_tokens = s.seq->n_cached_prompt;
-      s.seq->channel->push(std::move(ev));
-    }
-    const std::span<const int32_t> ids(s.seq->tokens.data() + s.start, s.n_tokens);
-    batch_.add_sequence(ids, s.start, s.seq->block_table, config_.block_size, /*all_logits=*/false, s.seq->state_slot);
-    if (!s.samples) batch_.output_rows.pop_back();  // a prefill chunk short of the end: no logits
+    if (!s.first_admission) continue;
+    // An empty event marks the end of the queue wait (the server's queue-time metric).
+    GenerationEvent ev;
+    ev.prompt_tokens = s.seq->n_prompt;
+    ev.cached_prompt_tokens = s.seq->n_cached_prompt;
+    s.seq->channel->push(std::move(ev));
   }
-  const bool monitored =
-      monitor_config_.enabled && monitor_counter_++ % std::max<int32_t>(1, monitor_config_.every_steps) == 0;
-  if (monitored) glass_step_.set_monitor(monitor_config_, &monitor_step_);
-  // Without glass work the step is exactly a plain one: no hooks at all.
-  const Hooks* hooks = nullptr;
-  if (glass || monitored) {
-    glass_step_.finalize();
-    hooks_.set_glass(&glass_step_);
-    hooks = &hooks_;
-  }
-  const Status st = model_->forward(batch_, *cache_, hooks, logits_.data());
-  if (st.is_ok() && monitored) record_monitor(scheduled);
-  if (!st.is_ok()) {
-    // A failed step fails the requests in it, never the process.
-    auto& failed = done_;
-    failed.clear();
-    for (const ScheduledSeq& s : scheduled) failed.emplace_back(s.seq, FinishReason::kError);
-    scheduler_.commit();
-    for (auto [s, r] : failed) finish(s, r, st.message(), EngineErrorCode::kInternal);
-    return true;
-  }
+  return scheduled;
+}
 
-  // Sample where a sequence reached the end of its known tokens, in output-row order.
-  const int32_t vocab = model_->config().vocab;
+void Engine::post_process(const std::vector<ScheduledSeq>& scheduled, const Status& forward) {
   auto& done = done_;
   done.clear();
+  if (!forward.is_ok()) {
+    // A failed step fails the requests in it, never the process.
+    for (const ScheduledSeq& s : scheduled) done.push_back({s.seq, FinishReason::kError, EngineErrorCode::kInternal});
+    scheduler_.commit();
+    for (const Done& d : done) finish(d.seq, d.reason, d.code, forward.message());
+    return;
+  }
+  // Sample where a sequence reached the end of its known tokens, in output-row order.
+  const int32_t vocab = model_->config().vocab;
   int32_t row = 0;
+  bool non_finite = false;
   for (const ScheduledSeq& s : scheduled) {
     if (!s.samples) continue;
     Sequence* seq = s.seq;
-    float* logits = logits_.data() + static_cast<size_t>(row++) * vocab;
-    GeneratedToken gen{};
-    if (seq->request.top_logprobs >= 0) log_softmax({logits, static_cast<size_t>(vocab)}, logprobs_);
-    gen.token = seq->sampler->sample(logits);
-    if (seq->request.top_logprobs >= 0) {
-      gen.logprob = logprobs_[gen.token];
-      // The k most likely tokens by insertion into a short sorted list (k <= 20): one pass, no sort of the vocabulary.
-      const int32_t k = std::min(seq->request.top_logprobs, vocab);
-      gen.top.reserve(k + 1);
-      for (int32_t i = 0; i < vocab && k > 0; ++i) {
-        const float lp = logprobs_[i];
-        if (static_cast<int32_t>(gen.top.size()) == k && lp <= gen.top.back().logprob) continue;
-        auto pos = std::find_if(gen.top.begin(), gen.top.end(), [&](const TokenLogprob& t) { return lp > t.logprob; });
-        gen.top.insert(pos, {i, lp});
-        if (static_cast<int32_t>(gen.top.size()) > k) gen.top.pop_back();
-      }
+    float* logits = runner_.logits(row++);
+    if (!all_finite(logits, vocab)) {
+      // Never a token sampled from NaN: the request fails (where it happened is found below).
+      done.push_back({seq, FinishReason::kError, EngineErrorCode::kNonFinite});
+      non_finite = true;
+      continue;
     }
+    GeneratedToken gen = seq->sampler->sample(logits, seq->request.top_logprobs, logprobs_);
     seq->tokens.push_back(gen.token);
     if (seq->n_generated() == 1) seq->first_token_time = Clock::now();
 
@@ -353,13 +285,22 @@ Result<bool> Engine::step() {
     ev.prompt_tokens = seq->n_prompt;
     ev.cached_prompt_tokens = seq->n_cached_prompt;
     seq->channel->push(std::move(ev));
-    if (reason != FinishReason::kNone) done.emplace_back(seq, reason);
+    if (reason != FinishReason::kNone) done.push_back({seq, reason});
   }
   scheduler_.commit();
-  for (auto [s, r] : done) finish(s, r);
+  if (non_finite) {
+    for (Done& d : done) {
+      if (d.code == EngineErrorCode::kNonFinite) d.error = non_finite_error(d.seq);
+    }
+  }
+  for (const Done& d : done) finish(d.seq, d.reason, d.code, d.error);
+}
 
-  publish_stats(std::chrono::duration<double>(Clock::now() - t0).count());
-  return true;
+std::string Engine::non_finite_error(Sequence* seq) {
+  // After commit: n_computed covers this step's tokens.
+  auto site = runner_.locate_non_finite(*seq, seq->n_computed);
+  if (!site.is_ok()) return "non-finite logits (NaN or Inf); locating them failed: " + site.message();
+  return non_finite_message(*site, seq->request.glass.get());
 }
 
 void Engine::publish_stats(double step_seconds) {

@@ -1,7 +1,9 @@
-// The engine: owns the model's KV cache, the scheduler and the sampling of every running
-// sequence, and runs steps — one flat batch of prefill chunks and decode tokens from many
-// requests per forward. Runs on its own thread (start) behind EngineApi, or stepped
-// synchronously (step / run_until_idle) by the CLI and tests.
+// The engine: owns the scheduler, the model runner (KV cache storage, batch, glass table) and the
+// sampling of every running sequence, and runs steps — one flat batch of prefill chunks and decode
+// tokens from many requests per forward. A step has three parts, as in nano-vllm: schedule (the
+// scheduler picks the work), run (ModelRunner: batch, glass table, forward) and post-process
+// (sampling, logprobs, stop checks, finishing). Runs on its own thread (start) behind EngineApi, or
+// stepped synchronously (step / run_until_idle) by the CLI and tests — the same step either way.
 #pragma once
 
 #include <atomic>
@@ -12,6 +14,7 @@
 #include <vector>
 
 #include "engine/block_manager.h"
+#include "engine/model_runner.h"
 #include "engine/request.h"
 #include "engine/scheduler.h"
 #include "model/model.h"
@@ -37,7 +40,8 @@ class Engine : public EngineApi {
   static Result<std::unique_ptr<Engine>> create(Model* model, const EngineConfig& config);
   ~Engine() override;
 
-  Status submit(GenerationRequest request, std::shared_ptr<RequestChannel> channel) override;
+  Status submit(GenerationRequest request, std::shared_ptr<RequestChannel> channel,
+                EngineErrorCode* code = nullptr) override;
   EngineStats stats() const override;
   MonitorSnapshot monitor() const override;
   const ModelConfig* model_config() const override { return &model_->config(); }
@@ -60,11 +64,29 @@ class Engine : public EngineApi {
   const Model& model() const { return *model_; }
 
  private:
+  // A sequence leaving the engine this step, and why.
+  struct Done {
+    Sequence* seq;
+    FinishReason reason;
+    EngineErrorCode code = EngineErrorCode::kNone;
+    std::string error = {};
+  };
+
   Engine(Model* model, const EngineConfig& config, std::unique_ptr<KvCache> cache);
+  // submit's checks of a request against this engine (the errors are kInvalidRequest).
+  Status validate(const GenerationRequest& request) const;
   void take_inbox();
   void reap_cancelled();
-  void finish(Sequence* seq, FinishReason reason, const std::string& error = {},
-              EngineErrorCode code = EngineErrorCode::kInternal);
+  // The three parts of a step. schedule: the scheduler's pick, the queue-wait events of newly
+  // admitted sequences, a new monitor configuration. post_process: sampling, logprobs, stop
+  // checks, committing the step and finishing sequences (all of them, with the forward's error,
+  // when it failed).
+  const std::vector<ScheduledSeq>& schedule();
+  void post_process(const std::vector<ScheduledSeq>& scheduled, const Status& forward);
+  // A sequence whose logits came out non-finite: where it happened, as the failure message.
+  std::string non_finite_error(Sequence* seq);
+  void finish(Sequence* seq, FinishReason reason, EngineErrorCode code = EngineErrorCode::kNone,
+              const std::string& error = {});
   void loop();
   // Copies the scheduler's counters into stats_ (step_seconds < 0: no step ran).
   void publish_stats(double step_seconds);
@@ -73,26 +95,19 @@ class Engine : public EngineApi {
 
   Model* model_;
   EngineConfig config_;
-  std::unique_ptr<KvCache> cache_;
   BlockManager blocks_;
   Scheduler scheduler_;
-  Batch batch_;
-  std::vector<float> logits_;     // [max_num_seqs, vocab] f32
+  ModelRunner runner_;
   std::vector<float> logprobs_;   // [vocab] f32 scratch
   std::vector<int32_t> eos_ids_;
-  std::vector<std::pair<Sequence*, FinishReason>> done_;  // per-step scratch
-  GlassStep glass_step_;        // this step's glass table (rebuilt every step, grow-only buffers)
-  Hooks hooks_;                 // no observers; carries glass_step_ into the forward pass
-  MonitorConfig monitor_config_;  // engine-thread copy of the monitor configuration
-  MonitorStep monitor_step_;    // what the last sampled step saw
-  int64_t monitor_counter_ = 0;   // steps since the monitor was configured
+  std::vector<Done> done_;        // per-step scratch
 
   mutable std::mutex mutex_;  // guards inbox_, stats_ and the flags below
   std::condition_variable wake_;
   std::vector<std::unique_ptr<Sequence>> inbox_;
   EngineStats stats_;
   MonitorSnapshot monitor_state_;
-  bool monitor_changed_ = false;
+  bool monitor_changed_ = false;  // set_monitor since the last step: the runner takes monitor_state_.config
   bool accepting_ = true;
   bool stop_ = false;
   Clock::time_point drain_deadline_ = Clock::time_point::max();

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "engine/monitor.h"
 #include "engine/sampler.h"
 #include "glass/glass.h"
 
@@ -36,10 +37,34 @@ inline const char* finish_reason_name(FinishReason r) {
   return "?";
 }
 
-// Why the engine failed or refused a request, so the server maps it to an HTTP status without
-// reading the message: carried on the request's error event (FinishReason::kError /
-// kCancelled), and on the event submit() pushes onto the channel when it refuses a request.
-enum class EngineErrorCode { kDraining, kCancelled, kNonFinite, kInvalidRequest, kInternal, kQueueFull };
+// Why the engine refused or failed a request, for the server to map to a status (the message says
+// it for people). Set by EngineApi::submit (kInvalidRequest, kQueueFull, kDraining) and on a last
+// event whose finish is not kStop / kLength.
+enum class EngineErrorCode : uint8_t {
+  kNone,
+  kInvalidRequest,  // submit: the request cannot run on this engine (prompt, max_tokens, sampling, glass spec) → 400
+  kQueueFull,       // submit: max_queue requests are waiting → 429
+  kDraining,        // submit: the engine is shutting down; or a running request cancelled at the drain deadline → 503
+  kCancelled,       // the consumer cancelled (RequestChannel::cancel) → 499, the client left
+  kTimeout,         // GenerationRequest::deadline passed → 504 (or the answer so far with finish "timeout")
+  kNonFinite,       // a hidden state or the logits became NaN/Inf (the message names the layer and point) →
+                    // 400 when the request had interventions (they did it), else 500
+  kInternal,        // the forward pass failed (an engine defect) → 500
+};
+// "none", "invalid_request", ...
+inline const char* engine_error_code_name(EngineErrorCode c) {
+  switch (c) {
+    case EngineErrorCode::kNone: return "none";
+    case EngineErrorCode::kInvalidRequest: return "invalid_request";
+    case EngineErrorCode::kQueueFull: return "queue_full";
+    case EngineErrorCode::kDraining: return "draining";
+    case EngineErrorCode::kCancelled: return "cancelled";
+    case EngineErrorCode::kTimeout: return "timeout";
+    case EngineErrorCode::kNonFinite: return "non_finite";
+    case EngineErrorCode::kInternal: return "internal";
+  }
+  return "?";
+}
 
 struct GenerationRequest {
   std::string id;               // unique; used in logs and metrics, never the prompt
@@ -57,23 +82,12 @@ struct GenerationRequest {
   std::shared_ptr<const GlassSpec> glass;
 };
 
-struct TokenLogprob {
-  int32_t token;
-  float logprob;
-};
-
-struct GeneratedToken {
-  int32_t token;
-  float logprob = 0.0f;            // of the sampled token under the model's distribution
-  std::vector<TokenLogprob> top;   // top_logprobs alternatives, most likely first
-};
-
 // One message from the engine thread to the request's consumer.
 struct GenerationEvent {
   std::vector<GeneratedToken> tokens;  // new tokens since the previous event
   FinishReason finish = FinishReason::kNone;  // set on the last event only
   std::string error;                   // with kError: what went wrong
-  EngineErrorCode error_code = EngineErrorCode::kInternal;  // with kError / kCancelled: why
+  EngineErrorCode error_code = EngineErrorCode::kNone;  // on the last event: why it ended, unless kStop / kLength
   int32_t prompt_tokens = 0;
   int32_t cached_prompt_tokens = 0;    // prompt tokens served from the prefix cache
   // On the last event of a request that had a glass spec (whatever the finish reason): its
@@ -147,38 +161,14 @@ struct EngineStats {
   int64_t state_slots_used = 0;      // hybrid models: recurrent-state slots held by running sequences
 };
 
-// The engine-wide massive-activation monitor, as counters the server turns into metrics.
-struct MonitorSnapshot {
-  MonitorConfig config;                // as configured (enabled = false: everything below stays 0)
-  int64_t steps_sampled = 0;
-  int64_t rows_checked = 0;            // token rows × layers × points examined
-  int64_t events_total = 0;
-  int64_t events_dropped = 0;          // events beyond MonitorStep::kMaxEvents in one step (counted, not listed)
-  std::vector<int64_t> events_per_layer;  // [n_layers]
-  std::vector<float> last_max_ratio;   // [n_layers] max over the last sampled step's rows of max|x| / median|x|
-  std::vector<float> last_max_abs;     // [n_layers] max |x| of the last sampled step
-  std::vector<float> peak_max_ratio;   // [n_layers] the largest last_max_ratio ever seen
-  // Per layer, a histogram of each sampled step's max ratio (per-bucket counts, the last +Inf).
-  static constexpr std::array<double, 10> kRatioBounds = {2, 5, 10, 20, 50, 100, 200, 500, 1000, 10000};
-  std::vector<std::array<uint64_t, kRatioBounds.size() + 1>> ratio_buckets;  // [n_layers]
-  std::vector<uint64_t> ratio_count;  // [n_layers]
-  std::vector<double> ratio_sum;      // [n_layers]
-  struct Event {
-    uint64_t index = 0;                // 1, 2, 3, ... over the engine's life (new ones: index > last seen)
-    std::string request_id;
-    MassiveEvent event;
-  };
-  std::vector<Event> recent;           // the last kRecent events, oldest first
-  static constexpr size_t kRecent = 256;
-};
-
 // What the server sees of the engine.
 class EngineApi {
  public:
   virtual ~EngineApi() = default;
-  // Queues a request. Errors: an invalid request, queue full (the server answers 429) or
-  // draining (503); on an error the channel also gets one last event (kError) with its code.
-  virtual Status submit(GenerationRequest request, std::shared_ptr<RequestChannel> channel) = 0;
+  // Queues a request. Errors: an invalid request (400), queue full (429) or draining (503); *code
+  // (when given) says which: kInvalidRequest, kQueueFull or kDraining (kNone on success).
+  virtual Status submit(GenerationRequest request, std::shared_ptr<RequestChannel> channel,
+                        EngineErrorCode* code = nullptr) = 0;
   virtual EngineStats stats() const = 0;
   // The massive-activation monitor's counters (empty when the engine has none).
   virtual MonitorSnapshot monitor() const { return {}; }

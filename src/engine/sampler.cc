@@ -39,6 +39,20 @@ void log_softmax(std::span<const float> logits, std::span<float> out) {
   for (size_t i = 0; i < logits.size(); ++i) out[i] = logits[i] - lse;
 }
 
+void top_logprobs(std::span<const float> logprobs, int32_t k, std::vector<TokenLogprob>* top) {
+  const int32_t vocab = static_cast<int32_t>(logprobs.size());
+  k = std::min(k, vocab);
+  top->clear();
+  top->reserve(k + 1);
+  for (int32_t i = 0; i < vocab && k > 0; ++i) {
+    const float lp = logprobs[i];
+    if (static_cast<int32_t>(top->size()) == k && lp <= top->back().logprob) continue;
+    auto pos = std::find_if(top->begin(), top->end(), [&](const TokenLogprob& t) { return lp > t.logprob; });
+    top->insert(pos, {i, lp});
+    if (static_cast<int32_t>(top->size()) > k) top->pop_back();
+  }
+}
+
 Sampler::Sampler(const SamplingParams& params, int32_t vocab_size)
     : params_(params),
       vocab_size_(vocab_size),
@@ -61,6 +75,18 @@ void Sampler::accept(int32_t token) {
   if (token < 0 || token >= vocab_size_) return;
   if (!in_prompt_[token] && output_counts_[token] == 0) seen_.push_back(token);
   ++output_counts_[token];
+}
+
+GeneratedToken Sampler::sample(float* logits, int32_t top_k_logprobs, std::span<float> scratch) {
+  GeneratedToken gen{};
+  const std::span<const float> row(logits, static_cast<size_t>(vocab_size_));
+  if (top_k_logprobs >= 0) log_softmax(row, scratch);  // before sample() edits the logits
+  gen.token = sample(logits);
+  if (top_k_logprobs >= 0) {
+    gen.logprob = scratch[gen.token];
+    top_logprobs(scratch.first(static_cast<size_t>(vocab_size_)), top_k_logprobs, &gen.top);
+  }
+  return gen;
 }
 
 void Sampler::apply_penalties(float* logits) const {

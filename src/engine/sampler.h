@@ -13,6 +13,18 @@
 
 namespace gb {
 
+struct TokenLogprob {
+  int32_t token;
+  float logprob;
+};
+
+// A sampled token, with its log-probability under the model's distribution when asked for.
+struct GeneratedToken {
+  int32_t token;
+  float logprob = 0.0f;            // of the sampled token under the model's distribution
+  std::vector<TokenLogprob> top;   // top_logprobs alternatives, most likely first
+};
+
 struct SamplingParams {
   float temperature = 1.0f;  // 0 = greedy (argmax, lowest id on ties)
   int32_t top_k = 0;         // 0 or < 0 = off
@@ -43,6 +55,11 @@ class Sampler {
   // records it as an output token.
   int32_t sample(float* logits);
 
+  // The same, and with top_logprobs >= 0 also the log-probabilities of the model's distribution
+  // (logits as given, before bias and penalties edit them): the sampled token's and the
+  // top_logprobs most likely tokens. scratch: [vocab] f32 workspace.
+  GeneratedToken sample(float* logits, int32_t top_logprobs, std::span<float> scratch);
+
   // Records a token chosen elsewhere (e.g. forced) as an output token.
   void accept(int32_t token);
 
@@ -62,5 +79,9 @@ class Sampler {
 
 // log-softmax of logits into out (both [vocab]); used for logprobs.
 void log_softmax(std::span<const float> logits, std::span<float> out);
+
+// The k most likely tokens of logprobs [vocab] into *top, most likely first (the lower id first on
+// ties): insertion into a short sorted list, one pass, no sort of the vocabulary.
+void top_logprobs(std::span<const float> logprobs, int32_t k, std::vector<TokenLogprob>* top);
 
 }  // namespace gb

@@ -1,19 +1,18 @@
 #include "engine/scheduler.h"
 
 #include <algorithm>
+#include <cassert>
 
 namespace gb {
 
 Scheduler::Scheduler(const SchedulerConfig& config, BlockManager* blocks) : config_(config), blocks_(blocks) {
+  assert(!config.recurrent_state || blocks->n_state_slots() >= config.max_num_seqs);
   scheduled_.reserve(config.max_num_seqs);
   running_.reserve(config.max_num_seqs);
-  if (config.recurrent_state) {
-    for (int32_t s = config.max_num_seqs - 1; s >= 0; --s) free_state_slots_.push_back(s);
-  }
 }
 
 void Scheduler::release_state_slot(Sequence* seq) {
-  if (seq->state_slot >= 0) free_state_slots_.push_back(seq->state_slot);
+  if (seq->state_slot >= 0) blocks_->release_state_slot(seq->state_slot);
   seq->state_slot = -1;
 }
 
@@ -60,8 +59,13 @@ const std::vector<ScheduledSeq>& Scheduler::schedule() {
   while (!waiting_.empty() && budget > 0 && static_cast<int32_t>(running_.size()) < config_.max_num_seqs) {
     Sequence* seq = waiting_.front().get();
     const int32_t len = static_cast<int32_t>(seq->tokens.size());
+    // Sized for the whole request (tokens holds capacity for prompt + max_tokens), so its decode
+    // steps never grow them.
+    const size_t max_blocks = (seq->tokens.capacity() + blocks_->block_size() - 1) / blocks_->block_size();
     std::vector<int32_t> table;
     std::vector<uint64_t> hashes;
+    table.reserve(max_blocks);
+    hashes.reserve(max_blocks);
     // At least the last token is computed so the step yields logits to sample from.
     const int32_t max_hit_blocks = (len - 1) / blocks_->block_size();
     const int32_t hits = seq->skip_prefix_lookup || config_.recurrent_state
@@ -81,9 +85,9 @@ const std::vector<ScheduledSeq>& Scheduler::schedule() {
       seq->admitted_once = true;
     }
     if (config_.recurrent_state) {
-      // running_.size() < max_num_seqs, so a slot is free.
-      seq->state_slot = free_state_slots_.back();
-      free_state_slots_.pop_back();
+      // running_.size() < max_num_seqs <= the slots, so one is free.
+      seq->state_slot = blocks_->acquire_state_slot();
+      assert(seq->state_slot >= 0);
     }
     seq->block_table = std::move(table);
     seq->block_hashes = std::move(hashes);

@@ -44,8 +44,8 @@ struct Sequence {
 struct SchedulerConfig {
   int32_t max_num_seqs = 64;
   int32_t max_num_batched_tokens = 512;
-  // The model has recurrent (linear-attention) layers: hand out state slots 0..max_num_seqs-1 and
-  // switch prefix caching off.
+  // The model has recurrent (linear-attention) layers: every running sequence holds one of the
+  // block manager's state slots (it has at least max_num_seqs), and prefix caching is off.
   bool recurrent_state = false;
 };
 
@@ -59,6 +59,7 @@ struct ScheduledSeq {
 
 class Scheduler {
  public:
+  // With config.recurrent_state, blocks must have at least max_num_seqs state slots.
   Scheduler(const SchedulerConfig& config, BlockManager* blocks);
 
   void add(std::unique_ptr<Sequence> seq);
@@ -79,9 +80,7 @@ class Scheduler {
   int64_t prefix_queries() const { return prefix_queries_; }
   int64_t prefix_hits() const { return prefix_hits_; }
   bool idle() const { return running_.empty() && waiting_.empty(); }
-  int32_t state_slots_used() const {
-    return config_.recurrent_state ? config_.max_num_seqs - static_cast<int32_t>(free_state_slots_.size()) : 0;
-  }
+  int32_t state_slots_used() const { return blocks_->n_state_slots_used(); }
 
  private:
   void preempt_last();
@@ -93,7 +92,6 @@ class Scheduler {
   std::vector<std::unique_ptr<Sequence>> running_;  // admission order
   std::deque<std::unique_ptr<Sequence>> waiting_;   // FCFS; preempted sequences go to the front
   std::vector<ScheduledSeq> scheduled_;
-  std::vector<int32_t> free_state_slots_;  // recurrent_state: slots no running sequence holds
   int64_t preemptions_ = 0;
   int64_t prefix_queries_ = 0;
   int64_t prefix_hits_ = 0;

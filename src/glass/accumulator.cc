@@ -1,12 +1,13 @@
 // The per-sequence glass-box accumulator: storage on first use, the report.
 #include "glass/accumulator.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace gb {
 
 GlassAccumulator::GlassAccumulator(std::shared_ptr<const GlassSpec> spec, const ModelConfig& c)
-    : spec_(std::move(spec)), n_layers_(c.n_layers), n_embd_(c.n_embd), n_ff_(c.n_ff) {}
+    : spec_(std::move(spec)), n_layers_(c.n_layers), n_embd_(c.n_embd), n_ff_(c.n_ff), vocab_(c.vocab) {}
 
 int64_t GlassAccumulator::storage_bytes(const GlassSpec& spec, const ModelConfig& c) {
   int64_t bytes = static_cast<int64_t>(spec.interventions.size()) * static_cast<int64_t>(sizeof(int64_t));
@@ -42,7 +43,10 @@ void GlassAccumulator::ensure_storage() {
     cap.point = cr.point;
     cap.layer = cr.layer;
     cap.position = cr.position;
-    cap.data.assign(static_cast<size_t>(cr.point == HookPoint::kMlpAct ? n_ff_ : n_embd_), 0.0f);
+    cap.data.assign(static_cast<size_t>(cr.point == HookPoint::kMlpAct  ? n_ff_
+                                        : cr.point == HookPoint::kLogits ? vocab_
+                                                                         : n_embd_),
+                    0.0f);
     captures_.push_back(std::move(cap));
   }
   if (ob.detect_massive) events_.reserve(kMaxEventsPerRequest);
@@ -98,6 +102,17 @@ GlassReport GlassAccumulator::report() const {
     r.applied.push_back(std::move(a));
   }
   return r;
+}
+
+void GlassAccumulator::output_positions(int32_t first_pos, int32_t n, std::vector<int32_t>* positions) const {
+  const auto begin = static_cast<std::ptrdiff_t>(positions->size());
+  for (const CaptureRequest& cr : spec_->observe.captures) {
+    if (is_output_point(cr.point) && cr.position >= first_pos && cr.position < first_pos + n) {
+      positions->push_back(cr.position);
+    }
+  }
+  std::sort(positions->begin() + begin, positions->end());
+  positions->erase(std::unique(positions->begin() + begin, positions->end()), positions->end());
 }
 
 }  // namespace gb

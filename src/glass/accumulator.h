@@ -20,6 +20,9 @@ class GlassAccumulator {
   GlassAccumulator(std::shared_ptr<const GlassSpec> spec, const ModelConfig& c);
   const GlassSpec& spec() const { return *spec_; }
   GlassReport report() const;
+  // Appends to *positions those in [first_pos, first_pos + n) that a final_norm or logits capture
+  // needs as output rows of the forward pass (ascending, once each).
+  void output_positions(int32_t first_pos, int32_t n, std::vector<int32_t>* positions) const;
 
   // Allocates the storage (once; later calls do nothing).
   void ensure_storage();
@@ -45,7 +48,7 @@ class GlassAccumulator {
 
   std::shared_ptr<const GlassSpec> spec_;
   int32_t n_layers_;
-  int32_t n_embd_, n_ff_;
+  int32_t n_embd_, n_ff_, vocab_;
   bool storage_ = false;
   std::vector<uint8_t> observed_;      // [n_layers · kNumLayerPoints] 1 where observed (observing specs only)
   std::vector<Acc> acc_;               // [n_layers · kNumLayerPoints] (observing specs only)

@@ -83,7 +83,9 @@ std::optional<InterventionOp> parse_intervention_op(std::string_view name) {
 
 GlassSpec::Shape glass_shape(const ModelConfig& c) { return {c.n_layers, c.n_embd, c.n_ff}; }
 
-int64_t point_width(HookPoint p, const ModelConfig& c) { return p == HookPoint::kMlpAct ? c.n_ff : c.n_embd; }
+int64_t point_width(HookPoint p, const ModelConfig& c) {
+  return p == HookPoint::kMlpAct ? c.n_ff : p == HookPoint::kLogits ? c.vocab : c.n_embd;
+}
 
 Status resolve_intervention(Intervention& iv, const ModelConfig& c, const std::string& where) {
   GB_RETURN_IF_ERROR(check_layer_point(iv.point, where + ".point"));
@@ -179,16 +181,20 @@ Status resolve_observe(ObserveSpec& ob, const ModelConfig& c) {
   GB_RETURN_IF_ERROR(resolve_selector(ob.tokens, "observe.tokens"));
   int64_t floats = 0;
   for (size_t j = 0; j < ob.captures.size(); ++j) {
-    const CaptureRequest& cr = ob.captures[j];
+    CaptureRequest& cr = ob.captures[j];
     const std::string where = "observe.captures[" + std::to_string(j) + "]";
-    GB_RETURN_IF_ERROR(check_layer_point(cr.point, where + ".point"));
-    GB_RETURN_IF_ERROR(check_layer(cr.layer, c, where));
+    if (is_layer_point(cr.point)) {
+      GB_RETURN_IF_ERROR(check_layer(cr.layer, c, where));
+    } else {
+      cr.layer = -1;
+    }
     if (cr.position < 0) return Status::error(where + ".position: must be >= 0");
-    floats += point_width(cr.point, c);
+    // A final_norm capture also makes its position an output row: a row of logits.
+    floats += is_output_point(cr.point) ? c.vocab : point_width(cr.point, c);
   }
-  if (floats > kMaxCaptureFloats) {
+  if (floats > ob.max_capture_floats) {
     return Status::error("observe.captures: " + std::to_string(floats) + " values exceed the cap of " +
-                         std::to_string(kMaxCaptureFloats));
+                         std::to_string(ob.max_capture_floats));
   }
   return Status::ok();
 }

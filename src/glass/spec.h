@@ -18,6 +18,9 @@
 namespace gb {
 
 inline constexpr int kNumLayerPoints = static_cast<int>(HookPoint::kEmbed);  // resid_pre .. resid_post
+inline constexpr int kNumGlobalPoints = kNumHookPoints - kNumLayerPoints;   // embed, final_norm, logits
+// final_norm and logits exist only for the output rows of a forward pass.
+inline constexpr bool is_output_point(HookPoint p) { return p == HookPoint::kFinalNorm || p == HookPoint::kLogits; }
 inline constexpr int32_t kMaxTopK = 16;                 // ObserveSpec::top_k
 inline constexpr int32_t kMaxSelectedPositions = 256;   // TokenSelector::positions
 inline constexpr int64_t kMaxCaptureFloats = 1 << 20;   // raw vectors per sequence (4 MiB)
@@ -79,7 +82,10 @@ inline MassiveTest is_massive(const MassiveRule& rule, float max_abs, float medi
   return {max_abs > rule.min_abs, max_abs > rule.min_ratio * median_abs};
 }
 
-// A raw vector to copy out: the row of (point, layer) at `position`.
+// A raw vector to copy out: the row of (point, layer) at `position`. Global points too (embed,
+// final_norm, logits; layer -1): a final_norm or logits capture makes its position an output row
+// of the forward pass, so it costs a vocab-wide row of logits and counts vocab floats to the cap.
+// The HTTP API takes per-layer points only; `glassbox dump` captures the global ones.
 struct CaptureRequest {
   HookPoint point = HookPoint::kResidPost;
   int32_t layer = 0;
@@ -93,7 +99,8 @@ struct ObserveSpec {
   TokenSelector tokens;
   int32_t top_k = 0;              // top dims by |x| per (layer, point), 0 .. kMaxTopK
   bool detect_massive = true;     // massive events on the observed rows
-  std::vector<CaptureRequest> captures;  // raw vectors; Σ widths ≤ kMaxCaptureFloats
+  std::vector<CaptureRequest> captures;  // raw vectors; Σ widths ≤ max_capture_floats
+  int64_t max_capture_floats = kMaxCaptureFloats;  // a tool (glassbox dump) may raise it; the server never does
 };
 
 // Everything the glass box does for one request.
@@ -110,7 +117,7 @@ struct GlassSpec {
 };
 // The Shape a spec resolved for c has.
 GlassSpec::Shape glass_shape(const ModelConfig& c);
-// The width of a per-layer point: n_ff for mlp_act, else n_embd.
+// The width of a point's rows: n_ff for mlp_act, vocab for logits, else n_embd.
 int64_t point_width(HookPoint p, const ModelConfig& c);
 
 // Checks one intervention against the model and resolves it in place: layer range (-1 → every

@@ -60,7 +60,7 @@ GlassStep::GlassStep(const ModelConfig& c)
   const size_t n_slots = static_cast<size_t>(n_layers_) * kNumLayerPoints;
   op_offsets_.assign(n_slots + 1, 0);
   obs_offsets_.assign(n_slots + 1, 0);
-  cap_offsets_.assign(n_slots + 1, 0);
+  cap_offsets_.assign(n_slots + kNumGlobalPoints + 1, 0);
   ops_stage_.reserve(256), ops_.reserve(256);
   obs_stage_.reserve(256), obs_.reserve(256);
   caps_stage_.reserve(64), caps_.reserve(64);
@@ -68,6 +68,7 @@ GlassStep::GlassStep(const ModelConfig& c)
 
 void GlassStep::clear() {
   std::fill(masks_.begin(), masks_.end(), 0u);
+  global_mask_ = 0;
   ops_stage_.clear(), ops_.clear();
   obs_stage_.clear(), obs_.clear();
   caps_stage_.clear(), caps_.clear();
@@ -110,7 +111,8 @@ void GlassStep::add_sequence(int32_t row_begin, int32_t n_rows, int32_t first_po
   for (Capture& cap : acc->captures_) {
     if (cap.position >= first_pos && cap.position < first_pos + n_rows) {
       caps_stage_.push_back({slot(cap.point, cap.layer), row_begin + (cap.position - first_pos), &cap});
-      masks_[cap.layer] |= hook_bit(cap.point);
+      if (is_layer_point(cap.point)) masks_[cap.layer] |= hook_bit(cap.point);
+      else global_mask_ |= hook_bit(cap.point);
     }
   }
 }
@@ -142,7 +144,22 @@ void GlassStep::finalize() {
   const int32_t n_slots = n_layers_ * kNumLayerPoints;
   sort_by_slot(ops_stage_, ops_, op_offsets_, n_slots);
   sort_by_slot(obs_stage_, obs_, obs_offsets_, n_slots);
-  sort_by_slot(caps_stage_, caps_, cap_offsets_, n_slots);
+  sort_by_slot(caps_stage_, caps_, cap_offsets_, n_slots + kNumGlobalPoints);
+}
+
+void GlassStep::apply_global(HookPoint p, const float* data, int64_t n_rows, int64_t width,
+                             const int32_t* row_ids) const {
+  const int32_t s = slot(p, -1);
+  for (int32_t i = cap_offsets_[s]; i < cap_offsets_[s + 1]; ++i) {
+    const CapEntry& e = caps_[i];
+    // Per-token points hold every batch row; final_norm / logits only the output rows.
+    for (int64_t r = 0; r < n_rows; ++r) {
+      if (row_ids[r] != e.row) continue;
+      std::memcpy(e.dst->data.data(), data + r * width, static_cast<size_t>(width) * sizeof(float));
+      e.dst->filled = true;
+      break;
+    }
+  }
 }
 
 void GlassStep::observe_rows(const ObsEntry& e, int32_t s, HookPoint p, int32_t layer, const float* data,

@@ -60,11 +60,15 @@ class GlassStep final : public StepTable {
   bool empty() const;
   int32_t rows_needed() const override { return rows_needed_; }
   uint32_t layer_mask(int32_t layer) const override { return masks_[layer]; }
+  uint32_t global_mask() const override { return global_mask_; }
   int32_t n_layers() const override { return n_layers_; }
 
   // Interventions for (p, layer) on data[n_rows, width] (rows = batch rows 0..n_rows-1), then the
   // observations and the monitor, which see the edited values.
   void apply(HookPoint p, int32_t layer, float* data, int64_t n_rows, int64_t width, const Batch& batch) const override;
+  // The captures at a global point from data[n_rows, width], whose row i is batch row row_ids[i].
+  void apply_global(HookPoint p, const float* data, int64_t n_rows, int64_t width,
+                    const int32_t* row_ids) const override;
 
  private:
   struct OpEntry {
@@ -80,7 +84,11 @@ class GlassStep final : public StepTable {
     int32_t slot, row;
     Capture* dst;
   };
-  int32_t slot(HookPoint p, int32_t layer) const { return layer * kNumLayerPoints + static_cast<int>(p); }
+  // Per-layer points: layer · kNumLayerPoints + point; the global points (captures only) follow.
+  int32_t slot(HookPoint p, int32_t layer) const {
+    return is_layer_point(p) ? layer * kNumLayerPoints + static_cast<int>(p)
+                             : n_layers_ * kNumLayerPoints + (static_cast<int>(p) - kNumLayerPoints);
+  }
   template <class E>
   static void sort_by_slot(std::vector<E>& staged, std::vector<E>& sorted, std::vector<int32_t>& offsets, int32_t n_slots);
   void observe_rows(const ObsEntry& e, int32_t s, HookPoint p, int32_t layer, const float* data, int64_t width,
@@ -90,10 +98,11 @@ class GlassStep final : public StepTable {
 
   int32_t n_layers_;
   std::vector<uint32_t> masks_;  // [n_layers]
+  uint32_t global_mask_ = 0;     // hook_bit()s of the captured global points
   std::vector<OpEntry> ops_stage_, ops_;
   std::vector<ObsEntry> obs_stage_, obs_;
   std::vector<CapEntry> caps_stage_, caps_;
-  std::vector<int32_t> op_offsets_, obs_offsets_, cap_offsets_;  // [n_slots + 1]
+  std::vector<int32_t> op_offsets_, obs_offsets_, cap_offsets_;  // [n_slots + 1]; caps: + kNumGlobalPoints
   int32_t rows_needed_ = 0;
   const MonitorConfig* monitor_ = nullptr;
   MonitorStep* monitor_out_ = nullptr;

@@ -21,6 +21,11 @@ std::optional<HookPoint> parse_hook_point(std::string_view name) {
   return std::nullopt;
 }
 
+std::string hook_key(HookPoint p, int32_t layer) {
+  const std::string name(hook_point_name(p));
+  return is_layer_point(p) ? "layers." + std::to_string(layer) + "." + name : name;
+}
+
 Hooks::Hooks(int32_t n_layers)
     : n_layers_(n_layers),
       observer_masks_(n_layers + 1, 0),
@@ -57,14 +62,18 @@ void Hooks::set_glass(const StepTable* table) {
 
 void Hooks::update_masks() {
   for (int32_t l = 0; l <= n_layers_; ++l) {
-    const uint32_t g = glass_ != nullptr && l < n_layers_ && l < glass_->n_layers() ? glass_->layer_mask(l) : 0;
+    uint32_t g = 0;
+    if (glass_ != nullptr) g = l < n_layers_ ? (l < glass_->n_layers() ? glass_->layer_mask(l) : 0) : glass_->global_mask();
     masks_[l] = observer_masks_[l] | g;
   }
 }
 
 void Hooks::emit(HookPoint p, int32_t layer, float* data, int64_t n_rows, int64_t width, const int32_t* row_ids,
                  const Batch& batch) const {
-  if (glass_ != nullptr && is_layer_point(p)) glass_->apply(p, layer, data, n_rows, width, batch);
+  if (glass_ != nullptr) {
+    if (is_layer_point(p)) glass_->apply(p, layer, data, n_rows, width, batch);
+    else glass_->apply_global(p, data, n_rows, width, row_ids);
+  }
   const HookTensor t{p, layer, data, n_rows, width, row_ids, &batch};
   for (Observer* o : observers_[index(p, layer)]) o->observe(t);
 }

@@ -33,6 +33,9 @@ inline constexpr bool is_layer_point(HookPoint p) { return p < HookPoint::kEmbed
 
 std::string_view hook_point_name(HookPoint p);         // "resid_post", "embed", ...
 std::optional<HookPoint> parse_hook_point(std::string_view name);
+// "layers.{l}.{point}" for per-layer points, "{point}" for embed / final_norm / logits: the keys
+// of `glassbox dump` files and of the reference fixtures.
+std::string hook_key(HookPoint p, int32_t layer);
 
 // What an observer sees: a read-only view of one hook tensor of the current step.
 struct HookTensor {
@@ -46,21 +49,26 @@ struct HookTensor {
   const Batch* batch;   // seq_index / positions of those rows, to split them by sequence
 };
 
-// One step's table of in-place edits and per-row work at the per-layer points, as the forward
+// One step's table of in-place edits and per-row work at the hook points, as the forward
 // pass sees it: which (point, layer) pairs it touches and a call that applies it to a hook tensor.
 // The glass box's GlassStep (src/glass) implements it; the model knows only this interface.
 class StepTable {
  public:
   virtual ~StepTable() = default;
   virtual int32_t n_layers() const = 0;
-  // Bits (hook_bit) of the per-layer points the table touches at layer l.
+  // Bits (hook_bit) of the per-layer points the table touches at layer l; of the global points.
   virtual uint32_t layer_mask(int32_t layer) const = 0;
+  virtual uint32_t global_mask() const = 0;
   // One past the highest batch row the table touches (the forward checks it against the batch).
   virtual int32_t rows_needed() const = 0;
   // Applies the table's work for (p, layer) to data[n_rows, width] in place (rows = batch rows
   // 0..n_rows-1). Called on the forward pass's thread, in layer order.
   virtual void apply(HookPoint p, int32_t layer, float* data, int64_t n_rows, int64_t width,
                      const Batch& batch) const = 0;
+  // Reads a global point (embed, final_norm, logits): data[n_rows, width], whose row i is batch
+  // row row_ids[i] (every row for embed, the output rows for final_norm and logits).
+  virtual void apply_global(HookPoint p, const float* data, int64_t n_rows, int64_t width,
+                            const int32_t* row_ids) const = 0;
 };
 
 // Receives hook tensors. Called on the forward pass's thread, in layer order; must not keep

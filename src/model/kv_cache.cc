@@ -1,4 +1,4 @@
-// Paged KV cache storage and block allocation.
+// Paged KV cache storage.
 #include "model/kv_cache.h"
 
 #include <algorithm>
@@ -6,35 +6,13 @@
 
 namespace gb {
 
-BlockAllocator::BlockAllocator(int32_t n_blocks) : ref_count_(n_blocks, 0) {
-  free_.reserve(n_blocks);
-  // Hand out low ids first (pop from the back).
-  for (int32_t b = n_blocks - 1; b >= 0; --b) free_.push_back(b);
-}
-
-int32_t BlockAllocator::allocate() {
-  if (free_.empty()) return -1;
-  const int32_t b = free_.back();
-  free_.pop_back();
-  ref_count_[b] = 1;
-  return b;
-}
-
-void BlockAllocator::retain(int32_t block) { ++ref_count_[block]; }
-
-void BlockAllocator::release(int32_t block) {
-  if (ref_count_[block] > 0 && --ref_count_[block] == 0) free_.push_back(block);
-}
-
 KvCache::KvCache(int32_t n_blocks, int32_t block_size, int64_t n_kv_heads, int64_t head_dim, int32_t n_state_slots)
     : n_blocks_(n_blocks),
       block_size_(block_size),
       n_kv_heads_(n_kv_heads),
       head_dim_(head_dim),
-      allocator_(n_blocks),
       n_state_slots_(n_state_slots),
-      state_len_(n_state_slots, 0),
-      state_allocator_(n_state_slots) {}
+      state_len_(n_state_slots, 0) {}
 
 Result<std::unique_ptr<KvCache>> KvCache::create(const ModelConfig& config, int32_t n_blocks, int32_t block_size,
                                                  int32_t n_state_slots) {

@@ -1,7 +1,8 @@
-// The paged KV cache: fixed-size blocks of token slots for every attention layer, preallocated,
-// and the allocator that hands blocks to sequences. Hybrid models (Qwen3.5) also keep here, per
-// linear-attention layer, a fixed-size recurrent state (conv window + delta state) for each of
-// n_state_slots sequence slots: a sequence holds one slot for its lifetime, whatever its length.
+// The paged KV cache — storage only: fixed-size blocks of token slots for every attention layer,
+// preallocated. Hybrid models (Qwen3.5) also keep here, per linear-attention layer, a fixed-size
+// recurrent state (conv window + delta state) for each of n_state_slots sequence slots: a sequence
+// holds one slot for its lifetime, whatever its length. Which sequence owns which block or slot is
+// not recorded here: the engine's BlockManager hands them out, and a batch names them.
 #pragma once
 
 #include <cstdint>
@@ -13,27 +14,6 @@
 #include "ops/attention.h"
 
 namespace gb {
-
-// Free list of physical block ids with reference counts, so that a later prefix cache can share a
-// block between sequences (retain) and free it when the last one lets go (release).
-class BlockAllocator {
- public:
-  explicit BlockAllocator(int32_t n_blocks);
-
-  // A free block with reference count 1, or -1 when none is left.
-  int32_t allocate();
-  void retain(int32_t block);
-  // Drops one reference; the block returns to the free list at zero.
-  void release(int32_t block);
-
-  int32_t n_free() const { return static_cast<int32_t>(free_.size()); }
-  int32_t n_blocks() const { return static_cast<int32_t>(ref_count_.size()); }
-  int32_t ref_count(int32_t block) const { return ref_count_[block]; }
-
- private:
-  std::vector<int32_t> free_;       // stack of free block ids
-  std::vector<int32_t> ref_count_;  // [n_blocks]
-};
 
 class KvCache {
  public:
@@ -60,15 +40,12 @@ class KvCache {
   int32_t state_len(int32_t slot) const { return state_len_[slot]; }
   void set_state_len(int32_t slot, int32_t n) { state_len_[slot] = n; }
   int32_t n_state_slots() const { return n_state_slots_; }
-  // Hands out state slots to sequences (Session). The engine's scheduler assigns slots itself.
-  BlockAllocator& state_allocator() { return state_allocator_; }
   size_t state_bytes() const { return state_floats_ * sizeof(float); }
 
   int32_t n_blocks() const { return n_blocks_; }
   int32_t block_size() const { return block_size_; }
   int64_t n_slots() const { return int64_t{n_blocks_} * block_size_; }
   size_t bytes() const { return (n_floats_ + state_floats_) * sizeof(float); }
-  BlockAllocator& allocator() { return allocator_; }
 
  private:
   KvCache(int32_t n_blocks, int32_t block_size, int64_t n_kv_heads, int64_t head_dim, int32_t n_state_slots);
@@ -83,7 +60,6 @@ class KvCache {
   std::vector<int32_t> attn_index_;  // [n_layers] index among attention layers, -1 for other kinds
   size_t n_floats_ = 0;
   std::unique_ptr<float[]> data_;    // [n_attention_layers, 2 (K, V), n_blocks, n_kv_heads, block_size, head_dim] f32
-  BlockAllocator allocator_;
   int32_t n_state_slots_ = 0;
   std::vector<int32_t> lin_index_;   // [n_layers] index among linear-attention layers, -1 for other kinds
   int64_t conv_floats_ = 0;          // per slot and layer: conv window
@@ -91,7 +67,6 @@ class KvCache {
   size_t state_floats_ = 0;
   std::unique_ptr<float[]> state_;   // [n_linear_layers, n_state_slots, slot_floats] f32
   std::vector<int32_t> state_len_;   // [n_state_slots]
-  BlockAllocator state_allocator_;
 };
 
 }  // namespace gb

@@ -156,13 +156,11 @@ std::optional<Server::Refusal> Server::submit_choices(Generation* g) {
     r.top_logprobs = g->req.top_logprobs;
     r.glass = g->glass.spec;
     r.deadline = g->deadline;
-    Status st = engine_->submit(std::move(r), c.channel);
+    // The engine's code says why it refused (queue full: 429, draining: 503, else invalid: 400).
+    EngineErrorCode code = EngineErrorCode::kNone;
+    Status st = engine_->submit(std::move(r), c.channel, &code);
     if (st.is_ok()) continue;
     for (ChoiceState& other : g->choices) other.channel->cancel();
-    // The engine's refusal event says why (queue full: 429, draining: 503, else invalid: 400).
-    GenerationEvent ev;
-    EngineErrorCode code = EngineErrorCode::kInvalidRequest;
-    if (c.channel->pop(&ev, std::chrono::milliseconds(0)) && ev.finish == FinishReason::kError) code = ev.error_code;
     const ApiError e = engine_error(code, st.message());
     g->status = e.status;
     g->error_message = e.message;

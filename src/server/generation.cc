@@ -60,7 +60,16 @@ std::optional<ApiError> Generation::failure() const {
         return engine_error(c.text.error_code() == EngineErrorCode::kDraining ? EngineErrorCode::kDraining
                                                                                : EngineErrorCode::kCancelled,
                             c.text.error());
-      default: return engine_error(c.text.error_code(), c.text.error());
+      default:
+        // Non-finite activations under the request's own interventions are the request's doing.
+        if (c.text.error_code() == EngineErrorCode::kNonFinite && glass.spec != nullptr &&
+            !glass.spec->interventions.empty()) {
+          return make_error(400, "invalid_request_error", "non_finite_activations",
+                            "the request's interventions made the model's activations non-finite (NaN or Inf); "
+                            "lower their strengths: " +
+                                c.text.error());
+        }
+        return engine_error(c.text.error_code(), c.text.error());
     }
   }
   return std::nullopt;

@@ -46,6 +46,9 @@ inline ApiError engine_error(EngineErrorCode code, const std::string& message) {
       e.retry_after_s = 1;
       return e;
     }
+    case EngineErrorCode::kTimeout:
+      return make_error(504, "timeout_error", "request_timeout", "the request did not finish in time: " + why);
+    case EngineErrorCode::kNone:
     case EngineErrorCode::kInternal: break;
   }
   return make_error(500, "server_error", "generation_failed", "generation failed: " + why);

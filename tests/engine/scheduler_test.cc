@@ -2,7 +2,10 @@
 // prefill, decode-first, max_num_seqs, preemption by recompute, prefix hits).
 #include <gtest/gtest.h>
 
+#include <list>
 #include <numeric>
+#include <random>
+#include <unordered_map>
 
 #include "engine/scheduler.h"
 
@@ -27,6 +30,19 @@ TEST(BlockManager, GrowIsAllOrNothingAndReleaseFrees) {
   bm.release(&a);
   EXPECT_EQ(bm.n_free(), 4);
   EXPECT_TRUE(bm.grow(&b, 20));
+}
+
+TEST(BlockManager, HandsOutEachStateSlotOnce) {
+  BlockManager bm(4, 16, 3);
+  EXPECT_EQ(bm.n_state_slots(), 3);
+  const int32_t a = bm.acquire_state_slot(), b = bm.acquire_state_slot(), c = bm.acquire_state_slot();
+  EXPECT_EQ(std::vector<int32_t>({a, b, c}), std::vector<int32_t>({0, 1, 2}));  // lowest ids first
+  EXPECT_EQ(bm.n_state_slots_used(), 3);
+  EXPECT_EQ(bm.acquire_state_slot(), -1);  // none left
+  bm.release_state_slot(b);
+  EXPECT_EQ(bm.n_state_slots_used(), 2);
+  EXPECT_EQ(bm.acquire_state_slot(), b);
+  EXPECT_EQ(BlockManager(4, 16).acquire_state_slot(), -1);  // a model without recurrent state has none
 }
 
 TEST(BlockManager, PrefixCacheSharesPublishedBlocksPerSalt) {
@@ -70,7 +86,8 @@ TEST(BlockManager, PrefixCacheSharesPublishedBlocksPerSalt) {
 struct Driver {
   BlockManager blocks;
   Scheduler sched;
-  Driver(int32_t n_blocks, SchedulerConfig cfg) : blocks(n_blocks, 4), sched(cfg, &blocks) {}
+  Driver(int32_t n_blocks, SchedulerConfig cfg)
+      : blocks(n_blocks, 4, cfg.recurrent_state ? cfg.max_num_seqs : 0), sched(cfg, &blocks) {}
 
   Sequence* add(int n_prompt, int max_tokens, int start = 100) {
     auto s = std::make_unique<Sequence>();
@@ -170,6 +187,135 @@ TEST(Scheduler, RepeatedPromptHitsThePrefixCache) {
   ASSERT_EQ(st.size(), 1u);
   EXPECT_EQ(e->n_cached_prompt, 12);
   EXPECT_EQ(st[0].second, 4);
+}
+
+TEST(Scheduler, RecurrentStateSlotsComeFromTheBlockManager) {
+  Driver d(64, {.max_num_seqs = 2, .max_num_batched_tokens = 64, .recurrent_state = true});
+  Sequence* a = d.add(5, 2);
+  Sequence* b = d.add(5, 4);
+  Sequence* c = d.add(5, 3);
+  d.step();  // a and b admitted (max_num_seqs 2), each holding a slot
+  EXPECT_EQ(d.blocks.n_state_slots_used(), 2);
+  EXPECT_NE(a->state_slot, b->state_slot);
+  EXPECT_EQ(c->state_slot, -1);
+  d.step();  // a finishes and returns its slot
+  EXPECT_EQ(d.blocks.n_state_slots_used(), 1);
+  d.step();  // c takes the free slot
+  EXPECT_GE(c->state_slot, 0);
+  EXPECT_NE(c->state_slot, b->state_slot);
+  EXPECT_EQ(d.sched.state_slots_used(), 2);
+  while (!d.sched.idle()) d.step();
+  EXPECT_EQ(d.blocks.n_state_slots_used(), 0);
+}
+
+// The block manager as it was written before its free list and prefix cache became allocation-free
+// (std::list + std::unordered_map): the same operations give the same blocks, hits and counts.
+class ReferenceBlocks {
+ public:
+  ReferenceBlocks(int32_t n, int32_t bs) : bs_(bs), ref_(n, 0), hash_(n, 0), pos_(n) {
+    for (int32_t b = 0; b < n; ++b) pos_[b] = free_.insert(free_.end(), b);
+  }
+  int32_t acquire_prefix(std::span<const int32_t> tokens, uint64_t salt, int32_t max_blocks, std::vector<int32_t>* t) {
+    int32_t hits = 0;
+    uint64_t parent = 0;
+    for (int64_t b = 0; b < static_cast<int64_t>(tokens.size()) / bs_ && hits < max_blocks; ++b) {
+      const uint64_t h = BlockManager::hash_block(parent, tokens.subspan(b * bs_, bs_), salt);
+      auto it = cached_.find(h);
+      if (it == cached_.end()) break;
+      if (ref_[it->second]++ == 0) free_.erase(pos_[it->second]);
+      t->push_back(it->second);
+      parent = h;
+      ++hits;
+    }
+    return hits;
+  }
+  bool grow(std::vector<int32_t>* t, int64_t n) {
+    const int64_t want = (n + bs_ - 1) / bs_;
+    const int64_t need = want > static_cast<int64_t>(t->size()) ? want - static_cast<int64_t>(t->size()) : 0;
+    if (need > static_cast<int64_t>(free_.size())) return false;
+    for (int64_t i = 0; i < need; ++i) {
+      const int32_t b = free_.front();
+      free_.pop_front();
+      if (hash_[b] != 0) {
+        auto it = cached_.find(hash_[b]);
+        if (it != cached_.end() && it->second == b) cached_.erase(it);
+        hash_[b] = 0;
+      }
+      ref_[b] = 1;
+      t->push_back(b);
+    }
+    return true;
+  }
+  void publish(int32_t b, uint64_t h) {
+    if (hash_[b] != 0 || cached_.count(h) != 0) return;
+    hash_[b] = h;
+    cached_.emplace(h, b);
+  }
+  void release(std::vector<int32_t>* t) {
+    for (auto it = t->rbegin(); it != t->rend(); ++it) {
+      if (--ref_[*it] == 0) pos_[*it] = hash_[*it] == 0 ? free_.insert(free_.begin(), *it) : free_.insert(free_.end(), *it);
+    }
+    t->clear();
+  }
+  int32_t n_free() const { return static_cast<int32_t>(free_.size()); }
+  size_t n_cached() const { return cached_.size(); }
+
+ private:
+  int32_t bs_;
+  std::vector<int32_t> ref_;
+  std::vector<uint64_t> hash_;
+  std::vector<std::list<int32_t>::iterator> pos_;
+  std::list<int32_t> free_;
+  std::unordered_map<uint64_t, int32_t> cached_;
+};
+
+TEST(BlockManager, SameBlocksHitsAndEvictionsAsTheListAndMapVersion) {
+  // 24 blocks of 2 tokens; prompts over a 3-token alphabet so prefixes repeat, collide in the
+  // open-addressing table and are evicted and republished all the time.
+  BlockManager bm(24, 2);
+  ReferenceBlocks ref(24, 2);
+  std::mt19937 rng(11);
+  struct Live {
+    std::vector<int32_t> tokens, table, ref_table;
+    uint64_t salt;
+  };
+  std::vector<Live> live;
+  int64_t hits = 0;
+  for (int round = 0; round < 20000; ++round) {
+    if (live.size() < 5 && rng() % 2 == 0) {
+      Live l;
+      for (int i = 0, n = 1 + static_cast<int>(rng() % 12); i < n; ++i) l.tokens.push_back(static_cast<int32_t>(rng() % 3));
+      l.salt = rng() % 3;
+      std::vector<uint64_t> hashes;
+      const int32_t a = bm.acquire_prefix(l.tokens, l.salt, 8, &l.table, &hashes);
+      ASSERT_EQ(a, ref.acquire_prefix(l.tokens, l.salt, 8, &l.ref_table));
+      hits += a;
+      const bool g = bm.grow(&l.table, static_cast<int64_t>(l.tokens.size()));
+      ASSERT_EQ(g, ref.grow(&l.ref_table, static_cast<int64_t>(l.tokens.size())));
+      ASSERT_EQ(l.table, l.ref_table);
+      if (!g) {
+        bm.release(&l.table);
+        ref.release(&l.ref_table);
+        continue;
+      }
+      uint64_t parent = 0;
+      for (size_t b = 0; b < l.tokens.size() / 2; ++b) {
+        const uint64_t h = BlockManager::hash_block(parent, std::span(l.tokens).subspan(b * 2, 2), l.salt);
+        bm.publish(l.table[b], h);
+        ref.publish(l.ref_table[b], h);
+        parent = h;
+      }
+      live.push_back(std::move(l));
+    } else if (!live.empty()) {
+      const size_t k = rng() % live.size();
+      bm.release(&live[k].table);
+      ref.release(&live[k].ref_table);
+      live.erase(live.begin() + static_cast<std::ptrdiff_t>(k));
+    }
+    ASSERT_EQ(bm.n_free(), ref.n_free());
+    ASSERT_EQ(bm.n_cached(), ref.n_cached());
+  }
+  EXPECT_GT(hits, 1000);  // the prefix cache was exercised
 }
 
 }  // namespace

@@ -11,7 +11,7 @@
 #include <new>
 
 #include "glass/glass.h"
-#include "model/session.h"
+#include "model/model.h"
 #include "support/test_support.h"
 
 namespace {

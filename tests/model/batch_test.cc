@@ -4,8 +4,8 @@
 
 #include <random>
 
-#include "model/observers.h"
-#include "model/session.h"
+#include "observers.h"
+#include "sequence_feed.h"
 #include "reference_util.h"
 
 namespace gb {
@@ -29,7 +29,7 @@ std::vector<int32_t> random_ids(int n, int vocab, uint32_t seed) {
 // Logits of every token of `ids` fed in one forward.
 std::vector<float> full_logits(Model& m, const std::vector<int32_t>& ids) {
   auto cache = KvCache::create(m.config(), 32, 16);
-  Session s(m, **cache);
+  test::SequenceFeed s(m, **cache);
   EXPECT_TRUE(s.feed(ids, nullptr, true).is_ok());
   return std::vector<float>(s.logits().begin(), s.logits().end());
 }
@@ -48,13 +48,13 @@ TEST_P(Invariance, AloneEqualsInsideMixedBatch) {
   // tokens beside one decode token of B and one of C — prefill chunks and decode mixed.
   auto cache = KvCache::create(m->config(), 32, 16);
   ASSERT_TRUE(cache.is_ok());
-  auto& alloc = (*cache)->allocator();
+  int32_t next_block = 0;
   // Interleaved, non-contiguous block ids for every sequence.
   std::vector<int32_t> ta, tb, tc;
   for (int i = 0; i < 3; ++i) {
-    tc.push_back(alloc.allocate());
-    ta.push_back(alloc.allocate());
-    tb.push_back(alloc.allocate());
+    tc.push_back(next_block++);
+    ta.push_back(next_block++);
+    tb.push_back(next_block++);
   }
   Batch batch;
   batch.add_sequence(b, 0, tb, 16, true);
@@ -84,7 +84,7 @@ TEST_P(Invariance, IncrementalDecodeEqualsFullRecomputation) {
   const auto ids = random_ids(37, vocab, 4);
   const auto want = full_logits(*m, ids);
   auto cache = KvCache::create(m->config(), 8, 16);
-  Session s(*m, **cache);
+  test::SequenceFeed s(*m, **cache);
   ASSERT_TRUE(s.feed(std::span(ids).first(3)).is_ok());
   double err = max_abs_diff(s.last_logits().data(), want.data() + 2 * vocab, vocab);
   for (size_t i = 3; i < ids.size(); ++i) {
@@ -101,7 +101,7 @@ TEST_P(Invariance, ChunkedPrefillEqualsOneForward) {
   const auto ids = random_ids(45, vocab, 5);
   const auto want = full_logits(*m, ids);
   auto cache = KvCache::create(m->config(), 8, 16);
-  Session s(*m, **cache);
+  test::SequenceFeed s(*m, **cache);
   // Split inside a block (19 = 16 + 3) so the second chunk appends to a half-filled block.
   ASSERT_TRUE(s.feed(std::span(ids).first(19), nullptr, true).is_ok());
   const double e1 = max_abs_diff(s.logits().data(), want.data(), 19 * vocab);
@@ -109,10 +109,10 @@ TEST_P(Invariance, ChunkedPrefillEqualsOneForward) {
   const double e2 = max_abs_diff(s.logits().data(), want.data() + 19 * vocab, 26 * vocab);
   EXPECT_LE(e1, 1e-5);
   EXPECT_LE(e2, 1e-5);
-  // A model whose batch is smaller than the prompt chunks it inside Session::feed.
+  // A model whose batch is smaller than the prompt chunks it inside SequenceFeed::feed.
   auto small = load(GetParam(), 1, 8);
   auto cache2 = KvCache::create(small->config(), 8, 16);
-  Session s2(*small, **cache2);
+  test::SequenceFeed s2(*small, **cache2);
   ASSERT_TRUE(s2.feed(ids, nullptr, true).is_ok());
   EXPECT_LE(max_abs_diff(s2.logits().data(), want.data(), want.size()), 1e-5);
 }
@@ -169,41 +169,6 @@ TEST(Batch, InvalidBatchesAreErrorsNotCrashes) {
   expect_error(big, "max_batch_tokens");
 }
 
-TEST(Session, OutOfBlocksAndContextAreErrors) {
-  auto m = load("models/stories260K");
-  auto cache = KvCache::create(m->config(), 2, 16);
-  Session a(*m, **cache);
-  const auto ids = random_ids(20, 512, 6);
-  ASSERT_TRUE(a.feed(ids).is_ok());  // takes both blocks
-  EXPECT_EQ((*cache)->allocator().n_free(), 0);
-  Session b(*m, **cache);
-  Status st = b.feed(std::span(ids).first(1));
-  EXPECT_FALSE(st.is_ok());
-  EXPECT_NE(st.message().find("out of blocks"), std::string::npos);
-  a.reset();
-  EXPECT_EQ((*cache)->allocator().n_free(), 2);
-  EXPECT_TRUE(b.feed(std::span(ids).first(1)).is_ok());
-  std::vector<int32_t> too_long(600, 5);
-  auto big = KvCache::create(m->config(), 64, 16);
-  Session c(*m, **big);
-  EXPECT_FALSE(c.feed(too_long).is_ok());
-}
-
-TEST(BlockAllocator, RefCountsFreeAtZero) {
-  BlockAllocator alloc(3);
-  const int32_t a = alloc.allocate(), b = alloc.allocate();
-  EXPECT_NE(a, b);
-  alloc.retain(a);  // shared by two sequences, e.g. a cached prefix
-  alloc.release(a);
-  EXPECT_EQ(alloc.n_free(), 1);
-  alloc.release(a);
-  EXPECT_EQ(alloc.n_free(), 2);
-  EXPECT_EQ(alloc.ref_count(b), 1);
-  alloc.allocate();
-  alloc.allocate();
-  EXPECT_EQ(alloc.allocate(), -1);
-}
-
 // Observers see exactly the (point, layer) pairs that were asked for.
 class CountingObserver : public Observer {
  public:
@@ -223,7 +188,7 @@ TEST(Hooks, OnlyActivePointsAreCalledAndOffChangesNothing) {
   EXPECT_EQ(hooks.layer_mask(0), 0u);
   EXPECT_EQ(hooks.layer_mask(2), hook_bit(HookPoint::kMlpAct));
   auto cache = KvCache::create(m->config(), 4, 16);
-  Session s(*m, **cache);
+  test::SequenceFeed s(*m, **cache);
   ASSERT_TRUE(s.feed(ids, &hooks, true).is_ok());
   EXPECT_EQ(obs.seen, (std::vector<std::string>{"layers.2.mlp_act", "layers.4.resid_post", "logits"}));
   EXPECT_EQ(std::vector<float>(s.logits().begin(), s.logits().end()), plain);  // observing changes nothing

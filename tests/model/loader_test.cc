@@ -8,7 +8,7 @@
 #include "core/fp16.h"
 #include "formats/gguf.h"
 #include "formats/gguf_writer.h"
-#include "model/session.h"
+#include "sequence_feed.h"
 #include "reference_util.h"
 
 namespace gb {
@@ -96,7 +96,7 @@ std::vector<float> logits_of(const std::string& path, const std::vector<int32_t>
   EXPECT_TRUE(m.is_ok()) << m.message();
   if (!m.is_ok()) return {};
   auto cache = KvCache::create((*m)->config(), 4, 16);
-  Session s(**m, **cache);
+  test::SequenceFeed s(**m, **cache);
   EXPECT_TRUE(s.feed(ids, nullptr, true).is_ok());
   return {s.logits().begin(), s.logits().end()};
 }

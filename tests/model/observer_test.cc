@@ -4,8 +4,8 @@
 
 #include <algorithm>
 
-#include "model/observers.h"
-#include "model/session.h"
+#include "observers.h"
+#include "sequence_feed.h"
 #include "reference_util.h"
 
 namespace gb {
@@ -40,7 +40,7 @@ TEST(StatsObserver, MatchesStatsComputedOnIndependentResiduals) {
   hooks.watch(HookPoint::kEmbed, -1, &capture);
   hooks.watch(HookPoint::kFinalNorm, -1, &capture);
   auto cache = KvCache::create((*m)->config(), 2, 16);
-  Session s(**m, **cache);
+  test::SequenceFeed s(**m, **cache);
   ASSERT_TRUE(s.feed(ids, &hooks, true).is_ok());
   ASSERT_EQ(stats.records().size(), size_t(n_layers) * ids.size());
   double worst_value = 0;

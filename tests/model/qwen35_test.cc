@@ -8,7 +8,7 @@
 #include <fstream>
 #include <random>
 
-#include "model/session.h"
+#include "sequence_feed.h"
 #include "reference_util.h"
 
 namespace gb {
@@ -35,7 +35,7 @@ std::vector<int32_t> random_ids(int n, uint32_t seed) {
 std::vector<float> logits_fed(Model& m, const std::vector<int32_t>& ids, size_t piece) {
   auto cache = KvCache::create(m.config(), 32, 16, 2);
   EXPECT_TRUE(cache.is_ok());
-  Session s(m, **cache);
+  test::SequenceFeed s(m, **cache);
   std::vector<float> out;
   for (size_t start = 0; start < ids.size(); start += piece) {
     const size_t len = std::min(piece, ids.size() - start);

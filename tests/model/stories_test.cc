@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <numeric>
 
-#include "model/session.h"
+#include "sequence_feed.h"
 #include "support/test_support.h"
 
 namespace gb {
@@ -39,7 +39,7 @@ TEST(Stories260K, GreedyIdsLogitsAndTop5MatchLlama2c) {
   double worst = 0;
   for (const auto& c : ref["cases"]) {
     SCOPED_TRACE(c["prompt"].get<std::string>());
-    Session s(**model, **cache);
+    test::SequenceFeed s(**model, **cache);
     const auto prompt = c["prompt_ids"].get<std::vector<int32_t>>();
     const auto want = c["continuation_ids"].get<std::vector<int32_t>>();
     ASSERT_TRUE(s.feed(prompt).is_ok());

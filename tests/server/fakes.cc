@@ -78,15 +78,9 @@ FakeEngine::~FakeEngine() {
   thread_.join();
 }
 
-Status FakeEngine::submit(GenerationRequest request, std::shared_ptr<RequestChannel> channel) {
-  if (queue_full_.load()) {
-    GenerationEvent ev;  // as the engine does: the refused request's channel learns why
-    ev.finish = FinishReason::kError;
-    ev.error = "queue full";
-    ev.error_code = EngineErrorCode::kQueueFull;
-    channel->push(std::move(ev));
-    return Status::error("queue full");
-  }
+Status FakeEngine::submit(GenerationRequest request, std::shared_ptr<RequestChannel> channel, EngineErrorCode* code) {
+  if (code != nullptr) *code = queue_full_.load() ? EngineErrorCode::kQueueFull : EngineErrorCode::kNone;
+  if (queue_full_.load()) return Status::error("queue full");
   auto a = std::make_unique<Active>();
   a->rng.seed(request.sampling.has_seed ? request.sampling.seed : std::random_device{}());
   a->request = request;

@@ -54,7 +54,8 @@ class FakeEngine : public EngineApi {
   explicit FakeEngine(FakeEngineOptions options = {});
   ~FakeEngine() override;
 
-  Status submit(GenerationRequest request, std::shared_ptr<RequestChannel> channel) override;
+  Status submit(GenerationRequest request, std::shared_ptr<RequestChannel> channel,
+                EngineErrorCode* code = nullptr) override;
   EngineStats stats() const override;
   const ModelConfig* model_config() const override { return &options_.model; }
 

@@ -748,5 +748,22 @@ TEST_F(GlassHardeningTest, RepetitionStopIsReportedWithItsRate) {
   EXPECT_FALSE(json::parse(res->body)["choices"][0]["glassbox"].contains("stopped"));
 }
 
+// Issue 11.6: NaN/Inf activations answer 400 naming where when the request's interventions did it
+// (500 without interventions: HardeningTest.EngineErrorCodesMapToStatuses).
+TEST_F(GlassHttpTest, NonFiniteUnderInterventionsIsTheRequestsError) {
+  test::FakeEngineOptions opts;
+  opts.fail_with = "non-finite activations (NaN or Inf) first at layer 1 mlp_act, token position 0";
+  opts.fail_code = EngineErrorCode::kNonFinite;
+  start(glass_config(), opts, /*ready=*/false);
+  server_->attach(engine_.get(), &codec_, kContext);
+  server_->set_ready();
+  auto res = post("/v1/completions", completion({{"interventions", {scale(0.5)}}}), kResearcherKey);
+  expect_error(res, 400, "invalid_request_error", "interventions made");
+  EXPECT_EQ(json::parse(res->body)["error"]["code"], "non_finite_activations");
+  EXPECT_NE(res->body.find("layer 1 mlp_act"), std::string::npos);
+  // The server goes on serving.
+  EXPECT_TRUE(client()->Get("/health"));
+}
+
 }  // namespace
 }  // namespace gb::server
