@@ -12,9 +12,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <ctime>
 #include <map>
 #include <random>
-#include <ctime>
 
 #include "engine/engine.h"
 
@@ -53,15 +53,22 @@ std::vector<std::shared_ptr<const GlassSpec>> make_specs(char cfg, const ModelCo
     specs.push_back(resolve_or_die(s, c));
   } else if (cfg == 'd') {
     GlassSpec s;
-    s.interventions.push_back({.op = InterventionOp::kScale, .point = HookPoint::kMlpAct, .layer_first = c.n_layers / 2,
-                               .layer_last = c.n_layers / 2, .dims = {c.n_ff / 3}, .strength = 0.5f});
+    s.interventions.push_back({.op = InterventionOp::kScale,
+                               .point = HookPoint::kMlpAct,
+                               .layer_first = c.n_layers / 2,
+                               .layer_last = c.n_layers / 2,
+                               .dims = {c.n_ff / 3},
+                               .strength = 0.5f});
     specs.push_back(resolve_or_die(s, c));
   } else if (cfg == 'e') {
     for (int i = 0; i < 16; ++i) {
       GlassSpec s;
-      s.interventions.push_back({.op = InterventionOp::kScale, .point = HookPoint::kMlpAct,
-                                 .layer_first = (i * 7) % c.n_layers, .layer_last = (i * 7) % c.n_layers,
-                                 .dims = {(i * 997) % c.n_ff}, .strength = 0.1f * static_cast<float>(i + 1)});
+      s.interventions.push_back({.op = InterventionOp::kScale,
+                                 .point = HookPoint::kMlpAct,
+                                 .layer_first = (i * 7) % c.n_layers,
+                                 .layer_last = (i * 7) % c.n_layers,
+                                 .dims = {(i * 997) % c.n_ff},
+                                 .strength = 0.1f * static_cast<float>(i + 1)});
       specs.push_back(resolve_or_die(s, c));
     }
   }
@@ -164,7 +171,8 @@ double direct_cost_ms(char cfg, int n, const ModelConfig& c) {
     timespec c0, c1;
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0);
     step.clear();
-    for (int i = 0; i < n && !accs.empty(); ++i) step.add_sequence(i, 1, 8 + rep, 1, accs[static_cast<size_t>(i)].get());
+    for (int i = 0; i < n && !accs.empty(); ++i)
+      step.add_sequence(i, 1, 8 + rep, 1, accs[static_cast<size_t>(i)].get());
     if (mc.enabled) step.set_monitor(mc, &mon);
     step.finalize();
     for (int32_t l = 0; l < c.n_layers; ++l) {
@@ -175,7 +183,8 @@ double direct_cost_ms(char cfg, int n, const ModelConfig& c) {
       }
     }
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c1);
-    times.push_back(1e3 * static_cast<double>(c1.tv_sec - c0.tv_sec) + 1e-6 * static_cast<double>(c1.tv_nsec - c0.tv_nsec));
+    times.push_back(1e3 * static_cast<double>(c1.tv_sec - c0.tv_sec) +
+                    1e-6 * static_cast<double>(c1.tv_nsec - c0.tv_nsec));
   }
   return median(times);
 }
@@ -229,20 +238,24 @@ int main(int argc, char** argv) {
     std::printf("\n");
     auto pct = [](const std::vector<double>& r, int which) {
       if (r.empty()) return 0.0;
-      const double v = which == 0 ? median(r) : which < 0 ? *std::min_element(r.begin(), r.end())
-                                                          : *std::max_element(r.begin(), r.end());
+      const double v = which == 0  ? median(r)
+                       : which < 0 ? *std::min_element(r.begin(), r.end())
+                                   : *std::max_element(r.begin(), r.end());
       return (v - 1) * 100;
     };
-    std::printf("\n%d sequences\n| config | decode tok/s median (min – max) | vs (a): median of per-rep ratios (min – max) |"
-                " tok per CPU-s median | vs (a) per CPU-s (min – max) | monitor events |\n"
-                "| --- | --- | --- | --- | --- | --- |\n", n);
+    std::printf(
+        "\n%d sequences\n| config | decode tok/s median (min – max) | vs (a): median of per-rep ratios (min – max) |"
+        " tok per CPU-s median | vs (a) per CPU-s (min – max) | monitor events |\n"
+        "| --- | --- | --- | --- | --- | --- |\n",
+        n);
     for (char cfg : o.configs) {
       const auto& v = tps[cfg];
       if (v.empty()) continue;
-      std::printf("| %c | %.2f (%.2f – %.2f) | %+.1f%% (%+.1f%% – %+.1f%%) | %.2f | %+.1f%% (%+.1f%% – %+.1f%%) | %lld |\n", cfg,
-                  median(v), *std::min_element(v.begin(), v.end()), *std::max_element(v.begin(), v.end()),
-                  pct(ratio[cfg], 0), pct(ratio[cfg], -1), pct(ratio[cfg], 1), median(cpu[cfg]), pct(cpu_ratio[cfg], 0),
-                  pct(cpu_ratio[cfg], -1), pct(cpu_ratio[cfg], 1), static_cast<long long>(events[cfg]));
+      std::printf(
+          "| %c | %.2f (%.2f – %.2f) | %+.1f%% (%+.1f%% – %+.1f%%) | %.2f | %+.1f%% (%+.1f%% – %+.1f%%) | %lld |\n",
+          cfg, median(v), *std::min_element(v.begin(), v.end()), *std::max_element(v.begin(), v.end()),
+          pct(ratio[cfg], 0), pct(ratio[cfg], -1), pct(ratio[cfg], 1), median(cpu[cfg]), pct(cpu_ratio[cfg], 0),
+          pct(cpu_ratio[cfg], -1), pct(cpu_ratio[cfg], 1), static_cast<long long>(events[cfg]));
     }
   }
   return 0;

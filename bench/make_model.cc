@@ -4,8 +4,8 @@
 // Usage: glassbox-make-model --out DIR [--shape qwen3-0.6b|qwen3.5-0.8b] [--types bf16,q8_0,q4_0] [--layers N] ...
 #include <CLI/CLI.hpp>
 #include <cmath>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -118,7 +118,7 @@ void add_qwen35_layer(std::vector<Tensor>* ts, const Shape& s, int64_t l, const 
   Tensor a_neg = a_log;
   for (auto& v : a_log.values) v = std::log(v);
   for (auto& v : a_neg.values) v = -v;
-  a_neg.hf_name.clear();  // GGUF only
+  a_neg.hf_name.clear();    // GGUF only
   a_log.gguf_name.clear();  // HF only
   ts->push_back(std::move(a_log));
   ts->push_back(std::move(a_neg));
@@ -202,7 +202,8 @@ int main(int argc, char** argv) {
   // The shape picks the defaults that --layers / --hidden / --ffn then override, so it is read first.
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
-    if ((arg == "--shape" && i + 1 < argc && std::string(argv[i + 1]) == "qwen3.5-0.8b") || arg == "--shape=qwen3.5-0.8b") {
+    if ((arg == "--shape" && i + 1 < argc && std::string(argv[i + 1]) == "qwen3.5-0.8b") ||
+        arg == "--shape=qwen3.5-0.8b") {
       s = qwen35_0_8b();
     }
   }
@@ -218,9 +219,11 @@ int main(int argc, char** argv) {
   app.add_option("--layers", s.layers, "number of layers");
   app.add_option("--hidden", s.hidden, "hidden size");
   app.add_option("--ffn", s.ffn, "intermediate size");
-  auto* vocab_flag = app.add_option("--vocab-gguf", vocab_gguf, "GGUF whose tokenizer.* metadata is copied")->capture_default_str();
+  auto* vocab_flag =
+      app.add_option("--vocab-gguf", vocab_gguf, "GGUF whose tokenizer.* metadata is copied")->capture_default_str();
   auto* tokenizer_flag =
-      app.add_option("--tokenizer-json", tokenizer_json, "tokenizer.json copied into the HF directory")->capture_default_str();
+      app.add_option("--tokenizer-json", tokenizer_json, "tokenizer.json copied into the HF directory")
+          ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   if (shape != "qwen3-0.6b" && shape != "qwen3.5-0.8b") {
     std::fprintf(stderr, "unknown --shape %s (qwen3-0.6b, qwen3.5-0.8b)\n", shape.c_str());
@@ -267,10 +270,14 @@ int main(int argc, char** argv) {
       continue;
     }
     ts.push_back(make(hp + "input_layernorm.weight", gp + "attn_norm.weight", {s.hidden}, 0.1f, 1, seed++));
-    ts.push_back(make(hp + "self_attn.q_proj.weight", gp + "attn_q.weight", {s.heads * s.head_dim, s.hidden}, w, 0, seed++));
-    ts.push_back(make(hp + "self_attn.k_proj.weight", gp + "attn_k.weight", {s.kv_heads * s.head_dim, s.hidden}, w, 0, seed++));
-    ts.push_back(make(hp + "self_attn.v_proj.weight", gp + "attn_v.weight", {s.kv_heads * s.head_dim, s.hidden}, w, 0, seed++));
-    ts.push_back(make(hp + "self_attn.o_proj.weight", gp + "attn_output.weight", {s.hidden, s.heads * s.head_dim}, w, 0, seed++));
+    ts.push_back(
+        make(hp + "self_attn.q_proj.weight", gp + "attn_q.weight", {s.heads * s.head_dim, s.hidden}, w, 0, seed++));
+    ts.push_back(
+        make(hp + "self_attn.k_proj.weight", gp + "attn_k.weight", {s.kv_heads * s.head_dim, s.hidden}, w, 0, seed++));
+    ts.push_back(
+        make(hp + "self_attn.v_proj.weight", gp + "attn_v.weight", {s.kv_heads * s.head_dim, s.hidden}, w, 0, seed++));
+    ts.push_back(make(hp + "self_attn.o_proj.weight", gp + "attn_output.weight", {s.hidden, s.heads * s.head_dim}, w, 0,
+                      seed++));
     ts.push_back(make(hp + "self_attn.q_norm.weight", gp + "attn_q_norm.weight", {s.head_dim}, 0.1f, 1, seed++));
     ts.push_back(make(hp + "self_attn.k_norm.weight", gp + "attn_k_norm.weight", {s.head_dim}, 0.1f, 1, seed++));
     ts.push_back(make(hp + "post_attention_layernorm.weight", gp + "ffn_norm.weight", {s.hidden}, 0.1f, 1, seed++));
@@ -301,18 +308,32 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < ts.size(); ++i) {
       if (!ts[i].hf_name.empty()) entries.push_back({ts[i].hf_name, gb::DType::kBF16, ts[i].shape, bufs[i].data()});
     }
-    const auto st = gb::write_safetensors((fs::path(out) / "hf" / "model.safetensors").string(), entries, {{"format", "pt"}});
+    const auto st =
+        gb::write_safetensors((fs::path(out) / "hf" / "model.safetensors").string(), entries, {{"format", "pt"}});
     if (!st.is_ok()) {
       std::fprintf(stderr, "%s\n", st.message().c_str());
       return 1;
     }
-    nlohmann::json cfg = s.qwen35 ? qwen35_config(s) : nlohmann::json{
-        {"architectures", {"Qwen3ForCausalLM"}}, {"model_type", "qwen3"}, {"hidden_size", s.hidden},
-        {"intermediate_size", s.ffn}, {"num_hidden_layers", s.layers}, {"num_attention_heads", s.heads},
-        {"num_key_value_heads", s.kv_heads}, {"head_dim", s.head_dim}, {"hidden_act", "silu"},
-        {"max_position_embeddings", s.max_pos}, {"rms_norm_eps", s.eps}, {"rope_theta", s.rope_theta},
-        {"rope_scaling", nullptr}, {"attention_bias", false}, {"tie_word_embeddings", true}, {"vocab_size", s.vocab},
-        {"bos_token_id", 151643}, {"eos_token_id", 151645}, {"torch_dtype", "bfloat16"}};
+    nlohmann::json cfg = s.qwen35 ? qwen35_config(s)
+                                  : nlohmann::json{{"architectures", {"Qwen3ForCausalLM"}},
+                                                   {"model_type", "qwen3"},
+                                                   {"hidden_size", s.hidden},
+                                                   {"intermediate_size", s.ffn},
+                                                   {"num_hidden_layers", s.layers},
+                                                   {"num_attention_heads", s.heads},
+                                                   {"num_key_value_heads", s.kv_heads},
+                                                   {"head_dim", s.head_dim},
+                                                   {"hidden_act", "silu"},
+                                                   {"max_position_embeddings", s.max_pos},
+                                                   {"rms_norm_eps", s.eps},
+                                                   {"rope_theta", s.rope_theta},
+                                                   {"rope_scaling", nullptr},
+                                                   {"attention_bias", false},
+                                                   {"tie_word_embeddings", true},
+                                                   {"vocab_size", s.vocab},
+                                                   {"bos_token_id", 151643},
+                                                   {"eos_token_id", 151645},
+                                                   {"torch_dtype", "bfloat16"}};
     std::ofstream(fs::path(out) / "hf" / "config.json") << cfg.dump(2) << "\n";
     std::ofstream(fs::path(out) / "hf" / "generation_config.json")
         << nlohmann::json{{"bos_token_id", 151643}, {"eos_token_id", {151645, 151643}}}.dump(2) << "\n";
@@ -338,7 +359,10 @@ int main(int argc, char** argv) {
       return 1;
     }
     gb::GgufWriter g;
-    const uint32_t file_type = dt == gb::DType::kBF16 ? 32 : dt == gb::DType::kQ8_0 ? 7 : dt == gb::DType::kQ4_0 ? 2 : 0;
+    const uint32_t file_type = dt == gb::DType::kBF16   ? 32
+                               : dt == gb::DType::kQ8_0 ? 7
+                               : dt == gb::DType::kQ4_0 ? 2
+                                                        : 0;
     const std::string a = s.qwen35 ? "qwen35" : "qwen3";
     g.set("general.architecture", a);
     g.set("general.name", s.qwen35 ? "random-qwen3.5-0.8b-shape" : "random-qwen3-0.6b-shape");

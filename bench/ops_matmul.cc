@@ -127,8 +127,7 @@ int main(int argc, char** argv) {
                "GB/s as a fraction of it");
   CLI11_PARSE(app, argc, argv);
 
-  const Shape all_shapes[] = {{"qkv", 1024, 1024}, {"up", 3072, 1024}, {"down", 1024, 3072},
-                              {"lm_head", 151936, 1024}};
+  const Shape all_shapes[] = {{"qkv", 1024, 1024}, {"up", 3072, 1024}, {"down", 1024, 3072}, {"lm_head", 151936, 1024}};
   std::vector<Isa> isa_list;
   for (const auto& s : isas) {
     Isa isa;
@@ -142,8 +141,8 @@ int main(int argc, char** argv) {
 
   std::printf("best ISA %s; times are medians [min, max]; GB/s counts weight bytes only\n",
               std::string(gb::ops::isa_name(gb::ops::best_isa())).c_str());
-  std::printf("%-6s %-8s %5s %3s %-9s %9s %9s %9s %9s %8s %9s %7s\n", "dtype", "shape", "n", "thr", "isa",
-              "ms", "min", "max", "GFLOP/s", "GB/s", "GF/s cpu", read_baseline ? "of read" : "");
+  std::printf("%-6s %-8s %5s %3s %-9s %9s %9s %9s %9s %8s %9s %7s\n", "dtype", "shape", "n", "thr", "isa", "ms", "min",
+              "max", "GFLOP/s", "GB/s", "GF/s cpu", read_baseline ? "of read" : "");
   for (const auto& dname : dtypes) {
     DType dt;
     bool found = false;
@@ -224,9 +223,8 @@ int main(int argc, char** argv) {
             std::string label = configs[k].read ? "read" : std::string(gb::ops::isa_name(configs[k].isa));
             if (!configs[k].read && variants.size() > 1) label += "/v" + std::to_string(configs[k].variant);
             std::printf("%-6s %-8s %5lld %3d %-9s %9.3f %9.3f %9.3f %9.2f %8.2f", dname.c_str(), sh->name,
-                        static_cast<long long>(n), nt, label.c_str(), med * 1e3, v.front() * 1e3,
-                        v.back() * 1e3, configs[k].read ? 0.0 : 2.0 * n * sh->rows * sh->cols / med / 1e9,
-                        wbytes / med / 1e9);
+                        static_cast<long long>(n), nt, label.c_str(), med * 1e3, v.front() * 1e3, v.back() * 1e3,
+                        configs[k].read ? 0.0 : 2.0 * n * sh->rows * sh->cols / med / 1e9, wbytes / med / 1e9);
             if (nt == 1 && !configs[k].read) {
               auto c = cpu_times[k];
               std::sort(c.begin(), c.end());

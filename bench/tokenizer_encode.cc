@@ -5,8 +5,8 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
-#include <ctime>
 #include <cstdio>
+#include <ctime>
 #include <string>
 #include <vector>
 
@@ -109,10 +109,11 @@ int main(int argc, char** argv) {
     auto v = mbps[k], c = cpu_mbps[k];
     std::sort(v.begin(), v.end());
     std::sort(c.begin(), c.end());
-    std::printf("RESULT %s wall median %.2f MB/s (min %.2f, max %.2f) cpu median %.2f MB/s (min %.2f, max %.2f) "
-                "tokens %llu checksum %016llx\n",
-                tokenizers[k].c_str(), v[v.size() / 2], v.front(), v.back(), c[c.size() / 2], c.front(), c.back(),
-                static_cast<unsigned long long>(n_tokens[k]), static_cast<unsigned long long>(checksum[k]));
+    std::printf(
+        "RESULT %s wall median %.2f MB/s (min %.2f, max %.2f) cpu median %.2f MB/s (min %.2f, max %.2f) "
+        "tokens %llu checksum %016llx\n",
+        tokenizers[k].c_str(), v[v.size() / 2], v.front(), v.back(), c[c.size() / 2], c.front(), c.back(),
+        static_cast<unsigned long long>(n_tokens[k]), static_cast<unsigned long long>(checksum[k]));
   }
   return 0;
 }

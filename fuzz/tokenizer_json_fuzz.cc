@@ -10,7 +10,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string_view in(reinterpret_cast<const char*>(data), size);
   const size_t nul = in.find('\0');
   const std::string_view json = in.substr(0, nul);
-  const std::string_view text = nul == std::string_view::npos ? std::string_view("Hello world, 123 <s> héllo 日本") : in.substr(nul + 1);
+  const std::string_view text =
+      nul == std::string_view::npos ? std::string_view("Hello world, 123 <s> héllo 日本") : in.substr(nul + 1);
   auto tok = gb::Tokenizer::from_hf_json(json);
   if (!tok.is_ok()) return 0;
   const gb::Tokenizer& t = **tok;

@@ -12,6 +12,7 @@ APT_PACKAGES=(
   libcli11-dev libspdlog-dev libfmt-dev libcpp-httplib-dev libssl-dev
   libyaml-cpp-dev libsqlite3-dev
   curl                                  # the README's HTTP examples (tests/readme)
+  clang-format                          # tests/format: the sources stay formatted (scripts/format.sh)
   python3-jinja2                        # second Jinja implementation for chat-template cross-checks
 )
 # Node.js (>= 20) with npm: Debian's packages only where the machine has none.

@@ -74,8 +74,8 @@ enum class StmtKind : uint8_t {
   kFilterBlock,  // filter expr (chain of kFilter, innermost input null) body
   kBreak,
   kContinue,
-  kWith,         // with params (name = expr)... body
-  kBlock,        // a plain body ({% generation %})
+  kWith,   // with params (name = expr)... body
+  kBlock,  // a plain body ({% generation %})
 };
 
 struct Stmt {

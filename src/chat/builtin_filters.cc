@@ -35,12 +35,14 @@ Result<Value> f_tojson(Interpreter& in, const Value& v, CallArgs& a) {
   f.ensure_ascii = arg_bool(a, 0, "ensure_ascii", false);
   const Value* indent = arg(a, 1, "indent");
   if (indent != nullptr && !indent->is_none()) {
-    if (!indent->is_int() || indent->as_int() < 0 || indent->as_int() > 64) return error("indent must be an integer 0..64");
+    if (!indent->is_int() || indent->as_int() < 0 || indent->as_int() > 64)
+      return error("indent must be an integer 0..64");
     f.indent = static_cast<int>(indent->as_int());
   }
   const Value* seps = arg(a, 2, "separators");
   if (seps != nullptr && !seps->is_none()) {
-    if (!seps->is_list() || seps->items().size() != 2 || !seps->items()[0].is_string() || !seps->items()[1].is_string()) {
+    if (!seps->is_list() || seps->items().size() != 2 || !seps->items()[0].is_string() ||
+        !seps->items()[1].is_string()) {
       return error("separators must be a pair of strings");
     }
     f.item_separator = seps->items()[0].str();
@@ -153,7 +155,8 @@ Result<Value> f_int(Interpreter&, const Value& v, CallArgs& a) {
     int64_t i = 0;
     if (parse_int(v.str(), base, i)) return Value(i);
     double d = 0;
-    if (base == 10 && parse_float(v.str(), d) && std::isfinite(d) && std::fabs(d) < 9.2e18) return Value(static_cast<int64_t>(d));
+    if (base == 10 && parse_float(v.str(), d) && std::isfinite(d) && std::fabs(d) < 9.2e18)
+      return Value(static_cast<int64_t>(d));
   }
   return fallback;
 }
@@ -188,7 +191,8 @@ Result<Value> f_escape(Interpreter&, const Value& v, CallArgs&) {
 }
 
 // Applies test `name` (with extra args) for select/reject/selectattr/rejectattr.
-Result<bool> apply_named_test(Interpreter& in, const Value& v, const Value* name, const std::vector<Value>& extra, int line) {
+Result<bool> apply_named_test(Interpreter& in, const Value& v, const Value* name, const std::vector<Value>& extra,
+                              int line) {
   if (name == nullptr) return v.truthy();
   if (!name->is_string()) return error("test name must be a string");
   TestFn fn = find_test(name->str());
@@ -208,7 +212,8 @@ Result<Value> select_impl(Interpreter& in, const Value& v, CallArgs& a, bool by_
     attribute = &a.positional[next++];
   }
   const Value* test = next < a.positional.size() ? &a.positional[next++] : nullptr;
-  std::vector<Value> extra(a.positional.begin() + static_cast<std::ptrdiff_t>(std::min(next, a.positional.size())), a.positional.end());
+  std::vector<Value> extra(a.positional.begin() + static_cast<std::ptrdiff_t>(std::min(next, a.positional.size())),
+                           a.positional.end());
   std::vector<Value> out;
   for (const Value& item : items) {
     GB_RETURN_IF_ERROR(in.charge(1));
@@ -452,7 +457,8 @@ Result<Value> f_sum(Interpreter& in, const Value& v, CallArgs& a) {
 Result<Value> minmax(Interpreter& in, const Value& v, CallArgs& a, bool want_max) {
   GB_ASSIGN_OR_RETURN(std::vector<Value> items, iterate(v, a.line));
   if (items.empty()) return Value(Undefined{});
-  GB_ASSIGN_OR_RETURN(items, sorted(in, std::move(items), false, arg_bool(a, 0, "case_sensitive", false), arg(a, 1, "attribute")));
+  GB_ASSIGN_OR_RETURN(
+      items, sorted(in, std::move(items), false, arg_bool(a, 0, "case_sensitive", false), arg(a, 1, "attribute")));
   return want_max ? items.back() : items.front();
 }
 Result<Value> f_min(Interpreter& in, const Value& v, CallArgs& a) { return minmax(in, v, a, false); }
@@ -486,19 +492,48 @@ Result<Value> f_batch(Interpreter& in, const Value& v, CallArgs& a) {
 }
 
 const Signature kFilterSignatures[] = {
-    {"abs", {}}, {"attr", {"name"}}, {"batch", {"linecount", "fill_with"}}, {"capitalize", {}},
-    {"center", {"width"}}, {"count", {}}, {"d", {"default_value", "boolean"}},
-    {"default", {"default_value", "boolean"}}, {"dictsort", {"case_sensitive", "by", "reverse"}}, {"e", {}},
-    {"escape", {}}, {"first", {}}, {"float", {"default"}}, {"forceescape", {}},
-    {"indent", {"width", "first", "blank"}}, {"int", {"default", "base"}}, {"items", {}},
-    {"join", {"d", "attribute"}}, {"last", {}}, {"length", {}}, {"list", {}}, {"lower", {}},
-    {"map", {"attribute", "default"}, true}, {"max", {"case_sensitive", "attribute"}},
-    {"min", {"case_sensitive", "attribute"}}, {"reject", {}, true}, {"rejectattr", {}, true},
-    {"replace", {"old", "new", "count"}}, {"reverse", {}}, {"round", {"precision", "method"}}, {"safe", {}},
-    {"select", {}, true}, {"selectattr", {}, true}, {"sort", {"reverse", "case_sensitive", "attribute"}},
-    {"string", {}}, {"sum", {"attribute", "start"}}, {"title", {}},
-    {"tojson", {"ensure_ascii", "indent", "separators", "sort_keys"}}, {"trim", {"chars"}},
-    {"unique", {"case_sensitive", "attribute"}}, {"upper", {}}, {"wordcount", {}},
+    {"abs", {}},
+    {"attr", {"name"}},
+    {"batch", {"linecount", "fill_with"}},
+    {"capitalize", {}},
+    {"center", {"width"}},
+    {"count", {}},
+    {"d", {"default_value", "boolean"}},
+    {"default", {"default_value", "boolean"}},
+    {"dictsort", {"case_sensitive", "by", "reverse"}},
+    {"e", {}},
+    {"escape", {}},
+    {"first", {}},
+    {"float", {"default"}},
+    {"forceescape", {}},
+    {"indent", {"width", "first", "blank"}},
+    {"int", {"default", "base"}},
+    {"items", {}},
+    {"join", {"d", "attribute"}},
+    {"last", {}},
+    {"length", {}},
+    {"list", {}},
+    {"lower", {}},
+    {"map", {"attribute", "default"}, true},
+    {"max", {"case_sensitive", "attribute"}},
+    {"min", {"case_sensitive", "attribute"}},
+    {"reject", {}, true},
+    {"rejectattr", {}, true},
+    {"replace", {"old", "new", "count"}},
+    {"reverse", {}},
+    {"round", {"precision", "method"}},
+    {"safe", {}},
+    {"select", {}, true},
+    {"selectattr", {}, true},
+    {"sort", {"reverse", "case_sensitive", "attribute"}},
+    {"string", {}},
+    {"sum", {"attribute", "start"}},
+    {"title", {}},
+    {"tojson", {"ensure_ascii", "indent", "separators", "sort_keys"}},
+    {"trim", {"chars"}},
+    {"unique", {"case_sensitive", "attribute"}},
+    {"upper", {}},
+    {"wordcount", {}},
 };
 
 constexpr std::pair<std::string_view, FilterFn> kFilters[] = {

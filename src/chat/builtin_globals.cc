@@ -12,11 +12,15 @@ namespace {
 using namespace builtin;
 
 Result<Value> g_range(Interpreter& in, CallArgs& a) {
-  if (!a.keyword.empty() || a.positional.empty() || a.positional.size() > 3) return error("range expects 1 to 3 integer arguments");
+  if (!a.keyword.empty() || a.positional.empty() || a.positional.size() > 3)
+    return error("range expects 1 to 3 integer arguments");
   for (const Value& v : a.positional) {
-    if (!v.is_int() && !v.is_bool()) return error(std::string("range: '") + type_name(v) + "' object cannot be interpreted as an integer");
+    if (!v.is_int() && !v.is_bool())
+      return error(std::string("range: '") + type_name(v) + "' object cannot be interpreted as an integer");
   }
-  auto iv = [&](size_t i) { return a.positional[i].is_bool() ? int64_t{a.positional[i].as_bool()} : a.positional[i].as_int(); };
+  auto iv = [&](size_t i) {
+    return a.positional[i].is_bool() ? int64_t{a.positional[i].as_bool()} : a.positional[i].as_int();
+  };
   int64_t start = 0, stop = 0, step = 1;
   if (a.positional.size() == 1) {
     stop = iv(0);
@@ -27,7 +31,8 @@ Result<Value> g_range(Interpreter& in, CallArgs& a) {
   }
   if (step == 0) return error("range() arg 3 must not be zero");
   // Count first so a huge range fails on the budget instead of allocating.
-  const double count_d = std::ceil((static_cast<double>(stop) - static_cast<double>(start)) / static_cast<double>(step));
+  const double count_d =
+      std::ceil((static_cast<double>(stop) - static_cast<double>(start)) / static_cast<double>(step));
   const int64_t count = count_d > 0 ? static_cast<int64_t>(std::min(count_d, 9.0e18)) : 0;
   GB_RETURN_IF_ERROR(in.charge(count));
   std::vector<Value> out;

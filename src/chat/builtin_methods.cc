@@ -13,10 +13,9 @@ namespace {
 using namespace builtin;
 
 constexpr std::string_view kStringMethods[] = {
-    "capitalize", "count",    "endswith", "find",       "format",       "isalnum", "isalpha", "isdigit",
-    "islower",    "isspace",  "isupper",  "join",       "lower",        "lstrip",  "removeprefix",
-    "removesuffix", "replace", "rfind",   "rstrip",     "split",        "splitlines", "startswith",
-    "strip",      "title",    "upper"};
+    "capitalize", "count",   "endswith",   "find",       "format", "isalnum",      "isalpha",      "isdigit", "islower",
+    "isspace",    "isupper", "join",       "lower",      "lstrip", "removeprefix", "removesuffix", "replace", "rfind",
+    "rstrip",     "split",   "splitlines", "startswith", "strip",  "title",        "upper"};
 constexpr std::string_view kDictMethods[] = {"get", "items", "keys", "values"};
 constexpr std::string_view kListMethods[] = {"count", "index"};
 
@@ -66,7 +65,9 @@ Result<Value> join_with(Interpreter& in, const std::string& s, CallArgs& a) {
   GB_ASSIGN_OR_RETURN(std::vector<Value> items, iterate(*items_v, a.line));
   std::string out;
   for (size_t i = 0; i < items.size(); ++i) {
-    if (!items[i].is_string()) return error(std::string("sequence item ") + std::to_string(i) + ": expected str instance, " + type_name(items[i]) + " found");
+    if (!items[i].is_string())
+      return error(std::string("sequence item ") + std::to_string(i) + ": expected str instance, " +
+                   type_name(items[i]) + " found");
     if (i > 0) out += s;
     out += items[i].str();
     GB_RETURN_IF_ERROR(in.check_size(out.size()));
@@ -132,7 +133,8 @@ Result<Value> string_method(Interpreter& in, const std::string& s, std::string_v
     for (std::string& line : splitlines(s)) out.emplace_back(std::move(line));
     return Value::list(std::move(out));
   }
-  if (name == "isdigit" || name == "isalpha" || name == "isalnum" || name == "isspace") return Value(all_of_class(s, name));
+  if (name == "isdigit" || name == "isalpha" || name == "isalnum" || name == "isspace")
+    return Value(all_of_class(s, name));
   if (name == "islower" || name == "isupper") {
     return Value(name == "islower" ? py_islower(s) : py_isupper(s));
   }

@@ -38,7 +38,8 @@ Result<int64_t> int_arg(const CallArgs& a, size_t index, std::string_view name, 
 Result<std::string> string_arg(const CallArgs& a, size_t index, std::string_view name) {
   const Value* v = arg(a, index, name);
   if (v == nullptr) return error(std::string("missing argument '") + std::string(name) + "'");
-  if (!v->is_string()) return error(std::string("argument '") + std::string(name) + "' must be a string, got " + type_name(*v));
+  if (!v->is_string())
+    return error(std::string("argument '") + std::string(name) + "' must be a string, got " + type_name(*v));
   return v->str();
 }
 
@@ -81,7 +82,9 @@ std::string map_case(std::string_view s, Case c) {
       out.append(s.substr(p.offset, p.length));
       continue;
     }
-    const int32_t m = c == Case::kUpper ? utf8proc_toupper(p.cp) : c == Case::kLower ? utf8proc_tolower(p.cp) : utf8proc_totitle(p.cp);
+    const int32_t m = c == Case::kUpper   ? utf8proc_toupper(p.cp)
+                      : c == Case::kLower ? utf8proc_tolower(p.cp)
+                                          : utf8proc_totitle(p.cp);
     encode(m, out);
   }
   return out;
@@ -156,7 +159,8 @@ std::string py_strip(std::string_view s, const std::string* chars, bool left, bo
   const std::vector<CodePoint> cps = decode(s);
   std::vector<int32_t> set;
   if (chars != nullptr) {
-    for (const CodePoint& p : decode(*chars)) set.push_back(p.cp < 0 ? -1 - static_cast<unsigned char>((*chars)[p.offset]) : p.cp);
+    for (const CodePoint& p : decode(*chars))
+      set.push_back(p.cp < 0 ? -1 - static_cast<unsigned char>((*chars)[p.offset]) : p.cp);
   }
   auto strip_it = [&](const CodePoint& p) {
     if (chars == nullptr) return is_space_cp(p.cp);
@@ -201,7 +205,8 @@ Result<std::vector<Value>> py_split(std::string_view s, const Value* sep, int64_
   if (d.empty()) return error("empty separator");
   size_t pos = 0;
   while (true) {
-    const size_t f = (maxsplit >= 0 && static_cast<int64_t>(out.size()) == maxsplit) ? std::string_view::npos : s.find(d, pos);
+    const size_t f =
+        (maxsplit >= 0 && static_cast<int64_t>(out.size()) == maxsplit) ? std::string_view::npos : s.find(d, pos);
     if (f == std::string_view::npos) {
       out.emplace_back(std::string(s.substr(pos)));
       break;
@@ -212,7 +217,8 @@ Result<std::vector<Value>> py_split(std::string_view s, const Value* sep, int64_
   return out;
 }
 
-Result<std::string> py_replace(Interpreter& in, std::string_view s, std::string_view old, std::string_view repl, int64_t count) {
+Result<std::string> py_replace(Interpreter& in, std::string_view s, std::string_view old, std::string_view repl,
+                               int64_t count) {
   std::string out;
   int64_t done = 0;
   if (old.empty()) {  // Python inserts `repl` between every character and at both ends

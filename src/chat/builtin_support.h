@@ -61,7 +61,8 @@ std::string jinja_title(std::string_view s);  // Jinja's title filter
 // str.strip / lstrip / rstrip; chars == nullptr strips whitespace.
 std::string py_strip(std::string_view s, const std::string* chars, bool left, bool right);
 Result<std::vector<Value>> py_split(std::string_view s, const Value* sep, int64_t maxsplit);
-Result<std::string> py_replace(Interpreter& in, std::string_view s, std::string_view old, std::string_view repl, int64_t count);
+Result<std::string> py_replace(Interpreter& in, std::string_view s, std::string_view old, std::string_view repl,
+                               int64_t count);
 std::vector<std::string> splitlines(std::string_view s);
 size_t byte_to_cp_index(std::string_view s, size_t byte);
 Result<std::string> py_format(const std::string& fmt, const CallArgs& a);
@@ -71,7 +72,7 @@ bool py_isupper(std::string_view s);
 
 // ---- values ----
 
-int64_t length_of(const Value& v);  // -1 when the value has no len()
+int64_t length_of(const Value& v);                               // -1 when the value has no len()
 bool parse_int(std::string_view s, int64_t base, int64_t& out);  // Python int(str)
 bool parse_float(std::string_view s, double& out);
 // Sort key used by sort/unique/dictsort/min/max: strings compare case-insensitively unless

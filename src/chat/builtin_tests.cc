@@ -110,13 +110,15 @@ Result<bool> t_divisibleby(Interpreter&, const Value& v, CallArgs& a) {
 Result<bool> t_lower(Interpreter&, const Value& v, CallArgs&) { return v.is_string() && py_islower(v.str()); }
 Result<bool> t_upper(Interpreter&, const Value& v, CallArgs&) { return v.is_string() && py_isupper(v.str()); }
 Result<bool> t_escaped(Interpreter&, const Value&, CallArgs&) { return false; }
-Result<bool> t_filter(Interpreter&, const Value& v, CallArgs&) { return v.is_string() && find_filter(v.str()) != nullptr; }
+Result<bool> t_filter(Interpreter&, const Value& v, CallArgs&) {
+  return v.is_string() && find_filter(v.str()) != nullptr;
+}
 Result<bool> t_test(Interpreter&, const Value& v, CallArgs&) { return v.is_string() && find_test(v.str()) != nullptr; }
 
 const Signature kTestSignatures[] = {
-    {"divisibleby", {"num"}}, {"in", {"seq"}}, {"sameas", {"other"}}, {"eq", {"other"}}, {"equalto", {"other"}},
-    {"==", {"other"}}, {"ne", {"other"}}, {"!=", {"other"}}, {"lt", {"other"}}, {"<", {"other"}},
-    {"lessthan", {"other"}}, {"le", {"other"}}, {"<=", {"other"}}, {"gt", {"other"}}, {">", {"other"}},
+    {"divisibleby", {"num"}},   {"in", {"seq"}},   {"sameas", {"other"}}, {"eq", {"other"}}, {"equalto", {"other"}},
+    {"==", {"other"}},          {"ne", {"other"}}, {"!=", {"other"}},     {"lt", {"other"}}, {"<", {"other"}},
+    {"lessthan", {"other"}},    {"le", {"other"}}, {"<=", {"other"}},     {"gt", {"other"}}, {">", {"other"}},
     {"greaterthan", {"other"}}, {"ge", {"other"}}, {">=", {"other"}},
 };
 

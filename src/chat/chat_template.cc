@@ -70,8 +70,8 @@ Result<std::string> chat_template_from_config(const nlohmann::json& config, std:
   if (t.is_array()) {
     std::string available;
     for (const auto& entry : t) {
-      if (!entry.is_object() || !entry.contains("name") || !entry.contains("template") ||
-          !entry["name"].is_string() || !entry["template"].is_string()) {
+      if (!entry.is_object() || !entry.contains("name") || !entry.contains("template") || !entry["name"].is_string() ||
+          !entry["template"].is_string()) {
         return Status::error("tokenizer_config.json: chat_template list entries need string 'name' and 'template'");
       }
       if (entry["name"].get<std::string>() == name) return entry["template"].get<std::string>();
@@ -88,7 +88,8 @@ std::string special_token_from_config(const nlohmann::json& config, std::string_
   const auto it = config.find(std::string(key));
   if (it == config.end()) return "";
   if (it->is_string()) return it->get<std::string>();
-  if (it->is_object() && it->contains("content") && (*it)["content"].is_string()) return (*it)["content"].get<std::string>();
+  if (it->is_object() && it->contains("content") && (*it)["content"].is_string())
+    return (*it)["content"].get<std::string>();
   return "";
 }
 

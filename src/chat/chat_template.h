@@ -60,7 +60,7 @@ struct ChatTemplateOptions {
   bool add_generation_prompt = false;
   std::string bos_token;
   std::string eos_token;
-  nlohmann::ordered_json tools;   // null: `tools` is None, as transformers passes it
+  nlohmann::ordered_json tools;                                      // null: `tools` is None, as transformers passes it
   nlohmann::ordered_json kwargs = nlohmann::ordered_json::object();  // extra variables, e.g. enable_thinking
   RenderOptions render;
 };

@@ -67,11 +67,9 @@ Result<bool> contains(const Value& container, const Value& item, int line) {
         if (values_equal(v, item)) return true;
       }
       return false;
-    case Value::Type::kDict:
-      return item.is_string() && container.dict_ref().find(item.str()) != nullptr;
+    case Value::Type::kDict: return item.is_string() && container.dict_ref().find(item.str()) != nullptr;
     case Value::Type::kUndefined: return false;
-    default:
-      return render_error(line, std::string("argument of type '") + type_name(container) + "' is not iterable");
+    default: return render_error(line, std::string("argument of type '") + type_name(container) + "' is not iterable");
   }
 }
 
@@ -348,7 +346,8 @@ Result<Value> Interpreter::call_macro(const Stmt& macro, CallArgs& args, const V
     }
     bool known = false;
     for (const auto& p : params) known = known || p.first == key;
-    if (!known) return render_error(args.line, "macro '" + macro.name + "' has no parameter '" + std::string(key) + "'");
+    if (!known)
+      return render_error(args.line, "macro '" + macro.name + "' has no parameter '" + std::string(key) + "'");
   }
   for (size_t i = 0; i < params.size(); ++i) {
     const auto& [pname, def] = params[i];
@@ -881,7 +880,8 @@ Result<std::vector<Value>> iterate(const Value& v, int line) {
       const std::vector<size_t> offsets = utf8_offsets(s);
       std::vector<Value> chars;
       chars.reserve(offsets.size());
-      for (size_t i = 0; i + 1 < offsets.size(); ++i) chars.emplace_back(s.substr(offsets[i], offsets[i + 1] - offsets[i]));
+      for (size_t i = 0; i + 1 < offsets.size(); ++i)
+        chars.emplace_back(s.substr(offsets[i], offsets[i + 1] - offsets[i]));
       return chars;
     }
     default: return render_error(line, std::string("'") + type_name(v) + "' object is not iterable");

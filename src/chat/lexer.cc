@@ -219,7 +219,8 @@ class Lexer {
   Result<size_t> lex_number(size_t p, int line) {
     const size_t start = p;
     auto digits = [&]() {
-      while (p < src_.size() && (is_digit(src_[p]) || (src_[p] == '_' && p + 1 < src_.size() && is_digit(src_[p + 1])))) ++p;
+      while (p < src_.size() && (is_digit(src_[p]) || (src_[p] == '_' && p + 1 < src_.size() && is_digit(src_[p + 1]))))
+        ++p;
     };
     digits();
     bool is_float = false;
@@ -308,7 +309,8 @@ class Lexer {
         default:
           if (e >= '0' && e <= '7') {
             uint32_t cp = static_cast<uint32_t>(e - '0');
-            for (int i = 0; i < 2 && p < src_.size() && src_[p] >= '0' && src_[p] <= '7'; ++i) cp = cp * 8 + (src_[p++] - '0');
+            for (int i = 0; i < 2 && p < src_.size() && src_[p] >= '0' && src_[p] <= '7'; ++i)
+              cp = cp * 8 + (src_[p++] - '0');
             append_utf8(cp, out);
           } else {
             out += '\\';  // unknown escapes stay as written, like Python

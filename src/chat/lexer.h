@@ -21,7 +21,7 @@ enum class TokenType : uint8_t {
   kString,      // string literal, escapes resolved (value)
   kInt,
   kFloat,
-  kOp,          // operator or punctuation (value)
+  kOp,  // operator or punctuation (value)
   kEof,
 };
 

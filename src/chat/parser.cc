@@ -10,8 +10,8 @@ namespace gb::chat {
 namespace {
 
 // Tags Jinja has but chat templates never need; named in the error so the user knows why.
-constexpr std::string_view kUnsupportedTags[] = {"include", "import", "from", "extends", "block",
-                                                 "do", "autoescape", "trans", "pluralize", "endblock"};
+constexpr std::string_view kUnsupportedTags[] = {"include", "import",     "from",  "extends",   "block",
+                                                 "do",      "autoescape", "trans", "pluralize", "endblock"};
 
 class Parser {
  public:
@@ -294,9 +294,18 @@ class Parser {
     switch (t.type) {
       case TokenType::kName: {
         const std::string& n = t.value;
-        if (n == "true" || n == "True") { advance(); return literal(Value(true), line); }
-        if (n == "false" || n == "False") { advance(); return literal(Value(false), line); }
-        if (n == "none" || n == "None") { advance(); return literal(Value::none(), line); }
+        if (n == "true" || n == "True") {
+          advance();
+          return literal(Value(true), line);
+        }
+        if (n == "false" || n == "False") {
+          advance();
+          return literal(Value(false), line);
+        }
+        if (n == "none" || n == "None") {
+          advance();
+          return literal(Value::none(), line);
+        }
         GB_ASSIGN_OR_RETURN(ExprPtr e, make(ExprKind::kName, line, {}));
         e->name = n;
         advance();
@@ -520,7 +529,8 @@ class Parser {
     std::vector<std::string_view> keywords;
     for (const auto& [k, v] : e.kwargs) keywords.push_back(k);
     const size_t positional = e.args.size() - 1;  // args[0] is the input
-    Status st = is_filter ? check_filter_args(e.name, positional, keywords) : check_test_args(e.name, positional, keywords);
+    Status st =
+        is_filter ? check_filter_args(e.name, positional, keywords) : check_test_args(e.name, positional, keywords);
     if (!st.is_ok()) return error(line, st.message());
     return Status::ok();
   }
@@ -537,8 +547,8 @@ class Parser {
 
   // ---- statements ----
   // Parses statements until a block tag named in `ends`; `end` receives that tag's name.
-  Status parse_body(Body& body, std::initializer_list<std::string_view> ends, std::string_view opener,
-                    int opener_line, std::string& end) {
+  Status parse_body(Body& body, std::initializer_list<std::string_view> ends, std::string_view opener, int opener_line,
+                    std::string& end) {
     if (++block_depth_ > limits_.max_block_depth) return error(cur().line, "blocks nested too deeply");
     struct DepthGuard {
       int& d;
@@ -586,8 +596,7 @@ class Parser {
           if (ends.size() == 0) return Status::ok();
           return error(opener_line, "unclosed '" + std::string(opener) + "' block (expected '" +
                                         std::string(*(ends.end() - 1)) + "' before the end of the template)");
-        default:
-          return unexpected("text, '{{' or '{%'");
+        default: return unexpected("text, '{{' or '{%'");
       }
     }
   }
@@ -646,7 +655,8 @@ class Parser {
 
   // The body of a block up to its `{% end_tag %}`. outside_loops: break/continue inside do not
   // reach an enclosing loop (macro and call bodies).
-  Status parse_body_to(Body& body, std::string_view tag, std::string_view end_tag, int line, bool outside_loops = false) {
+  Status parse_body_to(Body& body, std::string_view tag, std::string_view end_tag, int line,
+                       bool outside_loops = false) {
     std::string end;
     const int saved_loop_depth = loop_depth_;
     if (outside_loops) loop_depth_ = 0;

@@ -83,9 +83,7 @@ Status append_str(const Value& v, std::string& out, int depth, size_t max) {
       if (v.is_namespace()) out += '>';
       return Status::ok();
     }
-    case Value::Type::kCallable:
-      out += "<function " + v.callable().name + ">";
-      return Status::ok();
+    case Value::Type::kCallable: out += "<function " + v.callable().name + ">"; return Status::ok();
   }
   return Status::ok();
 }
@@ -120,9 +118,16 @@ void json_string(std::string_view s, bool ensure_ascii, std::string& out) {
           // Decode one code point (invalid bytes pass through as U+FFFD) and escape it as UTF-16.
           uint32_t cp = 0xFFFD;
           size_t len = 1;
-          if ((c & 0xE0) == 0xC0) { cp = c & 0x1F; len = 2; }
-          else if ((c & 0xF0) == 0xE0) { cp = c & 0x0F; len = 3; }
-          else if ((c & 0xF8) == 0xF0) { cp = c & 0x07; len = 4; }
+          if ((c & 0xE0) == 0xC0) {
+            cp = c & 0x1F;
+            len = 2;
+          } else if ((c & 0xF0) == 0xE0) {
+            cp = c & 0x0F;
+            len = 3;
+          } else if ((c & 0xF8) == 0xF0) {
+            cp = c & 0x07;
+            len = 4;
+          }
           if (len > 1 && i + len <= s.size()) {
             for (size_t k = 1; k < len; ++k) cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
             i += len - 1;
@@ -157,8 +162,9 @@ Status append_json(const Value& v, const JsonFormat& f, int level, std::string& 
   const std::string& key_sep = f.key_separator;
   switch (v.type()) {
     case Value::Type::kUndefined:
-      return Status::error("tojson: cannot serialize an undefined value" +
-                           (v.undefined_name().empty() ? std::string() : " ('" + std::string(v.undefined_name()) + "')"));
+      return Status::error(
+          "tojson: cannot serialize an undefined value" +
+          (v.undefined_name().empty() ? std::string() : " ('" + std::string(v.undefined_name()) + "')"));
     case Value::Type::kNone: out += "null"; return Status::ok();
     case Value::Type::kBool: out += v.as_bool() ? "true" : "false"; return Status::ok();
     case Value::Type::kInt: out += std::to_string(v.as_int()); return Status::ok();
@@ -172,7 +178,10 @@ Status append_json(const Value& v, const JsonFormat& f, int level, std::string& 
     case Value::Type::kString: json_string(v.str(), f.ensure_ascii, out); return Status::ok();
     case Value::Type::kList: {
       const auto& items = v.items();
-      if (items.empty()) { out += "[]"; return Status::ok(); }
+      if (items.empty()) {
+        out += "[]";
+        return Status::ok();
+      }
       out += '[';
       for (size_t i = 0; i < items.size(); ++i) {
         if (i > 0) out += item_sep;
@@ -185,7 +194,10 @@ Status append_json(const Value& v, const JsonFormat& f, int level, std::string& 
     }
     case Value::Type::kDict: {
       const auto& entries = v.dict_ref().items;
-      if (entries.empty()) { out += "{}"; return Status::ok(); }
+      if (entries.empty()) {
+        out += "{}";
+        return Status::ok();
+      }
       std::vector<const std::pair<std::string, Value>*> order;
       order.reserve(entries.size());
       for (const auto& e : entries) order.push_back(&e);
@@ -204,8 +216,7 @@ Status append_json(const Value& v, const JsonFormat& f, int level, std::string& 
       out += '}';
       return Status::ok();
     }
-    case Value::Type::kCallable:
-      return Status::error("tojson: cannot serialize a function");
+    case Value::Type::kCallable: return Status::error("tojson: cannot serialize a function");
   }
   return Status::ok();
 }

@@ -2,8 +2,8 @@
 // float, str, list, dict, undefined, callables) and their printing, comparison and JSON forms.
 #pragma once
 
-#include <cstdint>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -65,18 +65,18 @@ class Value {
   enum class Type : uint8_t { kUndefined, kNone, kBool, kInt, kFloat, kString, kList, kDict, kCallable };
 
   Value() = default;
-  Value(Undefined u) : v_(u) {}                             // NOLINT
-  Value(NoneValue n) : v_(n) {}                             // NOLINT
-  Value(bool b) : v_(b) {}                                  // NOLINT
-  Value(int64_t i) : v_(i) {}                               // NOLINT
-  Value(int i) : v_(static_cast<int64_t>(i)) {}             // NOLINT
-  Value(double d) : v_(d) {}                                // NOLINT
+  Value(Undefined u) : v_(u) {}                                                    // NOLINT
+  Value(NoneValue n) : v_(n) {}                                                    // NOLINT
+  Value(bool b) : v_(b) {}                                                         // NOLINT
+  Value(int64_t i) : v_(i) {}                                                      // NOLINT
+  Value(int i) : v_(static_cast<int64_t>(i)) {}                                    // NOLINT
+  Value(double d) : v_(d) {}                                                       // NOLINT
   Value(std::string s) : v_(std::make_shared<const std::string>(std::move(s))) {}  // NOLINT
-  Value(const char* s) : Value(std::string(s)) {}           // NOLINT
-  Value(StringPtr s) : v_(std::move(s)) {}                  // NOLINT
-  Value(ListPtr l) : v_(std::move(l)) {}                    // NOLINT
-  Value(DictPtr d) : v_(std::move(d)) {}                    // NOLINT
-  Value(CallablePtr c) : v_(std::move(c)) {}                // NOLINT
+  Value(const char* s) : Value(std::string(s)) {}                                  // NOLINT
+  Value(StringPtr s) : v_(std::move(s)) {}                                         // NOLINT
+  Value(ListPtr l) : v_(std::move(l)) {}                                           // NOLINT
+  Value(DictPtr d) : v_(std::move(d)) {}                                           // NOLINT
+  Value(CallablePtr c) : v_(std::move(c)) {}                                       // NOLINT
 
   static Value none() { return Value(NoneValue{}); }
   static Value list(std::vector<Value> items) {
@@ -133,7 +133,7 @@ Result<std::string> to_repr(const Value& v, size_t max_bytes = SIZE_MAX);
 std::string format_float(double d);
 
 struct JsonFormat {
-  int indent = -1;  // < 0: single line
+  int indent = -1;             // < 0: single line
   std::string item_separator;  // empty: Python's default for the indent mode
   std::string key_separator;
   bool sort_keys = false;

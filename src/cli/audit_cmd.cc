@@ -24,16 +24,16 @@ struct AuditOptions {
 std::string or_dash(const std::string& s) { return s.empty() ? "-" : s; }
 
 void print_table(const std::vector<server::AuditRecord>& rows) {
-  const std::vector<std::string> head = {"id", "time", "kind", "key_id", "request_id", "action",
-                                         "status", "finish_reason", "tokens", "spec_hash"};
+  const std::vector<std::string> head = {"id",     "time",   "kind",          "key_id", "request_id",
+                                         "action", "status", "finish_reason", "tokens", "spec_hash"};
   std::vector<std::vector<std::string>> cells;
   cells.push_back(head);
   for (const auto& r : rows) {
-    cells.push_back({std::to_string(r.id), server::iso8601_utc_ms(r.time_ms), r.kind, or_dash(r.key_id),
-                     or_dash(r.request_id), or_dash(r.action), r.status ? std::to_string(r.status) : "-",
-                     or_dash(r.finish_reason),
-                     r.kind == "request" ? std::to_string(r.prompt_tokens) + "+" + std::to_string(r.completion_tokens) : "-",
-                     r.spec_hash.substr(0, 12)});
+    cells.push_back(
+        {std::to_string(r.id), server::iso8601_utc_ms(r.time_ms), r.kind, or_dash(r.key_id), or_dash(r.request_id),
+         or_dash(r.action), r.status ? std::to_string(r.status) : "-", or_dash(r.finish_reason),
+         r.kind == "request" ? std::to_string(r.prompt_tokens) + "+" + std::to_string(r.completion_tokens) : "-",
+         r.spec_hash.substr(0, 12)});
   }
   std::vector<size_t> width(head.size(), 0);
   for (const auto& row : cells) {
@@ -76,7 +76,8 @@ int run_audit(const AuditOptions& o) {
   if (!rows.is_ok()) return fail(rows.message());
   if (o.json) {
     for (const auto& r : *rows) {
-      std::printf("%s\n", server::audit_record_json(r).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+      std::printf("%s\n",
+                  server::audit_record_json(r).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     }
   } else {
     print_table(*rows);
@@ -105,7 +106,8 @@ int run_audit(const AuditOptions& o) {
 
 void register_audit(CLI::App& app, Action* action) {
   auto o = std::make_shared<AuditOptions>();
-  CLI::App* cmd = app.add_subcommand("audit", "Query the audit store (requests with interventions, policy/preset/vector changes)");
+  CLI::App* cmd =
+      app.add_subcommand("audit", "Query the audit store (requests with interventions, policy/preset/vector changes)");
   cmd->add_option("--db", o->db, "Audit database (SQLite) the server writes")->required();
   const auto& kinds = server::audit_kinds();
   cmd->add_option("--kind", o->kind, "Only this kind")->check(CLI::IsMember(kinds));
@@ -114,7 +116,8 @@ void register_audit(CLI::App& app, Action* action) {
   cmd->add_option("--since", o->since, "From this time on (ISO-8601, e.g. 2026-11-30T08:00:00Z, or unix ms)");
   cmd->add_option("--until", o->until, "Before this time (ISO-8601 or unix ms)");
   cmd->add_option("--after-id", o->after_id, "Only ids greater than this (paging)")->check(CLI::NonNegativeNumber);
-  cmd->add_option("--limit", o->limit, "At most this many rows (default 100; stderr says when more match)")->check(CLI::Range(1, server::kMaxAuditLimit));
+  cmd->add_option("--limit", o->limit, "At most this many rows (default 100; stderr says when more match)")
+      ->check(CLI::Range(1, server::kMaxAuditLimit));
   cmd->add_flag("--json", o->json, "One JSON object per line instead of a table");
   cmd->callback([o, action]() { *action = [o]() { return run_audit(*o); }; });
 }

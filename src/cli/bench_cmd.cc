@@ -114,7 +114,9 @@ int run_bench(const BenchOptions& o) {
       n += static_cast<int32_t>(ev.tokens.size());
       if (ev.finish == FinishReason::kError) return Status::error(ev.error);
     }
-    if (n != max_tokens) return Status::error("the engine produced " + std::to_string(n) + " of " + std::to_string(max_tokens) + " tokens");
+    if (n != max_tokens)
+      return Status::error("the engine produced " + std::to_string(n) + " of " + std::to_string(max_tokens) +
+                           " tokens");
     return Status::ok();
   };
   std::vector<double> pp, tg;
@@ -155,7 +157,8 @@ int run_bench(const BenchOptions& o) {
   }
   std::printf("model: %s\n", m.describe().c_str());
   std::printf("threads: %d, reps: %d (median [min, max])\n", m.pool().size(), o.reps);
-  if (o.prompt_tokens > 0) std::printf("pp%-5d %9.2f t/s  [%.2f, %.2f]\n", o.prompt_tokens, pps.median, pps.min, pps.max);
+  if (o.prompt_tokens > 0)
+    std::printf("pp%-5d %9.2f t/s  [%.2f, %.2f]\n", o.prompt_tokens, pps.median, pps.min, pps.max);
   if (o.gen_tokens > 0) std::printf("tg%-5d %9.2f t/s  [%.2f, %.2f]\n", o.gen_tokens, tgs.median, tgs.min, tgs.max);
   std::printf("weights read per decode token: %.1f MB\n", bytes / 1e6);
   if (limit > 0) {
@@ -171,12 +174,18 @@ void register_bench(CLI::App& app, Action* action) {
   auto opts = std::make_shared<BenchOptions>();
   CLI::App* cmd = app.add_subcommand("bench", "Prefill and decode tokens/s on synthetic token ids (like llama-bench)");
   add_model_flag(*cmd, &opts->model)->required();
-  cmd->add_option("--prompt-tokens,-p", opts->prompt_tokens, "prompt length for the prefill test (0: skip)")->capture_default_str();
+  cmd->add_option("--prompt-tokens,-p", opts->prompt_tokens, "prompt length for the prefill test (0: skip)")
+      ->capture_default_str();
   cmd->add_option("--gen-tokens,-n", opts->gen_tokens, "tokens for the decode test (0: skip)")->capture_default_str();
   add_threads_flag(*cmd, &opts->threads);
-  cmd->add_option("--reps,-r", opts->reps, "measured repetitions (after one warm-up)")->capture_default_str()->check(CLI::Range(1, 1000));
-  cmd->add_option("--batch,-b", opts->batch, "tokens per forward during prefill")->capture_default_str()->check(CLI::Range(1, 1 << 16));
-  cmd->add_option("--bandwidth", opts->bandwidth_gbs, "measured memory bandwidth in GB/s, to report decode as a fraction of its limit");
+  cmd->add_option("--reps,-r", opts->reps, "measured repetitions (after one warm-up)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000));
+  cmd->add_option("--batch,-b", opts->batch, "tokens per forward during prefill")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 16));
+  cmd->add_option("--bandwidth", opts->bandwidth_gbs,
+                  "measured memory bandwidth in GB/s, to report decode as a fraction of its limit");
   cmd->add_flag("--json", opts->json, "print one JSON object");
   cmd->add_flag("--convert-q8", opts->convert_q8, "convert f32/f16/bf16 matrices to Q8_0 at load (faster decode)");
   cmd->callback([action, opts] { *action = [opts] { return run_bench(*opts); }; });

@@ -67,8 +67,9 @@ Status parse_points(const std::string& text, std::vector<HookPoint>* points) {
   while (std::getline(in, name, ',')) {
     auto p = parse_hook_point(name);
     if (!p) {
-      return Status::error("--points: unknown hook point '" + name +
-                           "' (resid_pre, attn_out, resid_mid, mlp_act, mlp_out, resid_post, embed, final_norm, logits, all)");
+      return Status::error(
+          "--points: unknown hook point '" + name +
+          "' (resid_pre, attn_out, resid_mid, mlp_act, mlp_out, resid_post, embed, final_norm, logits, all)");
     }
     points->push_back(*p);
   }
@@ -123,8 +124,8 @@ int run_dump(const DumpOptions& o) {
   std::vector<HookPoint> points;
   if (Status st = parse_points(o.points, &points); !st) return fail(st);
 
-  auto model = load_model(o.model, {.max_batch_tokens = static_cast<int32_t>(std::min<size_t>(ids.size(), 512)),
-                                    .n_threads = o.threads});
+  auto model = load_model(
+      o.model, {.max_batch_tokens = static_cast<int32_t>(std::min<size_t>(ids.size(), 512)), .n_threads = o.threads});
   if (!model.is_ok()) return fail(model.status());
   const ModelConfig& c = (*model)->config();
   std::set<int32_t> layers;
@@ -137,8 +138,8 @@ int run_dump(const DumpOptions& o) {
   spec.observe.detect_massive = false;
   const int32_t n = static_cast<int32_t>(ids.size());
   for (HookPoint p : points) {
-    std::vector<int32_t> point_layers = is_layer_point(p) ? std::vector<int32_t>(layers.begin(), layers.end())
-                                                          : std::vector<int32_t>{-1};
+    std::vector<int32_t> point_layers =
+        is_layer_point(p) ? std::vector<int32_t>(layers.begin(), layers.end()) : std::vector<int32_t>{-1};
     for (int32_t l : point_layers) {
       for (int32_t pos = 0; pos < n; ++pos) spec.observe.captures.push_back({p, l, pos});
     }
@@ -179,7 +180,9 @@ int run_dump(const DumpOptions& o) {
   };
   std::map<std::string, Tensor> tensors;
   for (const Capture& cap : report->captures) {
-    if (!cap.filled) return fail(Status::error("no " + hook_key(cap.point, cap.layer) + " row for token " + std::to_string(cap.position)));
+    if (!cap.filled)
+      return fail(
+          Status::error("no " + hook_key(cap.point, cap.layer) + " row for token " + std::to_string(cap.position)));
     Tensor& t = tensors[hook_key(cap.point, cap.layer)];
     t.point = cap.point;
     t.layer = cap.layer;
@@ -191,8 +194,8 @@ int run_dump(const DumpOptions& o) {
   for (const auto& [key, t] : tensors) entries.push_back({key, DType::kF32, {n, t.width}, t.data.data()});
   const std::map<std::string, std::string> meta = {{"model", o.model}, {"producer", "glassbox dump"}};
   if (Status st = write_safetensors(o.out, entries, meta); !st) return fail(st);
-  std::fprintf(stderr, "glassbox dump: %s\nglassbox dump: %zu tokens, %zu tensors -> %s\n", (*model)->describe().c_str(),
-               ids.size(), entries.size() - 1, o.out.c_str());
+  std::fprintf(stderr, "glassbox dump: %s\nglassbox dump: %zu tokens, %zu tensors -> %s\n",
+               (*model)->describe().c_str(), ids.size(), entries.size() - 1, o.out.c_str());
 
   if (o.stats) {
     // Per (point, layer): the token holding the largest |x|, and the median / RMS of that token.

@@ -93,7 +93,8 @@ int run_generate(const GenerateOptions& o) {
   EngineConfig ec;
   ec.scheduler.max_num_seqs = 1;
   ec.scheduler.max_num_batched_tokens = m.max_batch_tokens();
-  ec.max_model_len = static_cast<int32_t>(std::min<int64_t>(m.config().max_pos, static_cast<int64_t>(req.prompt.size()) + o.max_tokens));
+  ec.max_model_len = static_cast<int32_t>(
+      std::min<int64_t>(m.config().max_pos, static_cast<int64_t>(req.prompt.size()) + o.max_tokens));
   auto engine = Engine::create(&m, ec);
   if (!engine.is_ok()) return fail(engine.message());
   auto channel = std::make_shared<RequestChannel>();
@@ -149,7 +150,9 @@ void register_generate(CLI::App& app, Action* action) {
   cmd->add_flag("--chat", o->chat, "render the prompt as a user message with the model's chat template");
   cmd->add_option("--system", o->system, "system message (with --chat)");
   cmd->add_option("--chat-template", o->chat_template_file, "Jinja chat template file overriding the model's");
-  cmd->add_option("--max-tokens,-n", o->max_tokens, "tokens to generate at most")->capture_default_str()->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--max-tokens,-n", o->max_tokens, "tokens to generate at most")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20));
   add_sampling_flags(*cmd, &o->sampling);
   add_threads_flag(*cmd, &o->threads);
   cmd->add_flag("--ignore-eos", o->ignore_eos, "keep generating past end-of-sequence tokens");

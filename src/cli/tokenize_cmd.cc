@@ -80,7 +80,8 @@ int run_chat(const Tokenizer& tok, const TokenizeOptions& o) {
     for (auto it = doc.begin(); it != doc.end(); ++it) {
       if (it.key() == "messages") messages = it.value();
       else if (it.key() == "tools") tools = it.value();
-      else if (it.key() == "add_generation_prompt" && it.value().is_boolean()) add_generation_prompt = it.value().get<bool>();
+      else if (it.key() == "add_generation_prompt" && it.value().is_boolean())
+        add_generation_prompt = it.value().get<bool>();
       else extra[it.key()] = it.value();
     }
   } else {
@@ -157,7 +158,8 @@ int run(const TokenizeOptions& o) {
 void register_tokenize(CLI::App& app, Action* action) {
   auto opts = std::make_shared<TokenizeOptions>();
   CLI::App* cmd = app.add_subcommand("tokenize", "Encode text to token ids and pieces, or decode ids to text");
-  auto* tokenizer = add_tokenizer_flag(*cmd, &opts->tokenizer_path, " (a directory: tokenizer.json + tokenizer_config.json)");
+  auto* tokenizer =
+      add_tokenizer_flag(*cmd, &opts->tokenizer_path, " (a directory: tokenizer.json + tokenizer_config.json)");
   auto* model = add_model_flag(*cmd, &opts->model);
   model->excludes(tokenizer);
   // -t means --threads in every other subcommand; tokenizing has no threads. Named here only to
@@ -165,18 +167,21 @@ void register_tokenize(CLI::App& app, Action* action) {
   auto* old_t = cmd->add_option("-t", opts->old_t)->group("");
   cmd->add_option("text", opts->text, "Text to encode (read from standard input when omitted)");
   cmd->add_option("--decode,-d", opts->decode_ids, "Decode these ids instead (\"1 2 3\" or \"1,2,3\")");
-  cmd->add_flag("--json", opts->json, "Print one JSON object: {\"ids\": [...], \"pieces\": [...]} ({\"text\": ...} with --decode)");
+  cmd->add_flag("--json", opts->json,
+                "Print one JSON object: {\"ids\": [...], \"pieces\": [...]} ({\"text\": ...} with --decode)");
   cmd->add_flag("--add-special,!--no-add-special", opts->add_special,
                 "Add BOS/EOS as the tokenizer's post-processor says (default: add, like Hugging Face)");
   cmd->add_flag("--skip-special", opts->skip_special, "With --decode: drop special tokens from the text");
-  cmd->add_option("--chat", opts->chat_file,
-                  "Render this JSON chat (messages array, or {\"messages\", \"tools\", \"add_generation_prompt\", ...}) "
-                  "with the tokenizer's chat template and print the prompt");
+  cmd->add_option(
+      "--chat", opts->chat_file,
+      "Render this JSON chat (messages array, or {\"messages\", \"tools\", \"add_generation_prompt\", ...}) "
+      "with the tokenizer's chat template and print the prompt");
   cmd->add_option("--chat-template", opts->chat_template_file, "With --chat: a Jinja template file to use instead");
   cmd->callback([opts, action, tokenizer, model, old_t] {
     if (old_t->count() > 0) {
-      throw CLI::ValidationError("-t", "tokenize takes the tokenizer as --tokenizer PATH or the model as -m PATH (-t is "
-                                       "--threads in the other subcommands)");
+      throw CLI::ValidationError("-t",
+                                 "tokenize takes the tokenizer as --tokenizer PATH or the model as -m PATH (-t is "
+                                 "--threads in the other subcommands)");
     }
     if (tokenizer->count() == 0 && model->count() == 0) throw CLI::RequiredError("--tokenizer PATH or -m MODEL");
     *action = [opts] { return run(*opts); };

@@ -55,9 +55,9 @@ inline uint16_t f32_to_f16(float f) {
   std::memcpy(&u, &f, 4);
   const uint32_t sign = (u >> 16) & 0x8000u;
   u &= 0x7fffffffu;
-  if (u > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);  // NaN
+  if (u > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);   // NaN
   if (u >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // overflow -> inf
-  if (u < 0x38800000u) {                                                 // subnormal or zero
+  if (u < 0x38800000u) {                                               // subnormal or zero
     if (u < 0x33000000u) return static_cast<uint16_t>(sign);
     const uint32_t e = u >> 23;
     uint32_t m = (u & 0x7fffffu) | 0x800000u;

@@ -38,7 +38,7 @@ class [[nodiscard]] Status {
 template <class T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::move(value)) {}                        // NOLINT: implicit by design
+  Result(T value) : v_(std::move(value)) {}  // NOLINT: implicit by design
   Result(Status status) : v_(std::move(status)) { assert(!std::get<Status>(v_).is_ok()); }  // NOLINT
 
   bool is_ok() const { return v_.index() == 0; }
@@ -63,9 +63,9 @@ class [[nodiscard]] Result {
 }  // namespace gb
 
 // Propagates an error Status / Result from the current function.
-#define GB_RETURN_IF_ERROR(expr)              \
-  do {                                        \
-    ::gb::Status gb_status_ = (expr);         \
+#define GB_RETURN_IF_ERROR(expr)                \
+  do {                                          \
+    ::gb::Status gb_status_ = (expr);           \
     if (!gb_status_.is_ok()) return gb_status_; \
   } while (0)
 

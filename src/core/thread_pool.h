@@ -23,8 +23,8 @@ namespace gb {
 class JobRef {
  public:
   template <class F>
-    requires(!std::is_same_v<std::decay_t<F>, JobRef> && std::is_invocable_v<F&, int>)
-  JobRef(F&& f)  // NOLINT: implicit by design, pool.run([&](int i) { ... })
+  requires(!std::is_same_v<std::decay_t<F>, JobRef> && std::is_invocable_v<F&, int>)
+      JobRef(F&& f)  // NOLINT: implicit by design, pool.run([&](int i) { ... })
       : obj_(const_cast<void*>(static_cast<const void*>(std::addressof(f)))),
         call_([](void* obj, int i) { (*static_cast<std::remove_reference_t<F>*>(obj))(i); }) {}
   void operator()(int i) const { call_(obj_, i); }
@@ -58,9 +58,9 @@ class ThreadPool {
   int n_threads_;
   std::vector<std::thread> workers_;
   const JobRef* job_ = nullptr;
-  uint32_t generation_ = 0;            // of the job being run (caller thread only)
-  std::atomic<uint64_t> ticket_{0};    // (generation << 32) | next task index to claim
-  std::atomic<int> done_{0};           // tasks of the current generation finished
+  uint32_t generation_ = 0;             // of the job being run (caller thread only)
+  std::atomic<uint64_t> ticket_{0};     // (generation << 32) | next task index to claim
+  std::atomic<int> done_{0};            // tasks of the current generation finished
   std::atomic<uint32_t> published_{0};  // generation workers should join
   std::atomic<int> sleepers_{0};
   std::atomic<bool> stop_{false};

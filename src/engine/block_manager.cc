@@ -154,7 +154,7 @@ bool BlockManager::grow(std::vector<int32_t>* table, int64_t n_tokens) {
 
 void BlockManager::publish(int32_t block, uint64_t hash) {
   Block& blk = blocks_[block];
-  if (blk.hash != 0) return;  // already published (a prefix-cache hit)
+  if (blk.hash != 0) return;                       // already published (a prefix-cache hit)
   if (hash == 0 || cache_find(hash) >= 0) return;  // an identical block exists: keep that one
   blk.hash = hash;
   cache_insert(hash, block);

@@ -60,7 +60,7 @@ class BlockManager {
   // Everything is sized at construction: taking, publishing and releasing blocks allocate nothing.
   struct Block {
     int32_t ref_count = 0;
-    uint64_t hash = 0;  // 0: not in the prefix cache
+    uint64_t hash = 0;             // 0: not in the prefix cache
     int32_t prev = -1, next = -1;  // free-list links, valid while ref_count == 0
   };
   int32_t take_free_block();
@@ -77,9 +77,9 @@ class BlockManager {
   int32_t block_size_;
   std::vector<Block> blocks_;
   int32_t free_head_ = -1, free_tail_ = -1, n_free_ = 0;
-  std::vector<uint64_t> cache_keys_;    // [capacity] 0 = empty
-  std::vector<int32_t> cache_blocks_;   // [capacity]
-  uint64_t cache_mask_ = 0;             // capacity - 1 (a power of two)
+  std::vector<uint64_t> cache_keys_;   // [capacity] 0 = empty
+  std::vector<int32_t> cache_blocks_;  // [capacity]
+  uint64_t cache_mask_ = 0;            // capacity - 1 (a power of two)
   int32_t n_cached_ = 0;
   int32_t n_state_slots_;
   std::vector<int32_t> free_state_slots_;  // stack: back = next handed out

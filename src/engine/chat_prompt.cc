@@ -19,7 +19,8 @@ Result<ChatPrompter> ChatPrompter::create(const Tokenizer& tokenizer, const std:
 }
 
 Result<std::string> ChatPrompter::render(const nlohmann::ordered_json& messages, bool add_generation_prompt,
-                                         const nlohmann::ordered_json& tools, const nlohmann::ordered_json& extra) const {
+                                         const nlohmann::ordered_json& tools,
+                                         const nlohmann::ordered_json& extra) const {
   chat::ChatTemplateOptions o;
   o.add_generation_prompt = add_generation_prompt;
   o.bos_token = bos_token_;

@@ -38,9 +38,10 @@ Result<std::unique_ptr<Engine>> Engine::create(Model* model, const EngineConfig&
   }
   const int64_t min_blocks = (config.max_model_len + config.block_size - 1) / config.block_size;
   if (n_blocks < min_blocks) {
-    return Status::error("KV cache of " + std::to_string(n_blocks) + " blocks cannot hold one sequence of max_model_len " +
-                         std::to_string(config.max_model_len) + " tokens (" + std::to_string(min_blocks) +
-                         " blocks of " + std::to_string(bytes_per_block) + " bytes); raise the KV cache size or lower max_model_len");
+    return Status::error("KV cache of " + std::to_string(n_blocks) +
+                         " blocks cannot hold one sequence of max_model_len " + std::to_string(config.max_model_len) +
+                         " tokens (" + std::to_string(min_blocks) + " blocks of " + std::to_string(bytes_per_block) +
+                         " bytes); raise the KV cache size or lower max_model_len");
   }
   GB_ASSIGN_OR_RETURN(auto cache, KvCache::create(mc, static_cast<int32_t>(n_blocks), config.block_size,
                                                   config.scheduler.max_num_seqs));
@@ -73,7 +74,8 @@ Status Engine::validate(const GenerationRequest& request) const {
   const int32_t vocab = model_->config().vocab;
   if (request.prompt.empty()) return Status::error("the prompt is empty");
   for (int32_t t : request.prompt) {
-    if (t < 0 || t >= vocab) return Status::error("prompt token id " + std::to_string(t) + " is outside the vocabulary");
+    if (t < 0 || t >= vocab)
+      return Status::error("prompt token id " + std::to_string(t) + " is outside the vocabulary");
   }
   if (request.max_tokens <= 0) return Status::error("max_tokens must be positive");
   const int64_t total = static_cast<int64_t>(request.prompt.size()) + request.max_tokens;

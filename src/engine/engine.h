@@ -98,9 +98,9 @@ class Engine : public EngineApi {
   BlockManager blocks_;
   Scheduler scheduler_;
   ModelRunner runner_;
-  std::vector<float> logprobs_;   // [vocab] f32 scratch
+  std::vector<float> logprobs_;  // [vocab] f32 scratch
   std::vector<int32_t> eos_ids_;
-  std::vector<Done> done_;        // per-step scratch
+  std::vector<Done> done_;  // per-step scratch
 
   mutable std::mutex mutex_;  // guards inbox_, stats_ and the flags below
   std::condition_variable wake_;

@@ -24,8 +24,8 @@ std::string non_finite_message(const NonFiniteSite& site, const GlassSpec* spec)
   std::string where = is_layer_point(site.point)
                           ? "layer " + std::to_string(site.layer) + " " + std::string(hook_point_name(site.point))
                           : std::string(hook_point_name(site.point));
-  std::string msg = "non-finite activations (NaN or Inf) first at " + where + ", token position " +
-                    std::to_string(site.position);
+  std::string msg =
+      "non-finite activations (NaN or Inf) first at " + where + ", token position " + std::to_string(site.position);
   if (spec != nullptr && is_layer_point(site.point)) {
     std::string ivs;
     for (size_t k = 0; k < spec->interventions.size(); ++k) {

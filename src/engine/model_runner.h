@@ -35,9 +35,7 @@ class ModelRunner {
 
   // After run: logits [vocab] f32 of the i-th sequence that samples, in scheduled order. The
   // sampler may edit them.
-  float* logits(int32_t i) {
-    return logits_.data() + static_cast<size_t>(sample_rows_[i]) * model_->config().vocab;
-  }
+  float* logits(int32_t i) { return logits_.data() + static_cast<size_t>(sample_rows_[i]) * model_->config().vocab; }
   // Whether the last run sampled the monitor, and what it saw.
   bool monitored() const { return monitored_; }
   const MonitorStep& monitor_step() const { return monitor_step_; }
@@ -63,11 +61,11 @@ class ModelRunner {
   std::vector<float> logits_;
   std::vector<int32_t> sample_rows_;    // [i]: logits row of the i-th sampling sequence
   std::vector<int32_t> out_positions_;  // scratch: one sequence's captured output positions
-  GlassStep glass_step_;          // this step's glass table (rebuilt every step, grow-only buffers)
-  Hooks hooks_;                   // no observers; carries glass_step_ into the forward pass
-  MonitorConfig monitor_config_;  // the monitor configuration in force
-  MonitorStep monitor_step_;      // what the last sampled step saw
-  int64_t monitor_counter_ = 0;   // steps since the monitor was configured
+  GlassStep glass_step_;                // this step's glass table (rebuilt every step, grow-only buffers)
+  Hooks hooks_;                         // no observers; carries glass_step_ into the forward pass
+  MonitorConfig monitor_config_;        // the monitor configuration in force
+  MonitorStep monitor_step_;            // what the last sampled step saw
+  int64_t monitor_counter_ = 0;         // steps since the monitor was configured
   bool monitored_ = false;
 };
 

@@ -70,11 +70,11 @@ struct GenerationRequest {
   std::string id;               // unique; used in logs and metrics, never the prompt
   std::vector<int32_t> prompt;  // token ids, already templated and tokenized
   SamplingParams sampling;
-  int32_t max_tokens = 16;      // > 0; prompt + max_tokens <= max model length (checked by the server)
+  int32_t max_tokens = 16;  // > 0; prompt + max_tokens <= max model length (checked by the server)
   bool ignore_eos = false;
   std::vector<int32_t> stop_token_ids;  // stop on these besides the model's EOS ids
-  int32_t top_logprobs = -1;    // -1: no logprobs; k >= 0: sampled token's logprob + k alternatives
-  uint64_t cache_salt = 0;      // mixed into prefix-cache block hashes (the engine mixes in the glass spec's)
+  int32_t top_logprobs = -1;            // -1: no logprobs; k >= 0: sampled token's logprob + k alternatives
+  uint64_t cache_salt = 0;              // mixed into prefix-cache block hashes (the engine mixes in the glass spec's)
   Clock::time_point deadline = Clock::time_point::max();  // cancelled with kTimeout when passed
   // The glass box for this request (observation + interventions), made by resolve_glass_spec
   // against this engine's model; null: none (the request runs exactly as a plain one). Shared and
@@ -84,12 +84,12 @@ struct GenerationRequest {
 
 // One message from the engine thread to the request's consumer.
 struct GenerationEvent {
-  std::vector<GeneratedToken> tokens;  // new tokens since the previous event
-  FinishReason finish = FinishReason::kNone;  // set on the last event only
-  std::string error;                   // with kError: what went wrong
+  std::vector<GeneratedToken> tokens;                   // new tokens since the previous event
+  FinishReason finish = FinishReason::kNone;            // set on the last event only
+  std::string error;                                    // with kError: what went wrong
   EngineErrorCode error_code = EngineErrorCode::kNone;  // on the last event: why it ended, unless kStop / kLength
   int32_t prompt_tokens = 0;
-  int32_t cached_prompt_tokens = 0;    // prompt tokens served from the prefix cache
+  int32_t cached_prompt_tokens = 0;  // prompt tokens served from the prefix cache
   // On the last event of a request that had a glass spec (whatever the finish reason): its
   // statistics per (layer, point), massive-activation events, captures and the interventions as
   // applied. Null otherwise.
@@ -155,10 +155,10 @@ struct EngineStats {
   int64_t prefix_cache_hits = 0;     // of those, found
   int64_t preemptions = 0;
   StepHistogram step_seconds;
-  int64_t monitor_steps = 0;         // steps the massive-activation monitor sampled
-  int64_t massive_events = 0;        // events the monitor counted (all layers)
-  int64_t glass_requests = 0;        // requests run with a glass spec (observation or interventions)
-  int64_t state_slots_used = 0;      // hybrid models: recurrent-state slots held by running sequences
+  int64_t monitor_steps = 0;     // steps the massive-activation monitor sampled
+  int64_t massive_events = 0;    // events the monitor counted (all layers)
+  int64_t glass_requests = 0;    // requests run with a glass spec (observation or interventions)
+  int64_t state_slots_used = 0;  // hybrid models: recurrent-state slots held by running sequences
 };
 
 // What the server sees of the engine.

@@ -18,8 +18,7 @@ Status SamplingParams::validate(int32_t vocab_size) const {
   if (!(repetition_penalty > 0.0f && repetition_penalty <= 100.0f))
     return bad("repetition_penalty", "must be in (0, 100]");
   if (!(presence_penalty >= -2.0f && presence_penalty <= 2.0f)) return bad("presence_penalty", "must be in [-2, 2]");
-  if (!(frequency_penalty >= -2.0f && frequency_penalty <= 2.0f))
-    return bad("frequency_penalty", "must be in [-2, 2]");
+  if (!(frequency_penalty >= -2.0f && frequency_penalty <= 2.0f)) return bad("frequency_penalty", "must be in [-2, 2]");
   for (const auto& [id, bias] : logit_bias) {
     if (id < 0 || id >= vocab_size)
       return bad("logit_bias", "has token id " + std::to_string(id) + " outside the vocabulary [0, " +
@@ -115,7 +114,9 @@ int32_t Sampler::sample(float* logits) {
     for (int32_t i = 0; i < vocab_size_; ++i) {
       if (std::isfinite(logits[i]) || logits[i] > 0) candidates_.emplace_back(logits[i] * inv_t, i);
     }
-    auto by_logit = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
+    auto by_logit = [](const auto& a, const auto& b) {
+      return a.first > b.first || (a.first == b.first && a.second < b.second);
+    };
     size_t n = candidates_.size();
     if (params_.top_k > 0 && static_cast<size_t>(params_.top_k) < n) {
       std::nth_element(candidates_.begin(), candidates_.begin() + params_.top_k, candidates_.end(), by_logit);

@@ -21,18 +21,18 @@ struct TokenLogprob {
 // A sampled token, with its log-probability under the model's distribution when asked for.
 struct GeneratedToken {
   int32_t token;
-  float logprob = 0.0f;            // of the sampled token under the model's distribution
-  std::vector<TokenLogprob> top;   // top_logprobs alternatives, most likely first
+  float logprob = 0.0f;           // of the sampled token under the model's distribution
+  std::vector<TokenLogprob> top;  // top_logprobs alternatives, most likely first
 };
 
 struct SamplingParams {
-  float temperature = 1.0f;  // 0 = greedy (argmax, lowest id on ties)
-  int32_t top_k = 0;         // 0 or < 0 = off
-  float top_p = 1.0f;        // 1 = off
-  float min_p = 0.0f;        // 0 = off; keeps tokens with p >= min_p * p_max
-  float repetition_penalty = 1.0f;  // HF: logit / r if > 0 else logit * r, on prompt + output tokens
-  float presence_penalty = 0.0f;    // OpenAI: - presence * (count > 0), output tokens
-  float frequency_penalty = 0.0f;   // OpenAI: - frequency * count, output tokens
+  float temperature = 1.0f;             // 0 = greedy (argmax, lowest id on ties)
+  int32_t top_k = 0;                    // 0 or < 0 = off
+  float top_p = 1.0f;                   // 1 = off
+  float min_p = 0.0f;                   // 0 = off; keeps tokens with p >= min_p * p_max
+  float repetition_penalty = 1.0f;      // HF: logit / r if > 0 else logit * r, on prompt + output tokens
+  float presence_penalty = 0.0f;        // OpenAI: - presence * (count > 0), output tokens
+  float frequency_penalty = 0.0f;       // OpenAI: - frequency * count, output tokens
   std::map<int32_t, float> logit_bias;  // added to the logit before everything else
   uint64_t seed = 0;
   bool has_seed = false;  // without a seed each sampler draws from a fresh random seed
@@ -71,9 +71,9 @@ class Sampler {
   SamplingParams params_;
   int32_t vocab_size_;
   std::mt19937_64 rng_;
-  std::vector<int32_t> output_counts_;  // [vocab] occurrences in the output
-  std::vector<uint8_t> in_prompt_;      // [vocab] 1 if the token occurs in the prompt
-  std::vector<int32_t> seen_;           // tokens with a count or prompt flag (sparse penalty pass)
+  std::vector<int32_t> output_counts_;                 // [vocab] occurrences in the output
+  std::vector<uint8_t> in_prompt_;                     // [vocab] 1 if the token occurs in the prompt
+  std::vector<int32_t> seen_;                          // tokens with a count or prompt flag (sparse penalty pass)
   std::vector<std::pair<float, int32_t>> candidates_;  // [vocab] scratch: (logit, id)
 };
 

@@ -68,9 +68,10 @@ const std::vector<ScheduledSeq>& Scheduler::schedule() {
     hashes.reserve(max_blocks);
     // At least the last token is computed so the step yields logits to sample from.
     const int32_t max_hit_blocks = (len - 1) / blocks_->block_size();
-    const int32_t hits = seq->skip_prefix_lookup || config_.recurrent_state
-                             ? 0
-                             : blocks_->acquire_prefix(seq->tokens, seq->request.cache_salt, max_hit_blocks, &table, &hashes);
+    const int32_t hits =
+        seq->skip_prefix_lookup || config_.recurrent_state
+            ? 0
+            : blocks_->acquire_prefix(seq->tokens, seq->request.cache_salt, max_hit_blocks, &table, &hashes);
     const int32_t cached = hits * blocks_->block_size();
     const int32_t n = static_cast<int32_t>(std::min<int64_t>(len - cached, budget));
     if (!blocks_->grow(&table, int64_t{cached} + n)) {
@@ -107,8 +108,8 @@ void Scheduler::publish_full_blocks(Sequence* seq) {
   while (seq->block_hashes.size() < full) {
     const size_t b = seq->block_hashes.size();
     const uint64_t parent = b == 0 ? 0 : seq->block_hashes[b - 1];
-    const uint64_t h = BlockManager::hash_block(
-        parent, std::span<const int32_t>(seq->tokens).subspan(b * bs, bs), seq->request.cache_salt);
+    const uint64_t h = BlockManager::hash_block(parent, std::span<const int32_t>(seq->tokens).subspan(b * bs, bs),
+                                                seq->request.cache_salt);
     blocks_->publish(seq->block_table[b], h);
     seq->block_hashes.push_back(h);
   }

@@ -27,7 +27,7 @@ struct Sequence {
   // Observation must compute the prompt itself: no prefix-cache hits (its blocks are still published).
   bool skip_prefix_lookup = false;
 
-  std::vector<int32_t> tokens;         // prompt + generated so far
+  std::vector<int32_t> tokens;  // prompt + generated so far
   int32_t n_prompt = 0;
   int32_t n_computed = 0;              // leading tokens whose K/V are in the cache
   std::vector<int32_t> block_table;    // physical KV blocks in position order
@@ -51,9 +51,9 @@ struct SchedulerConfig {
 
 struct ScheduledSeq {
   Sequence* seq;
-  int32_t start;     // first token index (= position) computed this step
-  int32_t n_tokens;  // tokens computed this step
-  bool samples;      // reaches the end of the known tokens: the step's logits sample the next one
+  int32_t start;         // first token index (= position) computed this step
+  int32_t n_tokens;      // tokens computed this step
+  bool samples;          // reaches the end of the known tokens: the step's logits sample the next one
   bool first_admission;  // leaves the queue for the first time this step (ends its queue wait)
 };
 

@@ -46,8 +46,19 @@ uint32_t dtype_to_gguf_type(DType t) {
 namespace {
 
 enum GgufValueType : uint32_t {
-  kU8 = 0, kI8 = 1, kU16 = 2, kI16 = 3, kU32 = 4, kI32 = 5, kF32 = 6, kBool = 7,
-  kString = 8, kArray = 9, kU64 = 10, kI64 = 11, kF64 = 12,
+  kU8 = 0,
+  kI8 = 1,
+  kU16 = 2,
+  kI16 = 3,
+  kU32 = 4,
+  kI32 = 5,
+  kF32 = 6,
+  kBool = 7,
+  kString = 8,
+  kArray = 9,
+  kU64 = 10,
+  kI64 = 11,
+  kF64 = 12,
 };
 
 class Reader {
@@ -123,8 +134,7 @@ class Reader {
         }
         return Status::ok();
       }
-      default:
-        return Status::error(path_ + ": metadata '" + key + "' has unknown value type " + std::to_string(type));
+      default: return Status::error(path_ + ": metadata '" + key + "' has unknown value type " + std::to_string(type));
     }
   }
 
@@ -183,7 +193,8 @@ Status read_tensor_infos(Reader& r, const std::string& path, std::vector<RawTens
     GB_RETURN_IF_ERROR(r.read_string(&t.name, "tensor name"));
     uint32_t n_dims = 0;
     GB_RETURN_IF_ERROR(r.read(&n_dims, "tensor rank"));
-    if (n_dims == 0 || n_dims > 4) return Status::error(path + ": tensor '" + t.name + "' has rank " + std::to_string(n_dims));
+    if (n_dims == 0 || n_dims > 4)
+      return Status::error(path + ": tensor '" + t.name + "' has rank " + std::to_string(n_dims));
     for (uint32_t d = 0; d < n_dims; ++d) {
       uint64_t ne = 0;
       GB_RETURN_IF_ERROR(r.read(&ne, "tensor dimension"));
@@ -214,7 +225,8 @@ Result<TensorView> view_tensor(const RawTensor& raw, const std::shared_ptr<Mappe
   }
   uint64_t numel = 1;
   for (int64_t d : raw.ne) {
-    if (d != 0 && numel > (1ull << 48) / static_cast<uint64_t>(d)) return Status::error(path + ": tensor '" + raw.name + "' is implausibly large");
+    if (d != 0 && numel > (1ull << 48) / static_cast<uint64_t>(d))
+      return Status::error(path + ": tensor '" + raw.name + "' is implausibly large");
     numel *= static_cast<uint64_t>(d);
   }
   const uint64_t nbytes = numel / info.block_elems * info.block_bytes;
@@ -245,14 +257,16 @@ Result<GgufFile> parse_gguf(std::shared_ptr<MappedFile> file) {
   uint64_t n_tensors = 0, n_kv = 0;
   GB_RETURN_IF_ERROR(r.read(&n_tensors, "tensor count"));
   GB_RETURN_IF_ERROR(r.read(&n_kv, "metadata count"));
-  if (n_tensors > file->size() || n_kv > file->size()) return Status::error(path + ": implausible tensor/metadata counts");
+  if (n_tensors > file->size() || n_kv > file->size())
+    return Status::error(path + ": implausible tensor/metadata counts");
   GB_RETURN_IF_ERROR(read_metadata(r, n_kv, &g));
   GB_ASSIGN_OR_RETURN(const uint64_t alignment, read_alignment(g, path));
 
   std::vector<RawTensor> raws(n_tensors);
   GB_RETURN_IF_ERROR(read_tensor_infos(r, path, &raws));
   const uint64_t data_start = (r.offset(file->data()) + alignment - 1) / alignment * alignment;
-  if (n_tensors > 0 && data_start > file->size()) return Status::error(path + ": file ends before the tensor data (truncated)");
+  if (n_tensors > 0 && data_start > file->size())
+    return Status::error(path + ": file ends before the tensor data (truncated)");
   for (const RawTensor& raw : raws) {
     GB_ASSIGN_OR_RETURN(TensorView t, view_tensor(raw, file, data_start, alignment));
     g.tensors.push_back(std::move(t));

@@ -20,7 +20,9 @@ class Out {
     pos_ += n;
   }
   template <class T>
-  void pod(T v) { bytes(&v, sizeof(T)); }
+  void pod(T v) {
+    bytes(&v, sizeof(T));
+  }
   void str(const std::string& s) {
     pod<uint64_t>(s.size());
     bytes(s.data(), s.size());

@@ -38,7 +38,8 @@ void quantize_row_q4_0(const float* x, int64_t n, uint8_t* out) {
     std::memcpy(blk, &d16, 2);
     for (int i = 0; i < 16; ++i) {
       const uint8_t q0 = static_cast<uint8_t>(std::min(15, static_cast<int>(static_cast<int8_t>(xb[i] * id + 8.5f))));
-      const uint8_t q1 = static_cast<uint8_t>(std::min(15, static_cast<int>(static_cast<int8_t>(xb[i + 16] * id + 8.5f))));
+      const uint8_t q1 =
+          static_cast<uint8_t>(std::min(15, static_cast<int>(static_cast<int8_t>(xb[i + 16] * id + 8.5f))));
       blk[2 + i] = static_cast<uint8_t>(q0 | (q1 << 4));
     }
   }
@@ -46,9 +47,7 @@ void quantize_row_q4_0(const float* x, int64_t n, uint8_t* out) {
 
 Status convert_row(const float* x, int64_t n, DType dtype, uint8_t* out) {
   switch (dtype) {
-    case DType::kF32:
-      std::memcpy(out, x, n * sizeof(float));
-      return Status::ok();
+    case DType::kF32: std::memcpy(out, x, n * sizeof(float)); return Status::ok();
     case DType::kF16:
       for (int64_t i = 0; i < n; ++i) {
         const uint16_t h = f32_to_f16(x[i]);
@@ -66,8 +65,7 @@ Status convert_row(const float* x, int64_t n, DType dtype, uint8_t* out) {
       if (n % 32 != 0) return Status::error("row length " + std::to_string(n) + " is not a multiple of 32");
       (dtype == DType::kQ8_0 ? quantize_row_q8_0 : quantize_row_q4_0)(x, n, out);
       return Status::ok();
-    default:
-      return Status::error("cannot convert to " + std::string(dtype_name(dtype)));
+    default: return Status::error("cannot convert to " + std::string(dtype_name(dtype)));
   }
 }
 

@@ -13,7 +13,7 @@
 namespace gb {
 
 struct SafetensorsFile {
-  std::vector<TensorView> tensors;             // in file order
+  std::vector<TensorView> tensors;              // in file order
   std::map<std::string, std::string> metadata;  // "__metadata__"
 };
 

@@ -43,7 +43,7 @@ void GlassAccumulator::ensure_storage() {
     cap.point = cr.point;
     cap.layer = cr.layer;
     cap.position = cr.position;
-    cap.data.assign(static_cast<size_t>(cr.point == HookPoint::kMlpAct  ? n_ff_
+    cap.data.assign(static_cast<size_t>(cr.point == HookPoint::kMlpAct   ? n_ff_
                                         : cr.point == HookPoint::kLogits ? vocab_
                                                                          : n_embd_),
                     0.0f);

@@ -50,9 +50,9 @@ class GlassAccumulator {
   int32_t n_layers_;
   int32_t n_embd_, n_ff_, vocab_;
   bool storage_ = false;
-  std::vector<uint8_t> observed_;      // [n_layers · kNumLayerPoints] 1 where observed (observing specs only)
-  std::vector<Acc> acc_;               // [n_layers · kNumLayerPoints] (observing specs only)
-  std::vector<MassiveEvent> events_;   // capacity kMaxEventsPerRequest (with detect_massive)
+  std::vector<uint8_t> observed_;     // [n_layers · kNumLayerPoints] 1 where observed (observing specs only)
+  std::vector<Acc> acc_;              // [n_layers · kNumLayerPoints] (observing specs only)
+  std::vector<MassiveEvent> events_;  // capacity kMaxEventsPerRequest (with detect_massive)
   int64_t events_dropped_ = 0;
   std::vector<int64_t> applied_rows_;  // [interventions]
   std::vector<Capture> captures_;      // data sized by ensure_storage

@@ -43,7 +43,9 @@ bool as_finite_float(const json& v, float* out) {
   return std::isfinite(*out);
 }
 
-std::string not_finite(const std::string& w) { return w + ": expected a finite number (within the 32-bit float range)"; }
+std::string not_finite(const std::string& w) {
+  return w + ": expected a finite number (within the 32-bit float range)";
+}
 
 // "layer": 3 | "layers": "all" | [0, 3] | {"from": 2, "to": 9} -> sorted distinct layers; the
 // accepted form re-encoded into *canon.
@@ -58,7 +60,8 @@ std::optional<GlassError> parse_layers(const json* layer, const json* layers, co
     int64_t x = 0;
     if (!l.is_number_integer()) return bad(w, w + ": " + json_brief(l) + " is not a layer number");
     if (!as_int64(l, &x) || x < 0 || x >= n_layers)
-      return bad(w, w + ": layer " + json_brief(l) + " is outside the model's layers 0.." + std::to_string(n_layers - 1));
+      return bad(w,
+                 w + ": layer " + json_brief(l) + " is outside the model's layers 0.." + std::to_string(n_layers - 1));
     out->push_back(static_cast<int32_t>(x));
     return std::nullopt;
   };
@@ -104,7 +107,8 @@ std::optional<GlassError> parse_tokens(const json& v, const std::string& w, Toke
   out->scope = TokenScope::kPositions;
   for (const json& p : v) {
     int64_t x = 0;
-    if (!as_int64(p, &x) || x < 0 || x > kMaxPosition) return bad(w, w + ": " + json_brief(p) + " is not a token position");
+    if (!as_int64(p, &x) || x < 0 || x > kMaxPosition)
+      return bad(w, w + ": " + json_brief(p) + " is not a token position");
     out->positions.push_back(static_cast<int32_t>(x));
   }
   return std::nullopt;
@@ -123,8 +127,8 @@ std::optional<GlassError> parse_floats(const json& v, const std::string& size_pa
   const std::string& param = w;
   if (!v.is_array()) return bad(param, w + ": expected a list of numbers");
   if (v.size() > max_size)
-    return bad(size_param,
-               w + ": " + std::to_string(v.size()) + " values, " + point + " has " + std::to_string(max_size) + " dims");
+    return bad(size_param, w + ": " + std::to_string(v.size()) + " values, " + point + " has " +
+                               std::to_string(max_size) + " dims");
   out->clear();
   out->reserve(v.size());
   for (const json& x : v) {
@@ -145,7 +149,8 @@ json floats_json(const std::vector<float>& v) {
 std::optional<GlassError> parse_point(const json& v, const std::string& w, HookPoint* out) {
   auto p = v.is_string() ? parse_hook_point(v.get_ref<const std::string&>()) : std::nullopt;
   if (!p || !is_layer_point(*p))
-    return bad(w, w + ": expected a per-layer hook point (resid_pre, attn_out, resid_mid, mlp_act, mlp_out, resid_post)");
+    return bad(w,
+               w + ": expected a per-layer hook point (resid_pre, attn_out, resid_mid, mlp_act, mlp_out, resid_post)");
   *out = *p;
   return std::nullopt;
 }
@@ -212,8 +217,9 @@ std::optional<GlassError> parse_one(const json& item, const std::string& where, 
   if (auto cit = item.find("control_vector"); cit != item.end()) {
     for (const auto& [k, v] : item.items()) {
       if (k != "control_vector" && k != "strength" && k != "tokens")
-        return bad(where + "." + name_brief(k),
-                   where + "." + name_brief(k) + ": unknown field for a control vector (control_vector, strength, tokens)");
+        return bad(
+            where + "." + name_brief(k),
+            where + "." + name_brief(k) + ": unknown field for a control vector (control_vector, strength, tokens)");
     }
     const std::string* name = string_field(*cit);
     const auto* vectors = ctx.catalog.vectors;
@@ -234,8 +240,8 @@ std::optional<GlassError> parse_one(const json& item, const std::string& where, 
     out->items.push_back(std::move(canon));
     return std::nullopt;
   }
-  static const std::set<std::string> kKeys = {"op", "point", "layer", "layers", "dims", "strength", "vector",
-                                              "threshold", "mean", "tokens", "label"};
+  static const std::set<std::string> kKeys = {"op",     "point",     "layer", "layers", "dims", "strength",
+                                              "vector", "threshold", "mean",  "tokens", "label"};
   for (const auto& [k, v] : item.items()) {
     if (!kKeys.count(k))
       return bad(where + "." + name_brief(k), where + "." + name_brief(k) +
@@ -245,8 +251,8 @@ std::optional<GlassError> parse_one(const json& item, const std::string& where, 
   Intervention iv;
   json canon = json::object();
   auto oit = item.find("op");
-  auto op = oit != item.end() && oit->is_string() ? parse_intervention_op(oit->get_ref<const std::string&>())
-                                                  : std::nullopt;
+  auto op =
+      oit != item.end() && oit->is_string() ? parse_intervention_op(oit->get_ref<const std::string&>()) : std::nullopt;
   if (!op) return bad(where + ".op", where + ".op: expected scale, add, set, clamp, ablate or clip_massive");
   iv.op = *op;
   canon["op"] = std::string(intervention_op_name(iv.op));
@@ -274,8 +280,8 @@ std::optional<GlassError> parse_one(const json& item, const std::string& where, 
       int64_t v = 0;
       if (!x.is_number_integer()) return bad(where + ".dims", where + ".dims: " + json_brief(x) + " is not an index");
       if (!as_int64(x, &v) || v < 0 || v >= width)
-        return bad(where, where + ".dims[" + std::to_string(j) + "]: " + json_brief(x) + " is outside " + pname + "'s " +
-                              std::to_string(width) + " dims");
+        return bad(where, where + ".dims[" + std::to_string(j) + "]: " + json_brief(x) + " is outside " + pname +
+                              "'s " + std::to_string(width) + " dims");
       iv.dims.push_back(static_cast<int32_t>(v));
     }
     canon["dims"] = iv.dims;
@@ -330,13 +336,15 @@ std::optional<GlassError> parse_one(const json& item, const std::string& where, 
   if (named != nullptr) {
     // A library vector has one direction per layer: one intervention per layer.
     for (int32_t l : layers) {
-      auto d = std::find_if(named->directions.begin(), named->directions.end(), [&](const auto& p) { return p.first == l; });
+      auto d =
+          std::find_if(named->directions.begin(), named->directions.end(), [&](const auto& p) { return p.first == l; });
       if (d == named->directions.end())
-        return bad(where + ".vector", where + ".vector: " + name_brief(named->name) + " has no direction for layer " +
-                                          std::to_string(l));
+        return bad(where + ".vector",
+                   where + ".vector: " + name_brief(named->name) + " has no direction for layer " + std::to_string(l));
     }
     for (int32_t l : layers) {
-      auto d = std::find_if(named->directions.begin(), named->directions.end(), [&](const auto& p) { return p.first == l; });
+      auto d =
+          std::find_if(named->directions.begin(), named->directions.end(), [&](const auto& p) { return p.first == l; });
       Intervention one = iv;
       one.layer_first = one.layer_last = l;
       one.vector = d->second;
@@ -362,11 +370,13 @@ std::optional<GlassError> parse_one(const json& item, const std::string& where, 
 std::optional<GlassError> parse_observe(const json& o, const std::string& w, const ModelConfig& m,
                                         GlassRequestParts* out) {
   if (!o.is_object()) return bad(w, w + ": expected an object");
-  static const std::set<std::string> kKeys = {"points", "layers", "tokens", "top_k", "stats", "detect_massive", "capture"};
+  static const std::set<std::string> kKeys = {"points", "layers",         "tokens", "top_k",
+                                              "stats",  "detect_massive", "capture"};
   for (const auto& [k, v] : o.items()) {
     if (!kKeys.count(k))
-      return bad(w + "." + name_brief(k),
-                 w + "." + name_brief(k) + ": unknown field (points, layers, tokens, top_k, stats, detect_massive, capture)");
+      return bad(
+          w + "." + name_brief(k),
+          w + "." + name_brief(k) + ": unknown field (points, layers, tokens, top_k, stats, detect_massive, capture)");
   }
   ObserveSpec& obs = out->observe;
   json canon = json::object();
@@ -400,7 +410,8 @@ std::optional<GlassError> parse_observe(const json& o, const std::string& w, con
   }
   if (auto it = o.find("top_k"); it != o.end()) {
     int64_t k = 0;
-    if (!as_int64(*it, &k) || k < 0 || k > kMaxTopK) return bad(w + ".top_k", w + ".top_k: expected 0.." + std::to_string(kMaxTopK));
+    if (!as_int64(*it, &k) || k < 0 || k > kMaxTopK)
+      return bad(w + ".top_k", w + ".top_k: expected 0.." + std::to_string(kMaxTopK));
     obs.top_k = static_cast<int32_t>(k);
     canon["top_k"] = obs.top_k;
   }
@@ -525,8 +536,7 @@ std::optional<GlassError> parse_glass_request(const json& ext, const ParseContex
 
   // ---- the request's own interventions ----
   auto it = ext.find("interventions");
-  out->asks_interventions =
-      it != ext.end() && !it->is_null() && !(it->is_array() && it->empty());
+  out->asks_interventions = it != ext.end() && !it->is_null() && !(it->is_array() && it->empty());
   if (out->asks_interventions) {
     if (auto e = gate(GlassUse::kIntervene)) return e;
     if (auto e = parse_interventions(*it, "glassbox.interventions", ctx, true, &out->interventions)) return e;
@@ -537,7 +547,8 @@ std::optional<GlassError> parse_glass_request(const json& ext, const ParseContex
 
 std::optional<GlassError> parse_vector_directions(const json& d, const ModelConfig& m, const std::string& name,
                                                   ControlVector* out, json* canonical) {
-  if (!d.is_object() || d.empty()) return bad("directions", "directions: expected {\"<layer>\": [n_embd numbers], ...}");
+  if (!d.is_object() || d.empty())
+    return bad("directions", "directions: expected {\"<layer>\": [n_embd numbers], ...}");
   out->name = name;
   out->n_embd = m.n_embd;
   out->directions.clear();
@@ -550,8 +561,8 @@ std::optional<GlassError> parse_vector_directions(const json& d, const ModelConf
     const std::string w = "directions." + k;
     if (!v.is_array()) return bad("directions", w + ": expected a list of numbers");
     if (static_cast<int64_t>(v.size()) != m.n_embd)
-      return bad("directions", w + ": " + std::to_string(v.size()) + " values, the model has " + std::to_string(m.n_embd) +
-                                   " dims");
+      return bad("directions",
+                 w + ": " + std::to_string(v.size()) + " values, the model has " + std::to_string(m.n_embd) + " dims");
     std::vector<float> values;
     if (auto e = parse_floats(v, "directions", w, static_cast<size_t>(m.n_embd), "the model", &values)) {
       e->param = "directions";
@@ -560,7 +571,8 @@ std::optional<GlassError> parse_vector_directions(const json& d, const ModelConf
     (*canonical)[k] = floats_json(values);
     out->directions.emplace_back(static_cast<int32_t>(l), std::move(values));
   }
-  std::sort(out->directions.begin(), out->directions.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::sort(out->directions.begin(), out->directions.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
   return std::nullopt;
 }
 

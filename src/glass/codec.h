@@ -36,8 +36,8 @@
 #include "glass/control_vector.h"
 #include "glass/error.h"
 #include "glass/limits.h"
-#include "glass/report.h"
 #include "glass/repetition.h"
+#include "glass/report.h"
 #include "glass/spec.h"
 #include "model/config.h"
 
@@ -52,7 +52,7 @@ struct GlassCatalog {
 struct ParseContext {
   const ModelConfig* model = nullptr;
   GlassCatalog catalog;
-  const GlassLimits* limits = nullptr;  // when set: every item is checked against it (check_item)
+  const GlassLimits* limits = nullptr;                   // when set: every item is checked against it (check_item)
   int32_t max_interventions = kDefaultMaxInterventions;  // after expansion, counting what *out holds already
 };
 
@@ -84,8 +84,8 @@ struct GlassRequestParts {
 enum class GlassUse : uint8_t { kObserve, kIntervene };
 using GlassGate = std::function<std::optional<GlassError>(GlassUse)>;
 
-std::optional<GlassError> parse_glass_request(const nlohmann::json& ext, const ParseContext& ctx,
-                                              const GlassGate& gate, GlassRequestParts* out);
+std::optional<GlassError> parse_glass_request(const nlohmann::json& ext, const ParseContext& ctx, const GlassGate& gate,
+                                              GlassRequestParts* out);
 
 // The per-choice report: stats per layer and point, events, captures and applied. stats filters
 // the report's fields (empty: all).

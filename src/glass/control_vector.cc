@@ -15,8 +15,8 @@ Result<ControlVector> load_control_vector(const std::string& path, const ModelCo
   ControlVector cv;
   cv.name = std::move(name);
   cv.n_embd = c.n_embd;
-  if (const auto* arch = f.find("general.architecture"); arch != nullptr && arch->is_string() &&
-                                                       arch->get<std::string>() != "controlvector") {
+  if (const auto* arch = f.find("general.architecture");
+      arch != nullptr && arch->is_string() && arch->get<std::string>() != "controlvector") {
     return bad("general.architecture is '" + arch->get<std::string>() + "', not 'controlvector'");
   }
   if (const auto* hint = f.find("controlvector.model_hint"); hint != nullptr && hint->is_string()) {
@@ -26,12 +26,14 @@ Result<ControlVector> load_control_vector(const std::string& path, const ModelCo
     const std::string prefix = "direction.";
     if (t.name.rfind(prefix, 0) != 0) return bad("tensor '" + t.name + "' is not a direction.N tensor");
     const std::string num = t.name.substr(prefix.size());
-    if (num.empty() || num.size() > 9 || !std::all_of(num.begin(), num.end(), [](char ch) { return ch >= '0' && ch <= '9'; })) {
+    if (num.empty() || num.size() > 9 ||
+        !std::all_of(num.begin(), num.end(), [](char ch) { return ch >= '0' && ch <= '9'; })) {
       return bad("tensor '" + t.name + "' has no layer number");
     }
     const int32_t layer = std::stoi(num);
     if (layer == 0) return bad("direction.0 is invalid: llama.cpp numbers steerable layers from 1 (output of block N)");
-    if (t.dtype != DType::kF32) return bad(t.name + " is " + std::string(dtype_name(t.dtype)) + ", directions must be F32");
+    if (t.dtype != DType::kF32)
+      return bad(t.name + " is " + std::string(dtype_name(t.dtype)) + ", directions must be F32");
     if (t.numel() != c.n_embd || t.nbytes != static_cast<size_t>(c.n_embd) * 4) {
       return bad(t.name + " has " + std::to_string(t.numel()) + " values, the model's hidden size is " +
                  std::to_string(c.n_embd));
@@ -50,7 +52,8 @@ Result<ControlVector> load_control_vector(const std::string& path, const ModelCo
     }
     cv.directions.emplace_back(layer, std::move(v));
   }
-  if (cv.directions.empty()) return bad("no direction.N tensor for any of the model's " + std::to_string(c.n_layers) + " layers");
+  if (cv.directions.empty())
+    return bad("no direction.N tensor for any of the model's " + std::to_string(c.n_layers) + " layers");
   std::sort(cv.directions.begin(), cv.directions.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   std::sort(cv.ignored_layers.begin(), cv.ignored_layers.end());
   return cv;

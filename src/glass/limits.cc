@@ -119,8 +119,8 @@ std::optional<GlassError> append_set(const InterventionSet& set, const std::stri
                                      InterventionSet* out) {
   if (static_cast<int64_t>(out->interventions.size() + set.interventions.size()) > max_interventions) {
     return glass_invalid(what, what + ": its " + std::to_string(set.interventions.size()) + " interventions with the " +
-                         std::to_string(out->interventions.size()) + " before them are more than " +
-                         std::to_string(max_interventions) + " (glassbox_policy.max_interventions)");
+                                   std::to_string(out->interventions.size()) + " before them are more than " +
+                                   std::to_string(max_interventions) + " (glassbox_policy.max_interventions)");
   }
   for (size_t i = 0; i < set.interventions.size(); ++i) {
     out->interventions.push_back(set.interventions[i]);
@@ -155,8 +155,9 @@ std::optional<GlassError> check_item(const Intervention& iv, const std::string& 
     const double cap = limits.cap(iv.op);
     if (std::fabs(static_cast<double>(iv.strength)) > cap) {
       return glass_invalid(where + ".strength",
-                           where + ".strength: " + short_float(iv.strength) + " is over the cap of " + short_float(cap) +
-                               " for " + op + " (" + cap_field(iv.op) + "); requests over a cap are refused, not clamped",
+                           where + ".strength: " + short_float(iv.strength) + " is over the cap of " +
+                               short_float(cap) + " for " + op + " (" + cap_field(iv.op) +
+                               "); requests over a cap are refused, not clamped",
                            "cap_exceeded");
     }
     if (iv.op == InterventionOp::kAdd && !iv.vector.empty()) {
@@ -177,7 +178,8 @@ std::optional<GlassError> check_item(const Intervention& iv, const std::string& 
         return glass_invalid(where + ".mean",
                              where + ".mean[" + std::to_string(d) + "]: " + short_float(iv.vector[d]) +
                                  " is over the cap of " + short_float(cap) + " for set (" +
-                                 cap_field(InterventionOp::kSet) + "; clip_massive writes the mean's values as set does)",
+                                 cap_field(InterventionOp::kSet) +
+                                 "; clip_massive writes the mean's values as set does)",
                              "cap_exceeded");
       }
     }
@@ -185,7 +187,8 @@ std::optional<GlassError> check_item(const Intervention& iv, const std::string& 
   const std::string point(hook_point_name(iv.point));
   if (!limits.allowed_points.empty() &&
       std::find(limits.allowed_points.begin(), limits.allowed_points.end(), iv.point) == limits.allowed_points.end())
-    return glass_forbidden("point_not_allowed", where + ".point: " + point + " is not in glassbox_policy.allowed_points");
+    return glass_forbidden("point_not_allowed",
+                           where + ".point: " + point + " is not in glassbox_policy.allowed_points");
   if (!limits.allowed_layers.empty()) {
     for (int32_t l = iv.layer_first; l <= iv.layer_last; ++l) {
       if (std::find(limits.allowed_layers.begin(), limits.allowed_layers.end(), l) == limits.allowed_layers.end())
@@ -231,7 +234,8 @@ std::optional<GlassError> check_combined(const std::vector<Intervention>& ivs, c
       st.scalar_changed = false;
       for (int32_t d : st.touched) st.touched_flag[d] = 0;
       st.touched.clear();
-      for (; e < events.size() && events[e].layer == layer; ++e) st.apply(ivs[events[e].item], events[e].start ? 1 : -1);
+      for (; e < events.size() && events[e].layer == layer; ++e)
+        st.apply(ivs[events[e].item], events[e].start ? 1 : -1);
       if (layer >= c.n_layers) break;
       // The violation, if any: op, dim (-1: every dim or none), the combined figure.
       std::optional<InterventionOp> bad_op;
@@ -242,7 +246,8 @@ std::optional<GlassError> check_combined(const std::vector<Intervention>& ivs, c
           bad_op = InterventionOp::kAdd, bad_dim = d, figure = st.add_at(d);
           return false;
         }
-        if (limits.capped(InterventionOp::kScale) && over(std::fabs(st.scale_at(d) - 1.0), limits.cap(InterventionOp::kScale))) {
+        if (limits.capped(InterventionOp::kScale) &&
+            over(std::fabs(st.scale_at(d) - 1.0), limits.cap(InterventionOp::kScale))) {
           bad_op = InterventionOp::kScale, bad_dim = d, figure = st.scale_at(d);
           return false;
         }
@@ -270,7 +275,9 @@ std::optional<GlassError> check_combined(const std::vector<Intervention>& ivs, c
       for (size_t i : items) {
         const Intervention& iv = ivs[i];
         if (iv.op != op || iv.layer_first > layer || iv.layer_last < layer || !covers_dim(iv, bad_dim)) continue;
-        if (n++ < 8) names += (names.empty() ? "" : ", ") + (i < sources.size() ? sources[i] : "interventions[" + std::to_string(i) + "]");
+        if (n++ < 8)
+          names += (names.empty() ? "" : ", ") +
+                   (i < sources.size() ? sources[i] : "interventions[" + std::to_string(i) + "]");
       }
       if (n > 8) names += " and " + std::to_string(n - 8) + " more";
       const double cap = limits.cap(op);
@@ -280,12 +287,13 @@ std::optional<GlassError> check_combined(const std::vector<Intervention>& ivs, c
       std::string effect;
       switch (op) {
         case InterventionOp::kAdd:
-          effect = "add up to " + short_float(figure) + " (Σ |strength|, a vector counted as |strength| × |vector|), over the cap of " +
-                   short_float(cap);
+          effect = "add up to " + short_float(figure) +
+                   " (Σ |strength|, a vector counted as |strength| × |vector|), over the cap of " + short_float(cap);
           break;
         case InterventionOp::kScale:
-          effect = "multiply it by " + short_float(figure) + " (|factor − 1| = " + short_float(std::fabs(figure - 1.0)) +
-                   "), over the cap of " + short_float(cap);
+          effect = "multiply it by " + short_float(figure) +
+                   " (|factor − 1| = " + short_float(std::fabs(figure - 1.0)) + "), over the cap of " +
+                   short_float(cap);
           break;
         case InterventionOp::kAblate:
           effect = "can grow a direction " + short_float(figure) + "×, over 1 + the cap of " + short_float(cap);
@@ -294,10 +302,11 @@ std::optional<GlassError> check_combined(const std::vector<Intervention>& ivs, c
           effect = "scale clipped values by up to " + short_float(figure) + "×, over the cap of " + short_float(cap);
           break;
       }
-      return glass_invalid(param, param + ": the stacked " + opname + " interventions at " + at + " " + effect + " (" +
-                                      cap_field(op) + "): " + names +
-                                      ". A cap bounds the combined effect of all of a request's interventions (its own, "
-                                      "its session's and the default set's)",
+      return glass_invalid(param,
+                           param + ": the stacked " + opname + " interventions at " + at + " " + effect + " (" +
+                               cap_field(op) + "): " + names +
+                               ". A cap bounds the combined effect of all of a request's interventions (its own, "
+                               "its session's and the default set's)",
                            "cap_exceeded");
     }
   }

@@ -27,8 +27,8 @@ struct GlassLimits {
       std::numeric_limits<double>::infinity(), std::numeric_limits<double>::infinity(),
       std::numeric_limits<double>::infinity(), std::numeric_limits<double>::infinity(),
       std::numeric_limits<double>::infinity(), std::numeric_limits<double>::infinity()};
-  std::vector<int32_t> allowed_layers;  // empty: every layer
-  std::vector<HookPoint> allowed_points;  // empty: every per-layer point
+  std::vector<int32_t> allowed_layers;                   // empty: every layer
+  std::vector<HookPoint> allowed_points;                 // empty: every per-layer point
   int32_t max_interventions = kDefaultMaxInterventions;  // resolved interventions per request
 
   double cap(InterventionOp op) const { return caps[static_cast<size_t>(op)]; }
@@ -38,8 +38,8 @@ struct GlassLimits {
 // A list of interventions resolved against the model: what a request's items, a preset, a session
 // or the default set expanded to. Immutable once made (shared by the admin state's snapshots).
 struct InterventionSet {
-  std::vector<Intervention> interventions;  // each resolved once (resolve_intervention)
-  std::vector<std::string> sources;         // [interventions]: the item it came from, for messages
+  std::vector<Intervention> interventions;         // each resolved once (resolve_intervention)
+  std::vector<std::string> sources;                // [interventions]: the item it came from, for messages
   nlohmann::json items = nlohmann::json::array();  // the items as given, re-encoded in request syntax
 };
 

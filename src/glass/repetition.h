@@ -31,9 +31,9 @@ class RepetitionTracker {
 
  private:
   int32_t n_, window_;
-  std::vector<int32_t> last_;            // the last n tokens
-  std::unordered_set<uint64_t> seen_;    // hashes of the n-grams so far
-  std::vector<uint8_t> recent_;          // ring of the last `window` n-grams: 1 = repeated
+  std::vector<int32_t> last_;          // the last n tokens
+  std::unordered_set<uint64_t> seen_;  // hashes of the n-grams so far
+  std::vector<uint8_t> recent_;        // ring of the last `window` n-grams: 1 = repeated
   int64_t recent_sum_ = 0;
   int64_t total_ = 0, repeated_ = 0;
 };

@@ -24,8 +24,8 @@ AppliedIntervention applied_intervention(const Intervention& iv) {
   return a;
 }
 
-MassiveEvent massive_event(HookPoint p, int32_t layer, int32_t position, const float* x, int32_t max_dim,
-                           float max_abs, float median_abs, const MassiveTest& test) {
+MassiveEvent massive_event(HookPoint p, int32_t layer, int32_t position, const float* x, int32_t max_dim, float max_abs,
+                           float median_abs, const MassiveTest& test) {
   return {p,
           layer,
           position,

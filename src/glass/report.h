@@ -28,26 +28,26 @@ struct PointStats {
   float median_abs = 0;       // mean over tokens of each token's median |x|
   float max_ratio = 0;        // max over tokens of max|x| / median|x| (0 when a median is 0)
   int32_t max_ratio_position = -1;
-  float rms = 0;              // sqrt(mean x²) over every observed value
-  float mean = 0;             // mean x over every observed value
-  std::vector<TopDim> top;    // up to top_k dims by their largest |x|, largest first
+  float rms = 0;            // sqrt(mean x²) over every observed value
+  float mean = 0;           // mean x over every observed value
+  std::vector<TopDim> top;  // up to top_k dims by their largest |x|, largest first
 };
 
 struct MassiveEvent {
   HookPoint point = HookPoint::kResidPost;
   int32_t layer = 0;
-  int32_t position = 0;   // token position in its sequence
+  int32_t position = 0;  // token position in its sequence
   int32_t dim = 0;
-  float value = 0;        // x (signed)
-  float median_abs = 0;   // median |x| of that row
-  float ratio = 0;        // |x| / median_abs (∞ when the median is 0)
-  bool abs_test = false;  // |x| > min_abs
+  float value = 0;          // x (signed)
+  float median_abs = 0;     // median |x| of that row
+  float ratio = 0;          // |x| / median_abs (∞ when the median is 0)
+  bool abs_test = false;    // |x| > min_abs
   bool ratio_test = false;  // |x| > min_ratio · median_abs
 };
 
 // The event of a row that passed is_massive(): its largest value x[max_dim] at (p, layer, position).
-MassiveEvent massive_event(HookPoint p, int32_t layer, int32_t position, const float* x, int32_t max_dim,
-                           float max_abs, float median_abs, const MassiveTest& test);
+MassiveEvent massive_event(HookPoint p, int32_t layer, int32_t position, const float* x, int32_t max_dim, float max_abs,
+                           float median_abs, const MassiveTest& test);
 
 struct Capture {
   HookPoint point = HookPoint::kResidPost;
@@ -69,17 +69,17 @@ struct AppliedIntervention {
   float vector_norm = 0;    // L2 norm of the resolved vector (ablate: of the normalised direction, 1)
   TokenSelector tokens;
   std::string label;
-  int64_t rows = 0;         // (token, layer) rows it was applied to
+  int64_t rows = 0;  // (token, layer) rows it was applied to
 };
 
 // An intervention as resolved (rows = 0: the caller counts them).
 AppliedIntervention applied_intervention(const Intervention& iv);
 
 struct GlassReport {
-  std::vector<PointStats> stats;  // observed (layer, point) pairs, layer-major
+  std::vector<PointStats> stats;     // observed (layer, point) pairs, layer-major
   std::vector<MassiveEvent> events;  // in the order seen, at most kMaxEventsPerRequest
   int64_t events_dropped = 0;
-  std::vector<Capture> captures;  // in ObserveSpec::captures order
+  std::vector<Capture> captures;             // in ObserveSpec::captures order
   std::vector<AppliedIntervention> applied;  // in GlassSpec::interventions order
 };
 

@@ -52,8 +52,8 @@ Status check_layer_point(HookPoint p, const std::string& where) {
 
 Status check_layer(int32_t l, const ModelConfig& c, const std::string& where) {
   if (l < 0 || l >= c.n_layers) {
-    return Status::error(where + ": layer " + std::to_string(l) + " is outside the model's " + std::to_string(c.n_layers) +
-                         " layers (0.." + std::to_string(c.n_layers - 1) + ")");
+    return Status::error(where + ": layer " + std::to_string(l) + " is outside the model's " +
+                         std::to_string(c.n_layers) + " layers (0.." + std::to_string(c.n_layers - 1) + ")");
   }
   return Status::ok();
 }
@@ -120,10 +120,12 @@ Status resolve_intervention(Intervention& iv, const ModelConfig& c, const std::s
   switch (iv.op) {
     case InterventionOp::kScale:
     case InterventionOp::kSet:
-      if (!iv.vector.empty()) return Status::error(where + ".vector: not used by " + std::string(intervention_op_name(iv.op)));
+      if (!iv.vector.empty())
+        return Status::error(where + ".vector: not used by " + std::string(intervention_op_name(iv.op)));
       break;
     case InterventionOp::kAdd:
-      if (!iv.vector.empty() && !iv.dims.empty()) return Status::error(where + ": add takes dims or a vector, not both");
+      if (!iv.vector.empty() && !iv.dims.empty())
+        return Status::error(where + ": add takes dims or a vector, not both");
       break;
     case InterventionOp::kClamp:
       if (iv.strength < 0) return Status::error(where + ".strength: a clamp bound must be >= 0");

@@ -18,13 +18,13 @@
 namespace gb {
 
 inline constexpr int kNumLayerPoints = static_cast<int>(HookPoint::kEmbed);  // resid_pre .. resid_post
-inline constexpr int kNumGlobalPoints = kNumHookPoints - kNumLayerPoints;   // embed, final_norm, logits
+inline constexpr int kNumGlobalPoints = kNumHookPoints - kNumLayerPoints;    // embed, final_norm, logits
 // final_norm and logits exist only for the output rows of a forward pass.
 inline constexpr bool is_output_point(HookPoint p) { return p == HookPoint::kFinalNorm || p == HookPoint::kLogits; }
-inline constexpr int32_t kMaxTopK = 16;                 // ObserveSpec::top_k
-inline constexpr int32_t kMaxSelectedPositions = 256;   // TokenSelector::positions
-inline constexpr int64_t kMaxCaptureFloats = 1 << 20;   // raw vectors per sequence (4 MiB)
-inline constexpr int32_t kMaxEventsPerRequest = 256;    // massive events kept per sequence; the rest are counted
+inline constexpr int32_t kMaxTopK = 16;                // ObserveSpec::top_k
+inline constexpr int32_t kMaxSelectedPositions = 256;  // TokenSelector::positions
+inline constexpr int64_t kMaxCaptureFloats = 1 << 20;  // raw vectors per sequence (4 MiB)
+inline constexpr int32_t kMaxEventsPerRequest = 256;   // massive events kept per sequence; the rest are counted
 
 // Which tokens of a sequence an intervention or observation applies to. A "token" is a row of the
 // forward pass: the hidden state computed for the token at that position (the row at position p
@@ -97,9 +97,9 @@ struct ObserveSpec {
   std::vector<HookPoint> points;  // per-layer points; empty: resid_post
   std::vector<int32_t> layers;    // 0-based; empty: every layer
   TokenSelector tokens;
-  int32_t top_k = 0;              // top dims by |x| per (layer, point), 0 .. kMaxTopK
-  bool detect_massive = true;     // massive events on the observed rows
-  std::vector<CaptureRequest> captures;  // raw vectors; Σ widths ≤ max_capture_floats
+  int32_t top_k = 0;                               // top dims by |x| per (layer, point), 0 .. kMaxTopK
+  bool detect_massive = true;                      // massive events on the observed rows
+  std::vector<CaptureRequest> captures;            // raw vectors; Σ widths ≤ max_capture_floats
   int64_t max_capture_floats = kMaxCaptureFloats;  // a tool (glassbox dump) may raise it; the server never does
 };
 

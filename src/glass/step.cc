@@ -162,8 +162,8 @@ void GlassStep::apply_global(HookPoint p, const float* data, int64_t n_rows, int
   }
 }
 
-void GlassStep::observe_rows(const ObsEntry& e, int32_t s, HookPoint p, int32_t layer, const float* data,
-                             int64_t width, const Batch& batch, float* scratch) const {
+void GlassStep::observe_rows(const ObsEntry& e, int32_t s, HookPoint p, int32_t layer, const float* data, int64_t width,
+                             const Batch& batch, float* scratch) const {
   GlassAccumulator& acc = *e.acc;
   const GlassSpec& spec = acc.spec();
   GlassAccumulator::Acc& a = acc.acc_[static_cast<size_t>(s)];
@@ -250,7 +250,8 @@ void GlassStep::monitor_rows(HookPoint p, int32_t layer, const float* data, int6
   out.rows += n_rows;
 }
 
-void GlassStep::apply(HookPoint p, int32_t layer, float* data, int64_t n_rows, int64_t width, const Batch& batch) const {
+void GlassStep::apply(HookPoint p, int32_t layer, float* data, int64_t n_rows, int64_t width,
+                      const Batch& batch) const {
   const int32_t s = slot(p, layer);
   float* scratch = scratch_.data();
 
@@ -280,7 +281,8 @@ void GlassStep::apply(HookPoint p, int32_t layer, float* data, int64_t n_rows, i
   }
 
   // 2. Per-request observation.
-  for (int32_t i = obs_offsets_[s]; i < obs_offsets_[s + 1]; ++i) observe_rows(obs_[i], s, p, layer, data, width, batch, scratch);
+  for (int32_t i = obs_offsets_[s]; i < obs_offsets_[s + 1]; ++i)
+    observe_rows(obs_[i], s, p, layer, data, width, batch, scratch);
 
   // 3. Raw captures.
   for (int32_t i = cap_offsets_[s]; i < cap_offsets_[s + 1]; ++i) {
@@ -290,7 +292,8 @@ void GlassStep::apply(HookPoint p, int32_t layer, float* data, int64_t n_rows, i
   }
 
   // 4. The engine-wide monitor over every row.
-  if (monitor_ != nullptr && (monitor_->points & hook_bit(p))) monitor_rows(p, layer, data, n_rows, width, batch, scratch);
+  if (monitor_ != nullptr && (monitor_->points & hook_bit(p)))
+    monitor_rows(p, layer, data, n_rows, width, batch, scratch);
 }
 
 }  // namespace gb

@@ -31,12 +31,12 @@ struct MonitorEvent {
 // What a monitored step saw, per layer over all monitored points and rows. Sized once.
 struct MonitorStep {
   static constexpr int32_t kMaxEvents = 256;
-  void reset(int32_t n_layers);  // clears, keeping capacity
-  std::vector<float> max_abs;    // [n_layers] max |x| over the step's rows
-  std::vector<float> max_ratio;  // [n_layers] max over rows of max|x| / median|x|
+  void reset(int32_t n_layers);      // clears, keeping capacity
+  std::vector<float> max_abs;        // [n_layers] max |x| over the step's rows
+  std::vector<float> max_ratio;      // [n_layers] max over rows of max|x| / median|x|
   std::vector<MonitorEvent> events;  // at most kMaxEvents
   int64_t events_dropped = 0;
-  int64_t rows = 0;              // rows checked (summed over layers and points)
+  int64_t rows = 0;  // rows checked (summed over layers and points)
 };
 
 // Built by the engine (or a test) from the batch's sequences, then handed to Hooks::set_glass;
@@ -90,7 +90,8 @@ class GlassStep final : public StepTable {
                              : n_layers_ * kNumLayerPoints + (static_cast<int>(p) - kNumLayerPoints);
   }
   template <class E>
-  static void sort_by_slot(std::vector<E>& staged, std::vector<E>& sorted, std::vector<int32_t>& offsets, int32_t n_slots);
+  static void sort_by_slot(std::vector<E>& staged, std::vector<E>& sorted, std::vector<int32_t>& offsets,
+                           int32_t n_slots);
   void observe_rows(const ObsEntry& e, int32_t s, HookPoint p, int32_t layer, const float* data, int64_t width,
                     const Batch& batch, float* scratch) const;
   void monitor_rows(HookPoint p, int32_t layer, const float* data, int64_t n_rows, int64_t width, const Batch& batch,

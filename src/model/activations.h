@@ -13,22 +13,22 @@ struct Activations {
   Activations(const ModelConfig& c, int32_t max_tokens, int32_t n_threads);
 
   int32_t max_tokens;
-  std::vector<float> x;          // [max_tokens, n_embd] f32 residual stream (resid_pre/mid/post in place)
-  std::vector<float> xn;         // [max_tokens, n_embd] f32 RMSNorm output feeding attention / MLP
-  std::vector<float> q;          // [max_tokens, n_heads · head_dim] f32
-  std::vector<float> k;          // [max_tokens, n_kv_heads · head_dim] f32 (copied into the KV cache)
-  std::vector<float> v;          // [max_tokens, n_kv_heads · head_dim] f32
-  std::vector<float> attn;       // [max_tokens, n_heads · head_dim] f32 attention heads, o_proj input
-  std::vector<float> attn_out;   // [max_tokens, n_embd] f32 o_proj output (hook attn_out)
-  std::vector<float> gate;       // [max_tokens, n_ff] f32 gate_proj output, then act(gate)·up (hook mlp_act)
-  std::vector<float> up;         // [max_tokens, n_ff] f32 up_proj output
-  std::vector<float> mlp_out;    // [max_tokens, n_embd] f32 down_proj output (hook mlp_out)
-  std::vector<float> rope_cos;   // [max_tokens, rope_dims / 2] f32 for this step's positions
-  std::vector<float> rope_sin;   // [max_tokens, rope_dims / 2] f32
-  std::vector<float> out_norm;   // [max_tokens, n_embd] f32 final norm of the output rows (hook final_norm)
-  std::vector<float> scores;     // [n_threads, block_size] f32 attention scratch (sized on first use per block size)
+  std::vector<float> x;           // [max_tokens, n_embd] f32 residual stream (resid_pre/mid/post in place)
+  std::vector<float> xn;          // [max_tokens, n_embd] f32 RMSNorm output feeding attention / MLP
+  std::vector<float> q;           // [max_tokens, n_heads · head_dim] f32
+  std::vector<float> k;           // [max_tokens, n_kv_heads · head_dim] f32 (copied into the KV cache)
+  std::vector<float> v;           // [max_tokens, n_kv_heads · head_dim] f32
+  std::vector<float> attn;        // [max_tokens, n_heads · head_dim] f32 attention heads, o_proj input
+  std::vector<float> attn_out;    // [max_tokens, n_embd] f32 o_proj output (hook attn_out)
+  std::vector<float> gate;        // [max_tokens, n_ff] f32 gate_proj output, then act(gate)·up (hook mlp_act)
+  std::vector<float> up;          // [max_tokens, n_ff] f32 up_proj output
+  std::vector<float> mlp_out;     // [max_tokens, n_embd] f32 down_proj output (hook mlp_out)
+  std::vector<float> rope_cos;    // [max_tokens, rope_dims / 2] f32 for this step's positions
+  std::vector<float> rope_sin;    // [max_tokens, rope_dims / 2] f32
+  std::vector<float> out_norm;    // [max_tokens, n_embd] f32 final norm of the output rows (hook final_norm)
+  std::vector<float> scores;      // [n_threads, block_size] f32 attention scratch (sized on first use per block size)
   std::vector<int32_t> all_rows;  // [max_tokens] 0, 1, 2, ...: the row ids of per-layer hook tensors
-  std::vector<double> inv_freq;  // [rope_dims / 2] RoPE frequencies incl. scaling
+  std::vector<double> inv_freq;   // [rope_dims / 2] RoPE frequencies incl. scaling
 
   // Hybrid models only (empty otherwise). nk/nv/dk/dv: linear-attention heads and head dims;
   // conv_dim = 2·nk·dk + nv·dv.

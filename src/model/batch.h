@@ -24,10 +24,10 @@ struct BatchSeq {
 };
 
 struct Batch {
-  std::vector<int32_t> tokens;       // [n_tokens] token ids
-  std::vector<int32_t> positions;    // [n_tokens] position of each token in its sequence
-  std::vector<int32_t> seq_index;    // [n_tokens] index into seqs: per-sequence data (KV, hooks, later interventions)
-  std::vector<int64_t> slots;        // [n_tokens] KV slot (block · block_size + offset) each token's k/v are written to
+  std::vector<int32_t> tokens;     // [n_tokens] token ids
+  std::vector<int32_t> positions;  // [n_tokens] position of each token in its sequence
+  std::vector<int32_t> seq_index;  // [n_tokens] index into seqs: per-sequence data (KV, hooks, later interventions)
+  std::vector<int64_t> slots;      // [n_tokens] KV slot (block · block_size + offset) each token's k/v are written to
   std::vector<int32_t> output_rows;  // [n_out] ascending token rows whose logits the step returns
   std::vector<BatchSeq> seqs;        // [n_seqs]
 

@@ -77,8 +77,8 @@ void output_head(const ModelConfig& c, const ModelWeights& w, Activations& a, Th
                   a.out_norm.data() + i * n_embd);
   }
   const uint32_t global_mask = hooks != nullptr ? hooks->global_mask() : 0;
-  hook_point(hooks, global_mask, HookPoint::kFinalNorm, -1, a.out_norm.data(), n_out, n_embd,
-             batch.output_rows.data(), batch);
+  hook_point(hooks, global_mask, HookPoint::kFinalNorm, -1, a.out_norm.data(), n_out, n_embd, batch.output_rows.data(),
+             batch);
   ops::matmul(pool, a.out_norm.data(), n_out, w.output, logits);
   hook_point(hooks, global_mask, HookPoint::kLogits, -1, logits, n_out, c.vocab, batch.output_rows.data(), batch);
 }

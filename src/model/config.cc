@@ -91,7 +91,8 @@ Status check_range(const std::string& where, const char* what, int64_t v, int64_
 // DeltaNet layers, the gated full attention.
 Status parse_qwen35_hf(const json& j, const std::string& where, ModelConfig* c) {
   if (auto it = j.find("num_experts"); it != j.end() && it->is_number_integer() && it->get<int64_t>() > 0) {
-    return Status::error(where + ": Qwen3.5 mixture-of-experts models are not supported (num_experts = " + it->dump() + ")");
+    return Status::error(where + ": Qwen3.5 mixture-of-experts models are not supported (num_experts = " + it->dump() +
+                         ")");
   }
   c->qk_norm = true;
   c->attn_output_gate = true;
@@ -176,8 +177,10 @@ Status ModelConfig::validate() const {
   for (float d : rope_freq_divisors) {
     if (!(d > 0.0f) || !std::isfinite(d)) return Status::error(where + ": rope frequency factors must be positive");
   }
-  if (!(rms_eps > 0.0f) || !(rope_theta > 0.0)) return Status::error(where + ": rms_norm_eps and rope_theta must be positive");
-  if (static_cast<int32_t>(layer_kinds.size()) != n_layers) return Status::error(where + ": layer kinds do not match layers");
+  if (!(rms_eps > 0.0f) || !(rope_theta > 0.0))
+    return Status::error(where + ": rms_norm_eps and rope_theta must be positive");
+  if (static_cast<int32_t>(layer_kinds.size()) != n_layers)
+    return Status::error(where + ": layer kinds do not match layers");
   if (hybrid()) {
     GB_RETURN_IF_ERROR(check_range(where, "linear attention key heads", lin_k_heads, 1, 4096));
     GB_RETURN_IF_ERROR(check_range(where, "linear attention value heads", lin_v_heads, 1, 4096));
@@ -185,12 +188,14 @@ Status ModelConfig::validate() const {
     GB_RETURN_IF_ERROR(check_range(where, "linear attention value head dim", lin_v_dim, 1, 1024));
     GB_RETURN_IF_ERROR(check_range(where, "linear attention conv kernel", lin_conv_kernel, 1, 64));
     if (lin_v_heads % lin_k_heads != 0) {
-      return Status::error(where + ": " + std::to_string(lin_v_heads) + " linear attention value heads are not a multiple of " +
-                           std::to_string(lin_k_heads) + " key heads");
+      return Status::error(where + ": " + std::to_string(lin_v_heads) +
+                           " linear attention value heads are not a multiple of " + std::to_string(lin_k_heads) +
+                           " key heads");
     }
   }
   for (int32_t id : eos_ids) GB_RETURN_IF_ERROR(check_range(where, "eos token id", id, 0, vocab - 1));
-  if (bos_id >= vocab) return Status::error(where + ": bos token id " + std::to_string(bos_id) + " is outside the vocabulary");
+  if (bos_id >= vocab)
+    return Status::error(where + ": bos token id " + std::to_string(bos_id) + " is outside the vocabulary");
   return Status::ok();
 }
 
@@ -198,7 +203,8 @@ namespace {
 
 // The multimodal Qwen3.5 checkpoint: its language model's keys live in text_config (top-level
 // keys such as tie_word_embeddings / eos_token_id fill the gaps); the vision tower is not loaded.
-Result<ModelConfig> parse_hf_text_config(const json& j, const json* gen, const std::string& a, const std::string& where) {
+Result<ModelConfig> parse_hf_text_config(const json& j, const json* gen, const std::string& a,
+                                         const std::string& where) {
   auto tc = j.find("text_config");
   if (tc == j.end() || !tc->is_object()) {
     return Status::error(where + ": " + a + " needs a 'text_config' object with the language model's settings");
@@ -378,7 +384,8 @@ Result<ModelConfig> parse_hf_config(const json& j, const json* gen) {
   const std::string where = "config.json";
   if (!j.is_object()) return Status::error(where + ": not a JSON object");
   // Error messages dump values and Qwen3.5's text_config is copied: both recurse per level.
-  if (json_nesting_exceeds(j)) return Status::error(where + ": nested deeper than " + std::to_string(kMaxJsonNesting) + " levels");
+  if (json_nesting_exceeds(j))
+    return Status::error(where + ": nested deeper than " + std::to_string(kMaxJsonNesting) + " levels");
   if (gen != nullptr && json_nesting_exceeds(*gen)) {
     return Status::error("generation_config.json: nested deeper than " + std::to_string(kMaxJsonNesting) + " levels");
   }
@@ -419,7 +426,8 @@ struct GgufKeys {
       return Status::ok();
     }
     if (!it->second.is_number_integer()) {
-      return Status::error(where + ": '" + arch + "." + key + "' must be one integer, found " + it->second.dump().substr(0, 80));
+      return Status::error(where + ": '" + arch + "." + key + "' must be one integer, found " +
+                           it->second.dump().substr(0, 80));
     }
     *out = it->second.get<int64_t>();
     return Status::ok();
@@ -497,7 +505,8 @@ Status parse_gguf_rope_scaling(const GgufKeys& k, const std::vector<float>* rope
       if (!(factor > 0)) return Status::error(k.where + ": rope.scaling.factor must be positive");
       c->rope_freq_divisors.assign(c->rope_dims / 2, static_cast<float>(factor));
     } else if (type != "none") {
-      return Status::error(k.where + ": rope scaling type '" + type + "' is not supported (none, linear; llama3 via rope_freqs)");
+      return Status::error(k.where + ": rope scaling type '" + type +
+                           "' is not supported (none, linear; llama3 via rope_freqs)");
     }
   }
   if (rope_freqs != nullptr) c->rope_freq_divisors = *rope_freqs;
@@ -535,8 +544,9 @@ Status parse_gguf_qwen35(const GgufKeys& k, ModelConfig* c) {
   GB_RETURN_IF_ERROR(k.get("ssm.conv_kernel", 4, false, &kernel));
   GB_RETURN_IF_ERROR(k.get("full_attention_interval", 4, false, &interval));
   if (rank <= 0 || inner % rank != 0 || interval <= 0) {
-    return Status::error(k.where + ": qwen35.ssm.inner_size " + std::to_string(inner) + " is not a multiple of ssm.time_step_rank " +
-                         std::to_string(rank) + ", or full_attention_interval " + std::to_string(interval) + " is not positive");
+    return Status::error(k.where + ": qwen35.ssm.inner_size " + std::to_string(inner) +
+                         " is not a multiple of ssm.time_step_rank " + std::to_string(rank) +
+                         ", or full_attention_interval " + std::to_string(interval) + " is not positive");
   }
   c->lin_k_dim = static_cast<int32_t>(state);
   c->lin_k_heads = static_cast<int32_t>(groups);

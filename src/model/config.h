@@ -37,14 +37,14 @@ struct ModelConfig {
 
   double rope_theta = 10000.0;
   ops::RopeStyle rope_style = ops::RopeStyle::kNeox;
-  int32_t rope_dims = 0;                    // rotated dims per head (head_dim here)
-  std::vector<float> rope_freq_divisors;    // [rope_dims / 2]: llama3 / linear scaling; empty = none
+  int32_t rope_dims = 0;                  // rotated dims per head (head_dim here)
+  std::vector<float> rope_freq_divisors;  // [rope_dims / 2]: llama3 / linear scaling; empty = none
 
-  bool tied_embeddings = false;  // lm_head = token embedding matrix
+  bool tied_embeddings = false;       // lm_head = token embedding matrix
   bool tied_embeddings_known = true;  // false: config.json did not say; tied iff lm_head.weight is absent
-  bool qkv_bias = false;         // Qwen2, or Llama with attention_bias
-  bool o_bias = false;           // Llama with attention_bias
-  bool qk_norm = false;          // Qwen3: RMSNorm over each head of q and k before RoPE
+  bool qkv_bias = false;              // Qwen2, or Llama with attention_bias
+  bool o_bias = false;                // Llama with attention_bias
+  bool qk_norm = false;               // Qwen3: RMSNorm over each head of q and k before RoPE
 
   int32_t bos_id = -1;           // -1: none
   std::vector<int32_t> eos_ids;  // generation stops on any of these

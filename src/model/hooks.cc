@@ -63,7 +63,8 @@ void Hooks::set_glass(const StepTable* table) {
 void Hooks::update_masks() {
   for (int32_t l = 0; l <= n_layers_; ++l) {
     uint32_t g = 0;
-    if (glass_ != nullptr) g = l < n_layers_ ? (l < glass_->n_layers() ? glass_->layer_mask(l) : 0) : glass_->global_mask();
+    if (glass_ != nullptr)
+      g = l < n_layers_ ? (l < glass_->n_layers() ? glass_->layer_mask(l) : 0) : glass_->global_mask();
     masks_[l] = observer_masks_[l] | g;
   }
 }

@@ -31,7 +31,7 @@ inline constexpr int kNumHookPoints = static_cast<int>(HookPoint::kCount);
 inline constexpr uint32_t hook_bit(HookPoint p) { return 1u << static_cast<int>(p); }
 inline constexpr bool is_layer_point(HookPoint p) { return p < HookPoint::kEmbed; }
 
-std::string_view hook_point_name(HookPoint p);         // "resid_post", "embed", ...
+std::string_view hook_point_name(HookPoint p);  // "resid_post", "embed", ...
 std::optional<HookPoint> parse_hook_point(std::string_view name);
 // "layers.{l}.{point}" for per-layer points, "{point}" for embed / final_norm / logits: the keys
 // of `glassbox dump` files and of the reference fixtures.
@@ -40,8 +40,8 @@ std::string hook_key(HookPoint p, int32_t layer);
 // What an observer sees: a read-only view of one hook tensor of the current step.
 struct HookTensor {
   HookPoint point;
-  int32_t layer;        // 0-based layer; -1 for embed, final_norm, logits
-  const float* data;    // [n_rows, width] f32, valid only during the call
+  int32_t layer;      // 0-based layer; -1 for embed, final_norm, logits
+  const float* data;  // [n_rows, width] f32, valid only during the call
   int64_t n_rows;
   int64_t width;
   const int32_t* rows;  // [n_rows] batch token row of each tensor row (per-layer points: 0..n_tokens-1;
@@ -112,8 +112,8 @@ class Hooks {
   size_t index(HookPoint p, int32_t layer) const;
   int32_t n_layers_;
   void update_masks();
-  std::vector<uint32_t> observer_masks_;          // [n_layers + 1] bits with observers; the last is the global points
-  std::vector<uint32_t> masks_;                   // [n_layers + 1] observer_masks_ | the step table's bits
+  std::vector<uint32_t> observer_masks_;  // [n_layers + 1] bits with observers; the last is the global points
+  std::vector<uint32_t> masks_;           // [n_layers + 1] observer_masks_ | the step table's bits
   const StepTable* glass_ = nullptr;
   std::vector<std::vector<Observer*>> observers_;  // [(n_layers + 1) · kNumHookPoints]
 };

@@ -25,7 +25,8 @@ Result<std::unique_ptr<KvCache>> KvCache::create(const ModelConfig& config, int3
     return Status::error("KV cache: a hybrid model needs at least one recurrent state slot (got " +
                          std::to_string(n_state_slots) + ")");
   }
-  std::unique_ptr<KvCache> c(new KvCache(n_blocks, block_size, config.n_kv_heads, config.head_dim, n_lin > 0 ? n_state_slots : 0));
+  std::unique_ptr<KvCache> c(
+      new KvCache(n_blocks, block_size, config.n_kv_heads, config.head_dim, n_lin > 0 ? n_state_slots : 0));
   if (n_lin > 0) {
     int32_t i = 0;
     for (LayerKind k : config.layer_kinds) c->lin_index_.push_back(k == LayerKind::kLinearAttention ? i++ : -1);
@@ -46,8 +47,8 @@ Result<std::unique_ptr<KvCache>> KvCache::create(const ModelConfig& config, int3
   // short-lived user (the CLI) pays only for the pages it touches; the engine calls prefault().
   c->data_.reset(new (std::nothrow) float[c->n_floats_]);
   if (c->data_ == nullptr) {
-    return Status::error("KV cache: cannot allocate " + std::to_string(c->n_floats_ * sizeof(float) >> 20) + " MiB for " +
-                         std::to_string(n_blocks) + " blocks");
+    return Status::error("KV cache: cannot allocate " + std::to_string(c->n_floats_ * sizeof(float) >> 20) +
+                         " MiB for " + std::to_string(n_blocks) + " blocks");
   }
   return c;
 }

@@ -59,14 +59,14 @@ class KvCache {
   int64_t layer_floats_ = 0;         // floats of K (or V) for one layer
   std::vector<int32_t> attn_index_;  // [n_layers] index among attention layers, -1 for other kinds
   size_t n_floats_ = 0;
-  std::unique_ptr<float[]> data_;    // [n_attention_layers, 2 (K, V), n_blocks, n_kv_heads, block_size, head_dim] f32
+  std::unique_ptr<float[]> data_;  // [n_attention_layers, 2 (K, V), n_blocks, n_kv_heads, block_size, head_dim] f32
   int32_t n_state_slots_ = 0;
-  std::vector<int32_t> lin_index_;   // [n_layers] index among linear-attention layers, -1 for other kinds
-  int64_t conv_floats_ = 0;          // per slot and layer: conv window
-  int64_t slot_floats_ = 0;          // per slot and layer: conv window + delta state
+  std::vector<int32_t> lin_index_;  // [n_layers] index among linear-attention layers, -1 for other kinds
+  int64_t conv_floats_ = 0;         // per slot and layer: conv window
+  int64_t slot_floats_ = 0;         // per slot and layer: conv window + delta state
   size_t state_floats_ = 0;
-  std::unique_ptr<float[]> state_;   // [n_linear_layers, n_state_slots, slot_floats] f32
-  std::vector<int32_t> state_len_;   // [n_state_slots]
+  std::unique_ptr<float[]> state_;  // [n_linear_layers, n_state_slots, slot_floats] f32
+  std::vector<int32_t> state_len_;  // [n_state_slots]
 };
 
 }  // namespace gb

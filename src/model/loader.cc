@@ -22,7 +22,7 @@ using nlohmann::json;
 // The tensors of a model by name, whichever file (or shard) holds them.
 struct TensorSet {
   std::map<std::string, TensorView> tensors;
-  std::string where;  // for messages: the file or directory
+  std::string where;          // for messages: the file or directory
   bool quantized_ok = false;  // GGUF may carry block-quantized matrices; safetensors may not
 
   const TensorView* find(const std::string& name) const {
@@ -112,7 +112,8 @@ class Binder {
       expected += (expected.empty() ? "" : " or ") + shape_str(s);
     }
     if (!ok) {
-      return Status::error(ts_.where + ": tensor '" + name + "' has shape " + shape_str(t->shape) + ", expected " + expected);
+      return Status::error(ts_.where + ": tensor '" + name + "' has shape " + shape_str(t->shape) + ", expected " +
+                           expected);
     }
     GB_ASSIGN_OR_RETURN(const float* v, vector_any_shape(name, t, numel));
     return const_cast<float*>(v);
@@ -151,10 +152,14 @@ Status bind_weights(const ModelConfig& c, const TensorSet& ts, bool gguf, ModelW
     GB_ASSIGN_OR_RETURN(L.bq, b.optional_vector(n.layer(l, "self_attn.q_proj.bias", "attn_q.bias"), qd, c.qkv_bias));
     GB_ASSIGN_OR_RETURN(L.bk, b.optional_vector(n.layer(l, "self_attn.k_proj.bias", "attn_k.bias"), kvd, c.qkv_bias));
     GB_ASSIGN_OR_RETURN(L.bv, b.optional_vector(n.layer(l, "self_attn.v_proj.bias", "attn_v.bias"), kvd, c.qkv_bias));
-    GB_ASSIGN_OR_RETURN(L.bo, b.optional_vector(n.layer(l, "self_attn.o_proj.bias", "attn_output.bias"), c.n_embd, c.o_bias));
-    GB_ASSIGN_OR_RETURN(L.q_norm, b.optional_vector(n.layer(l, "self_attn.q_norm.weight", "attn_q_norm.weight"), c.head_dim, c.qk_norm));
-    GB_ASSIGN_OR_RETURN(L.k_norm, b.optional_vector(n.layer(l, "self_attn.k_norm.weight", "attn_k_norm.weight"), c.head_dim, c.qk_norm));
-    GB_ASSIGN_OR_RETURN(L.ffn_norm, b.vector(n.layer(l, "post_attention_layernorm.weight", "ffn_norm.weight"), c.n_embd));
+    GB_ASSIGN_OR_RETURN(L.bo,
+                        b.optional_vector(n.layer(l, "self_attn.o_proj.bias", "attn_output.bias"), c.n_embd, c.o_bias));
+    GB_ASSIGN_OR_RETURN(L.q_norm, b.optional_vector(n.layer(l, "self_attn.q_norm.weight", "attn_q_norm.weight"),
+                                                    c.head_dim, c.qk_norm));
+    GB_ASSIGN_OR_RETURN(L.k_norm, b.optional_vector(n.layer(l, "self_attn.k_norm.weight", "attn_k_norm.weight"),
+                                                    c.head_dim, c.qk_norm));
+    GB_ASSIGN_OR_RETURN(L.ffn_norm,
+                        b.vector(n.layer(l, "post_attention_layernorm.weight", "ffn_norm.weight"), c.n_embd));
     GB_ASSIGN_OR_RETURN(L.w_gate, b.matrix(n.layer(l, "mlp.gate_proj.weight", "ffn_gate.weight"), c.n_ff, c.n_embd));
     GB_ASSIGN_OR_RETURN(L.w_up, b.matrix(n.layer(l, "mlp.up_proj.weight", "ffn_up.weight"), c.n_ff, c.n_embd));
     GB_ASSIGN_OR_RETURN(L.w_down, b.matrix(n.layer(l, "mlp.down_proj.weight", "ffn_down.weight"), c.n_embd, c.n_ff));
@@ -169,7 +174,8 @@ Status bind_weights(const ModelConfig& c, const TensorSet& ts, bool gguf, ModelW
 Status bind_qwen35_weights(const ModelConfig& c, const TensorSet& ts, bool gguf, ModelWeights* w,
                            std::vector<std::vector<float>>* store) {
   Binder b(ts, store);
-  const std::string hp = ts.find("model.language_model.embed_tokens.weight") != nullptr ? "model.language_model." : "model.";
+  const std::string hp =
+      ts.find("model.language_model.embed_tokens.weight") != nullptr ? "model.language_model." : "model.";
   auto top = [&](const char* hf, const char* gg) { return gguf ? std::string(gg) : hp + hf; };
   auto lname = [&](int l, const char* hf, const char* gg) {
     return gguf ? "blk." + std::to_string(l) + "." + gg : hp + "layers." + std::to_string(l) + "." + hf;
@@ -194,7 +200,8 @@ Status bind_qwen35_weights(const ModelConfig& c, const TensorSet& ts, bool gguf,
   for (int l = 0; l < c.n_layers; ++l) {
     LayerWeights& L = w->layers[l];
     GB_ASSIGN_OR_RETURN(L.attn_norm, norm(lname(l, "input_layernorm.weight", "attn_norm.weight"), c.n_embd));
-    GB_ASSIGN_OR_RETURN(L.ffn_norm, norm(lname(l, "post_attention_layernorm.weight", "post_attention_norm.weight"), c.n_embd));
+    GB_ASSIGN_OR_RETURN(L.ffn_norm,
+                        norm(lname(l, "post_attention_layernorm.weight", "post_attention_norm.weight"), c.n_embd));
     GB_ASSIGN_OR_RETURN(L.w_gate, b.matrix(lname(l, "mlp.gate_proj.weight", "ffn_gate.weight"), c.n_ff, c.n_embd));
     GB_ASSIGN_OR_RETURN(L.w_up, b.matrix(lname(l, "mlp.up_proj.weight", "ffn_up.weight"), c.n_ff, c.n_embd));
     GB_ASSIGN_OR_RETURN(L.w_down, b.matrix(lname(l, "mlp.down_proj.weight", "ffn_down.weight"), c.n_embd, c.n_ff));
@@ -208,7 +215,8 @@ Status bind_qwen35_weights(const ModelConfig& c, const TensorSet& ts, bool gguf,
       GB_ASSIGN_OR_RETURN(L.k_norm, norm(lname(l, "self_attn.k_norm.weight", "attn_k_norm.weight"), hd));
       continue;
     }
-    GB_ASSIGN_OR_RETURN(L.lin_qkv, b.matrix(lname(l, "linear_attn.in_proj_qkv.weight", "attn_qkv.weight"), conv, c.n_embd));
+    GB_ASSIGN_OR_RETURN(L.lin_qkv,
+                        b.matrix(lname(l, "linear_attn.in_proj_qkv.weight", "attn_qkv.weight"), conv, c.n_embd));
     GB_ASSIGN_OR_RETURN(L.lin_z, b.matrix(lname(l, "linear_attn.in_proj_z.weight", "attn_gate.weight"), vd, c.n_embd));
     GB_ASSIGN_OR_RETURN(L.lin_b, b.matrix(lname(l, "linear_attn.in_proj_b.weight", "ssm_beta.weight"), nv, c.n_embd));
     GB_ASSIGN_OR_RETURN(L.lin_a, b.matrix(lname(l, "linear_attn.in_proj_a.weight", "ssm_alpha.weight"), nv, c.n_embd));

@@ -8,14 +8,13 @@ namespace gb {
 std::string Model::describe() const {
   const ModelConfig& c = config_;
   // The dtype of the first layer's q_proj, or of its MLP when it has none (a hybrid model's linear layer).
-  const DType dt = weights_.layers.empty()                     ? DType::kF32
+  const DType dt = weights_.layers.empty()                 ? DType::kF32
                    : weights_.layers[0].wq.data != nullptr ? weights_.layers[0].wq.dtype
                                                            : weights_.layers[0].w_up.dtype;
-  return c.arch_name + " (" + format_ + ", " + std::string(dtype_name(dt)) +
-         "): " + std::to_string(c.n_layers) + " layers, hidden " + std::to_string(c.n_embd) + ", " +
-         std::to_string(c.n_heads) + "/" + std::to_string(c.n_kv_heads) + " heads x " + std::to_string(c.head_dim) +
-         ", ffn " + std::to_string(c.n_ff) + ", vocab " + std::to_string(c.vocab) +
-         (c.tied_embeddings ? ", tied embeddings" : "") +
+  return c.arch_name + " (" + format_ + ", " + std::string(dtype_name(dt)) + "): " + std::to_string(c.n_layers) +
+         " layers, hidden " + std::to_string(c.n_embd) + ", " + std::to_string(c.n_heads) + "/" +
+         std::to_string(c.n_kv_heads) + " heads x " + std::to_string(c.head_dim) + ", ffn " + std::to_string(c.n_ff) +
+         ", vocab " + std::to_string(c.vocab) + (c.tied_embeddings ? ", tied embeddings" : "") +
          (c.hybrid() ? ", " + std::to_string(c.n_layers_of(LayerKind::kLinearAttention)) + " Gated DeltaNet layers (" +
                            std::to_string(c.lin_k_heads) + "/" + std::to_string(c.lin_v_heads) + " heads x " +
                            std::to_string(c.lin_k_dim) + ")"
@@ -33,7 +32,9 @@ Status Model::prepare_recurrent(const Batch& b, const KvCache& cache) {
                  "; this hybrid model needs one in [0, " + std::to_string(cache.n_state_slots()) + ")");
     }
     for (size_t r = 0; r < s; ++r) {
-      if (b.seqs[r].state_slot == slot) return bad("sequences " + std::to_string(r) + " and " + std::to_string(s) + " share state slot " + std::to_string(slot));
+      if (b.seqs[r].state_slot == slot)
+        return bad("sequences " + std::to_string(r) + " and " + std::to_string(s) + " share state slot " +
+                   std::to_string(slot));
     }
     acts_.seq_count[s] = 0;
   }
@@ -44,7 +45,8 @@ Status Model::prepare_recurrent(const Batch& b, const KvCache& cache) {
     if (acts_.seq_count[s] == 0) {
       acts_.seq_first[s] = static_cast<int32_t>(t);
     } else if (acts_.seq_first[s] + acts_.seq_count[s] != t || b.positions[t] != b.positions[t - 1] + 1) {
-      return bad("token " + std::to_string(t) + ": a hybrid model needs each sequence's tokens contiguous in the batch with consecutive positions");
+      return bad("token " + std::to_string(t) +
+                 ": a hybrid model needs each sequence's tokens contiguous in the batch with consecutive positions");
     }
     ++acts_.seq_count[s];
   }
@@ -54,7 +56,8 @@ Status Model::prepare_recurrent(const Batch& b, const KvCache& cache) {
     const int32_t have = cache.state_len(b.seqs[s].state_slot);
     if (start != 0 && start != have) {
       return bad("sequence " + std::to_string(s) + " starts at position " + std::to_string(start) +
-                 " but its recurrent state holds " + std::to_string(have) + " tokens (a hybrid model's state cannot skip or rewind; restart at 0)");
+                 " but its recurrent state holds " + std::to_string(have) +
+                 " tokens (a hybrid model's state cannot skip or rewind; restart at 0)");
     }
   }
   return Status::ok();
@@ -92,7 +95,8 @@ Status Model::validate_batch(const Batch& b, const KvCache& cache) const {
   for (int64_t t = 0; t < n; ++t) {
     const std::string tok = "token " + std::to_string(t);
     if (b.tokens[t] < 0 || b.tokens[t] >= config_.vocab) {
-      return bad(tok + " id " + std::to_string(b.tokens[t]) + " is outside the vocabulary of " + std::to_string(config_.vocab));
+      return bad(tok + " id " + std::to_string(b.tokens[t]) + " is outside the vocabulary of " +
+                 std::to_string(config_.vocab));
     }
     const int32_t s = b.seq_index[t];
     if (s < 0 || static_cast<size_t>(s) >= b.seqs.size()) return bad(tok + " has sequence index " + std::to_string(s));
@@ -121,17 +125,18 @@ Status Model::validate_batch(const Batch& b, const KvCache& cache) const {
 Status Model::forward(const Batch& batch, KvCache& cache, const Hooks* hooks, float* logits) {
   GB_RETURN_IF_ERROR(validate_batch(batch, cache));
   if (hooks != nullptr && hooks->n_layers() != config_.n_layers) {
-    return Status::error("forward: hooks were made for " + std::to_string(hooks->n_layers()) + " layers, the model has " +
-                         std::to_string(config_.n_layers));
+    return Status::error("forward: hooks were made for " + std::to_string(hooks->n_layers()) +
+                         " layers, the model has " + std::to_string(config_.n_layers));
   }
   if (hooks != nullptr && hooks->glass() != nullptr) {
     const StepTable& g = *hooks->glass();
     if (g.n_layers() != config_.n_layers || g.rows_needed() > batch.n_tokens()) {
-      return Status::error("forward: the glass table was made for another model or batch (" + std::to_string(g.n_layers()) +
-                           " layers, " + std::to_string(g.rows_needed()) + " rows)");
+      return Status::error("forward: the glass table was made for another model or batch (" +
+                           std::to_string(g.n_layers()) + " layers, " + std::to_string(g.rows_needed()) + " rows)");
     }
   }
-  if (batch.n_out() > 0 && logits == nullptr) return Status::error("forward: output rows requested but no logits buffer");
+  if (batch.n_out() > 0 && logits == nullptr)
+    return Status::error("forward: output rows requested but no logits buffer");
   if (config_.hybrid()) GB_RETURN_IF_ERROR(prepare_recurrent(batch, cache));
   // Attention scratch grows with the cache's block size, once, outside the layer loop.
   const size_t need = static_cast<size_t>(pool_->size()) * cache.block_size();

@@ -56,10 +56,10 @@ class Model {
 
   ModelConfig config_;
   ModelWeights weights_;
-  std::string format_;                                 // "hf" or "gguf"
-  std::vector<std::shared_ptr<MappedFile>> files_;     // keep the weight mappings alive
-  std::vector<std::vector<float>> f32_store_;          // f32 copies of norm weights / biases / rope factors
-  std::vector<ops::OwnedWeight> owned_weights_;        // matrices converted at load (convert_to_q8)
+  std::string format_;                              // "hf" or "gguf"
+  std::vector<std::shared_ptr<MappedFile>> files_;  // keep the weight mappings alive
+  std::vector<std::vector<float>> f32_store_;       // f32 copies of norm weights / biases / rope factors
+  std::vector<ops::OwnedWeight> owned_weights_;     // matrices converted at load (convert_to_q8)
   std::unique_ptr<ThreadPool> own_pool_;
   ThreadPool* pool_;
   Activations acts_;

@@ -16,8 +16,12 @@ struct PagedKv {
   int64_t block_size = 0;
   int64_t head_dim = 0;
 
-  float* k_at(int64_t block, int64_t kv_head) const { return k + (block * n_kv_heads + kv_head) * block_size * head_dim; }
-  float* v_at(int64_t block, int64_t kv_head) const { return v + (block * n_kv_heads + kv_head) * block_size * head_dim; }
+  float* k_at(int64_t block, int64_t kv_head) const {
+    return k + (block * n_kv_heads + kv_head) * block_size * head_dim;
+  }
+  float* v_at(int64_t block, int64_t kv_head) const {
+    return v + (block * n_kv_heads + kv_head) * block_size * head_dim;
+  }
 };
 
 // Writes one token's k/v rows (all kv heads) into cache slot `slot`.

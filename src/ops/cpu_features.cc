@@ -30,8 +30,8 @@ CpuFeatures detect() {
   const bool f16c = c & (1u << 29);
   if (!osxsave || !avx) return f;
   const uint64_t xcr0 = read_xcr0();
-  const bool ymm_state = (xcr0 & 0x6) == 0x6;     // SSE + AVX state
-  const bool zmm_state = (xcr0 & 0xe6) == 0xe6;   // + opmask, ZMM0-15 upper, ZMM16-31
+  const bool ymm_state = (xcr0 & 0x6) == 0x6;    // SSE + AVX state
+  const bool zmm_state = (xcr0 & 0xe6) == 0xe6;  // + opmask, ZMM0-15 upper, ZMM16-31
   const bool tile_state = (xcr0 & 0x60000) == 0x60000;
   if (!ymm_state) return f;
   unsigned max_leaf = __get_cpuid_max(0, nullptr);

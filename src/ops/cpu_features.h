@@ -8,7 +8,7 @@
 namespace gb::ops {
 
 struct CpuFeatures {
-  bool avx2 = false;  // AVX2 + FMA + F16C, with the OS saving YMM state
+  bool avx2 = false;         // AVX2 + FMA + F16C, with the OS saving YMM state
   bool avx512 = false;       // AVX-512 F/BW/VL/DQ, with the OS saving ZMM state
   bool avx512_vnni = false;  // vpdpbusd
   bool avx512_bf16 = false;  // vdpbf16ps

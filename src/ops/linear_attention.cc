@@ -107,10 +107,10 @@ size_t gated_delta_chunk_scratch(int64_t chunk, int64_t dv) {
 void gated_delta_chunked(const DeltaHead& h, int64_t n, int64_t dk, int64_t dv, float* state, int64_t chunk,
                          float* scratch) {
   const int64_t C = chunk;
-  float* A = scratch;     // [C, C] β_i e^{G_i−G_s} k_i·k_s for s < i
-  float* B = A + C * C;   // [C, C] e^{G_i−G_s} (q_i / sqrt(dk))·k_s for s <= i
-  float* G = B + C * C;   // [C] cumulative log decay within the chunk
-  float* U = G + C;       // [C, dv] the values each token writes (u_i)
+  float* A = scratch;    // [C, C] β_i e^{G_i−G_s} k_i·k_s for s < i
+  float* B = A + C * C;  // [C, C] e^{G_i−G_s} (q_i / sqrt(dk))·k_s for s <= i
+  float* G = B + C * C;  // [C] cumulative log decay within the chunk
+  float* U = G + C;      // [C, dv] the values each token writes (u_i)
   const float scale = 1.0f / std::sqrt(static_cast<float>(dk));
   for (int64_t c0 = 0; c0 < n; c0 += C) {
     const int64_t L = std::min(C, n - c0);

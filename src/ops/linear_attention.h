@@ -64,7 +64,8 @@ void gated_delta_ref(const DeltaHead& h, int64_t n, int64_t dk, int64_t dv, floa
 // out[n, width] = rms_norm(x)·w·silu(z) per row (Qwen3.5's RMSNormGated on the delta-rule output;
 // w is used as stored, not 1 + w). Sum of squares in double like rms_norm. out may alias x.
 void gated_rms_norm(const float* x, const float* z, const float* w, int64_t n, int64_t width, float eps, float* out);
-void gated_rms_norm_ref(const float* x, const float* z, const float* w, int64_t n, int64_t width, float eps, float* out);
+void gated_rms_norm_ref(const float* x, const float* z, const float* w, int64_t n, int64_t width, float eps,
+                        float* out);
 
 // x[n] *= sigmoid(gate[n]) (Qwen3.5 full attention: heads gated before o_proj).
 void sigmoid_mul(float* x, const float* gate, int64_t n);

@@ -9,8 +9,8 @@
 #include <memory>
 #include <string>
 
-#include "formats/quantize.h"
 #include "core/fp16.h"
+#include "formats/quantize.h"
 #include "ops/cpu_features.h"
 #include "ops/matmul_kernels.h"
 
@@ -229,9 +229,7 @@ void rows(const KernelArgs& a, int64_t r0, int64_t r1) {
 void dequantize_row(const Weight& w, int64_t r, float* out) {
   const uint8_t* row = w.data + r * row_bytes(w.dtype, w.cols);
   switch (w.dtype) {
-    case DType::kF32:
-      std::memcpy(out, row, w.cols * sizeof(float));
-      return;
+    case DType::kF32: std::memcpy(out, row, w.cols * sizeof(float)); return;
     case DType::kF16:
       for (int64_t i = 0; i < w.cols; ++i) out[i] = load_f16(row + 2 * i);
       return;
@@ -257,9 +255,7 @@ void dequantize_row(const Weight& w, int64_t r, float* out) {
       }
       return;
     case DType::kQ4_K:
-    case DType::kQ6_K:
-      dequant_k_row<dequantize_q4_k, dequantize_q6_k>(w.dtype, row, w.cols, out);
-      return;
+    case DType::kQ6_K: dequant_k_row<dequantize_q4_k, dequantize_q6_k>(w.dtype, row, w.cols, out); return;
     default:
       std::memset(out, 0, w.cols * sizeof(float));  // unsupported types are rejected at load time
       return;
@@ -307,15 +303,13 @@ void quantize_activations_q8(const float* x, int64_t cols, float* d, int8_t* q) 
   scalar::quantize(x, cols, d, q, nullptr, nullptr);
 }
 
-
 Result<OwnedWeight> convert_to_q8(const Weight& w) {
   if (w.dtype != DType::kF32 && w.dtype != DType::kF16 && w.dtype != DType::kBF16) {
     return Status::error("convert_to_q8: weight dtype " + std::string(dtype_name(w.dtype)) +
                          " cannot be converted (only f32, f16, bf16)");
   }
   if (w.cols % 32 != 0) {
-    return Status::error("convert_to_q8: row length " + std::to_string(w.cols) +
-                         " is not a multiple of 32");
+    return Status::error("convert_to_q8: row length " + std::to_string(w.cols) + " is not a multiple of 32");
   }
   OwnedWeight o;
   const int64_t stride = row_bytes(DType::kQ8_0, w.cols);
@@ -329,9 +323,7 @@ Result<OwnedWeight> convert_to_q8(const Weight& w) {
   return o;
 }
 
-bool matmul_supported(DType dtype) {
-  return is_kernel_dtype(dtype) || dtype == DType::kQ4_K || dtype == DType::kQ6_K;
-}
+bool matmul_supported(DType dtype) { return is_kernel_dtype(dtype) || dtype == DType::kQ4_K || dtype == DType::kQ6_K; }
 
 void matmul(ThreadPool& pool, const float* x, int64_t n, const Weight& w, float* y) {
   if (n <= 0 || w.rows <= 0) return;

@@ -38,9 +38,7 @@ struct V {
   static F bf16_even(I v) { return _mm512_castsi512_ps(_mm512_slli_epi32(v, 16)); }
   static F bf16_odd(I v) { return _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32(-65536))); }
   static float hsum(F x);
-  static __m256i dot_block(__m256i a, __m256i b) {
-    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), a, b);
-  }
+  static __m256i dot_block(__m256i a, __m256i b) { return _mm256_dpbusd_epi32(_mm256_setzero_si256(), a, b); }
 };
 
 #include "ops/matmul_simd_inl.h"

@@ -15,19 +15,19 @@ inline constexpr int64_t kQBlock = 32;  // elements per Q8_0 / Q4_0 block
 // One matmul call as the kernels see it: compute y[t, r] for every token t < n and a range of
 // weight rows r.
 struct KernelArgs {
-  const float* x = nullptr;   // [n, cols] f32 activations
-  const float* xp = nullptr;  // [n, cols] f32 activations de-interleaved for BF16 weights: in each
-                              // group of KernelSet::bf16_group elements, the even ones then the odd
-                              // ones (a bf16 pair widens to f32 with one shift and one and)
-  const float* xd = nullptr;  // [n, cols/32] f32 scales of the Q8_0-rounded activations (Q8_0/Q4_0)
-  const int8_t* xq = nullptr; // [n, cols] int8 codes of the Q8_0-rounded activations (Q8_0/Q4_0)
-  const uint8_t* xa = nullptr; // [n, cols] |xq|: the unsigned maddubs operand for Q8_0 weights
-  const int32_t* xc = nullptr; // [n, cols/4] -8·(sum of each 4 consecutive codes): Q4_0's offset
-                               // per maddubs/madd lane, so its nibbles need no sign fix-up
+  const float* x = nullptr;     // [n, cols] f32 activations
+  const float* xp = nullptr;    // [n, cols] f32 activations de-interleaved for BF16 weights: in each
+                                // group of KernelSet::bf16_group elements, the even ones then the odd
+                                // ones (a bf16 pair widens to f32 with one shift and one and)
+  const float* xd = nullptr;    // [n, cols/32] f32 scales of the Q8_0-rounded activations (Q8_0/Q4_0)
+  const int8_t* xq = nullptr;   // [n, cols] int8 codes of the Q8_0-rounded activations (Q8_0/Q4_0)
+  const uint8_t* xa = nullptr;  // [n, cols] |xq|: the unsigned maddubs operand for Q8_0 weights
+  const int32_t* xc = nullptr;  // [n, cols/4] -8·(sum of each 4 consecutive codes): Q4_0's offset
+                                // per maddubs/madd lane, so its nibbles need no sign fix-up
   int64_t n = 0;
   const uint8_t* w = nullptr;  // [rows, w_stride bytes] weights in `dtype`
   DType dtype = DType::kF32;   // F32, F16, BF16, Q8_0 or Q4_0
-  int64_t rows = 0;      // rows of w: kernels prefetch ahead but never past the last row
+  int64_t rows = 0;            // rows of w: kernels prefetch ahead but never past the last row
   int64_t cols = 0;
   int64_t w_stride = 0;  // bytes per weight row
   float* y = nullptr;    // [n, y_stride] f32 outputs; column r holds weight row r

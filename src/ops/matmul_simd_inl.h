@@ -77,7 +77,8 @@ inline void tile_bf16(const KernelArgs& a, int64_t t0, int64_t r0) {
   constexpr int64_t kLinesEvery = 64 / (kStep * 2) > 0 ? 64 / (kStep * 2) : 1;
   for (int64_t i = 0; i < cv; i += kStep) {
     if ((i / kStep) % kLinesEvery == 0) {
-      for (int r = 0; r < pf_rows; ++r) _mm_prefetch(reinterpret_cast<const char*>(w + (R + r) * a.w_stride + i * 2), _MM_HINT_T0);
+      for (int r = 0; r < pf_rows; ++r)
+        _mm_prefetch(reinterpret_cast<const char*>(w + (R + r) * a.w_stride + i * 2), _MM_HINT_T0);
     }
     F we[R], wo[R];
     for (int r = 0; r < R; ++r) {
@@ -127,7 +128,8 @@ inline void tile_float(const KernelArgs& a, int64_t t0, int64_t r0) {
   constexpr int64_t kLinesEvery = 64 / (V::kLanes * kEsize) > 0 ? 64 / (V::kLanes * kEsize) : 1;
   for (int64_t i = 0; i < cv; i += V::kLanes) {
     if ((i / V::kLanes) % kLinesEvery == 0) {
-      for (int r = 0; r < pf_rows; ++r) _mm_prefetch(reinterpret_cast<const char*>(w + (R + r) * a.w_stride + i * kEsize), _MM_HINT_T0);
+      for (int r = 0; r < pf_rows; ++r)
+        _mm_prefetch(reinterpret_cast<const char*>(w + (R + r) * a.w_stride + i * kEsize), _MM_HINT_T0);
     }
     F wv[R];
     for (int r = 0; r < R; ++r) wv[r] = V::template load_w<D>(w + r * a.w_stride, i);

@@ -102,7 +102,8 @@ void ablate_direction(float* x, int64_t n_rows, int64_t width, const float* u, f
   }
 }
 
-int64_t clip_massive(float* x, int64_t n_rows, int64_t width, float t, float factor, const float* mean, float* scratch) {
+int64_t clip_massive(float* x, int64_t n_rows, int64_t width, float t, float factor, const float* mean,
+                     float* scratch) {
   int64_t changed = 0;
   for (int64_t r = 0; r < n_rows; ++r) {
     float* row = x + r * width;

@@ -32,12 +32,15 @@ void Server::handle_admin_glass(const httplib::Request& req, const std::string& 
     if (std::optional<ApiError> e = parse_json_body(body_text, &body)) return send_error(res, *e);
   }
   const bool del = req.method == "DELETE";
-  const std::string action = req.method == "POST" ? "rollback" : del ? "delete" : req.method == "PATCH" ? "merge" : "set";
-  const std::string kind = req.path == "/admin/glassbox/policy"                        ? "policy"
-                           : req.path.rfind("/admin/glassbox/default", 0) == 0          ? "default_set"
+  const std::string action = req.method == "POST"    ? "rollback"
+                             : del                   ? "delete"
+                             : req.method == "PATCH" ? "merge"
+                                                     : "set";
+  const std::string kind = req.path == "/admin/glassbox/policy"                          ? "policy"
+                           : req.path.rfind("/admin/glassbox/default", 0) == 0           ? "default_set"
                            : req.matches.size() > 1 && req.matches[1].str() == "presets" ? "preset"
                            : req.matches.size() > 1 && req.matches[1].str() == "vectors" ? "vector"
-                                                                                          : "session";
+                                                                                         : "session";
   json change;
   std::optional<ApiError> e;
   {
@@ -56,8 +59,13 @@ void Server::handle_admin_glass(const httplib::Request& req, const std::string& 
     glass_->set_commit_hook(nullptr);
   }
   if (e) return send_error(res, *e);
-  write_log({{"event", "glassbox_change"}, {"kind", kind}, {"action", action}, {"key_id", caller.key_id}, {"change", change}});
-  res.set_content(json{{"ok", true}, {"kind", kind}, {"action", action}, {"change", change}}.dump(), "application/json");
+  write_log({{"event", "glassbox_change"},
+             {"kind", kind},
+             {"action", action},
+             {"key_id", caller.key_id},
+             {"change", change}});
+  res.set_content(json{{"ok", true}, {"kind", kind}, {"action", action}, {"change", change}}.dump(),
+                  "application/json");
 }
 
 std::optional<ApiError> Server::apply_glass_change(const httplib::Request& req, const json& body, json* change) {
@@ -72,7 +80,8 @@ std::optional<ApiError> Server::apply_glass_change(const httplib::Request& req, 
   return del ? glass_->delete_session(name, change) : glass_->put_session(name, body, change);
 }
 
-Status Server::audit_change(const Caller& caller, const std::string& kind, const std::string& action, const json& change) {
+Status Server::audit_change(const Caller& caller, const std::string& kind, const std::string& action,
+                            const json& change) {
   if (audit_ == nullptr) return Status::ok();
   AuditRecord r;
   r.kind = kind;
@@ -104,7 +113,8 @@ void Server::handle_admin_audit(const httplib::Request& req, httplib::Response& 
     const std::string v = req.get_param_value(name);
     char* end = nullptr;
     const long long x = std::strtoll(v.c_str(), &end, 10);
-    if (end == v.c_str() || *end != '\0') return send_error(res, invalid_field(name, std::string(name) + ": expected an integer"));
+    if (end == v.c_str() || *end != '\0')
+      return send_error(res, invalid_field(name, std::string(name) + ": expected an integer"));
     if (std::string(name) == "after_id") q.after_id = x;
     else q.limit = static_cast<int32_t>(std::clamp<long long>(x, -1, kMaxAuditLimit + 1));
   }

@@ -35,8 +35,9 @@ bool Server::authorize(const httplib::Request& req, Role min_role, Caller* calle
 
 void Server::log_rejected(Endpoint endpoint, const std::string& request_id, const std::string& key_id,
                           Clock::time_point arrival, const ApiError& e, const char* reason) {
-  metrics_.counter("glassbox_requests_rejected_total", "Generation requests refused before reaching the engine",
-                   {{"reason", reason}})
+  metrics_
+      .counter("glassbox_requests_rejected_total", "Generation requests refused before reaching the engine",
+               {{"reason", reason}})
       .inc();
   write_log({{"event", "request"},
              {"request_id", request_id},
@@ -64,11 +65,10 @@ void Server::handle_generate(Endpoint endpoint, const httplib::Request& req, con
   g->server = this;
   g->arrival = arrival;
   g->deadline = arrival + to_micros(cfg_.request_timeout_s);
-  g->meta = ResponseMeta{endpoint, request_id,
-                         std::chrono::duration_cast<std::chrono::seconds>(
-                             std::chrono::system_clock::now().time_since_epoch())
-                             .count(),
-                         g->req.model};
+  g->meta = ResponseMeta{
+      endpoint, request_id,
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count(),
+      g->req.model};
   if (std::optional<ApiError> e = g->begin_audit()) {
     in_flight_.fetch_sub(1);
     hot_.in_flight.add(-1);
@@ -96,7 +96,8 @@ std::optional<Server::Refusal> Server::admit(Endpoint endpoint, const httplib::R
     return Refusal{make_error(503, "service_unavailable", "draining", "the server is shutting down"), "draining"};
   Caller& caller = g->caller;
   ApiError err;
-  if (!authorize(req, Role::kUser, &caller, &err)) return Refusal{err, err.status == 401 ? "unauthenticated" : "forbidden"};
+  if (!authorize(req, Role::kUser, &caller, &err))
+    return Refusal{err, err.status == 401 ? "unauthenticated" : "forbidden"};
   int retry_after = 0;
   if (!rate_limiter_.try_acquire(caller.key_id, caller.rate_limit_rpm, arrival, &retry_after)) {
     ApiError e = make_error(429, "rate_limit_error", "rate_limit_exceeded",
@@ -132,9 +133,10 @@ std::optional<Server::Refusal> Server::admit(Endpoint endpoint, const httplib::R
   // HTTP-level concurrency (the engine's queue was checked above).
   if (in_flight_.fetch_add(1) >= cfg_.max_concurrent_requests) {
     in_flight_.fetch_sub(1);
-    ApiError e = make_error(429, "rate_limit_error", "too_many_concurrent_requests",
-                            "the server is at max_concurrent_requests = " +
-                                std::to_string(cfg_.max_concurrent_requests) + "; retry shortly");
+    ApiError e =
+        make_error(429, "rate_limit_error", "too_many_concurrent_requests",
+                   "the server is at max_concurrent_requests = " + std::to_string(cfg_.max_concurrent_requests) +
+                       "; retry shortly");
     e.retry_after_s = 1;
     return Refusal{e, "concurrency"};
   }

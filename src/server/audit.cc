@@ -108,7 +108,8 @@ Status exec(sqlite3* db, const std::string& path, const char* sql) {
 // Opens one connection; closes it again on failure.
 Result<sqlite3*> open_connection(const std::string& path, bool read_only) {
   sqlite3* db = nullptr;
-  const int flags = (read_only ? SQLITE_OPEN_READONLY : (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE)) | SQLITE_OPEN_NOMUTEX;
+  const int flags =
+      (read_only ? SQLITE_OPEN_READONLY : (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE)) | SQLITE_OPEN_NOMUTEX;
   const int rc = sqlite3_open_v2(path.c_str(), &db, flags, nullptr);
   if (rc != SQLITE_OK) {
     Status s = db_error(db, rc, path, "opening");
@@ -145,7 +146,8 @@ std::string column_text(sqlite3_stmt* st, int i) {
 }
 
 int64_t now_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
 }
 
 // Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's days_from_civil).
@@ -360,10 +362,9 @@ Status AuditStore::append(AuditRecord* r) {
   std::lock_guard<std::mutex> lock(write_mu_);
   GB_RETURN_IF_ERROR(note(check_file()));
   Stmt st;
-  GB_RETURN_IF_ERROR(prepare(writer_, path_,
-                             std::string("INSERT INTO audit (") + kColumns +
-                                 ") VALUES (NULL, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                             &st));
+  GB_RETURN_IF_ERROR(prepare(
+      writer_, path_,
+      std::string("INSERT INTO audit (") + kColumns + ") VALUES (NULL, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", &st));
   sqlite3_stmt* s = st.get();
   auto text = [&](int i, const std::string& v) {
     sqlite3_bind_text(s, i, v.data(), static_cast<int>(v.size()), SQLITE_STATIC);

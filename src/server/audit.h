@@ -20,17 +20,17 @@ struct sqlite3;
 namespace gb::server {
 
 struct AuditRecord {
-  int64_t id = 0;              // assigned by the store (monotonic, never reused)
-  int64_t time_ms = 0;         // unix epoch ms; 0 = now at append
-  std::string kind;            // one of audit_kinds(); anything else is an error
-  std::string key_id;          // who (API key id; never the key)
-  std::string request_id;      // for kind == "request"
-  std::string model;           // served model name and version string
-  std::string action;          // changes: "set", "delete", "rollback", "load", ...; requests: the endpoint
-  std::string spec_json;       // the intervention spec / the change as JSON text (must parse; empty = null);
-                               // stored canonical: compact, object keys sorted
-  std::string spec_hash;       // hex SHA-256 of the stored (canonical) spec_json; computed at append when empty
-  int32_t status = 0;          // HTTP status answered (requests)
+  int64_t id = 0;          // assigned by the store (monotonic, never reused)
+  int64_t time_ms = 0;     // unix epoch ms; 0 = now at append
+  std::string kind;        // one of audit_kinds(); anything else is an error
+  std::string key_id;      // who (API key id; never the key)
+  std::string request_id;  // for kind == "request"
+  std::string model;       // served model name and version string
+  std::string action;      // changes: "set", "delete", "rollback", "load", ...; requests: the endpoint
+  std::string spec_json;   // the intervention spec / the change as JSON text (must parse; empty = null);
+                           // stored canonical: compact, object keys sorted
+  std::string spec_hash;   // hex SHA-256 of the stored (canonical) spec_json; computed at append when empty
+  int32_t status = 0;      // HTTP status answered (requests)
   int64_t prompt_tokens = 0, completion_tokens = 0;
   std::string finish_reason;   // requests: e.g. "stop", "length", or "stop,length" for n > 1
   double repetition_rate = 0;  // requests: n-gram repetition rate of the output (computed by the caller)

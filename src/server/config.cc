@@ -226,7 +226,8 @@ Status parse_glass_policy(const nlohmann::json& j, GlassPolicyConfig* out) {
       p.caps.clear();
       for (const auto& [op, cap] : v.items()) {
         if (!kOps.count(op))
-          return Status::error(w + ".caps." + brief_name(op) + ": unknown op (scale, add, set, clamp, ablate, clip_massive)");
+          return Status::error(w + ".caps." + brief_name(op) +
+                               ": unknown op (scale, add, set, clamp, ablate, clip_massive)");
         if (!cap.is_number() || !std::isfinite(cap.get<double>()) || cap.get<double>() < 0)
           return Status::error(w + ".caps." + op + ": expected a finite number >= 0");
         p.caps[op] = cap.get<double>();
@@ -236,16 +237,15 @@ Status parse_glass_policy(const nlohmann::json& j, GlassPolicyConfig* out) {
       if (v.is_string() && v.get<std::string>() == "all") continue;
       if (!v.is_array()) return Status::error(w + ".allowed_layers: expected \"all\" or a list of layer numbers");
       for (const auto& l : v) {
-        if (!int_in(l, 0, 1 << 30))
-          return Status::error(w + ".allowed_layers: " + brief(l) + " is not a layer number");
+        if (!int_in(l, 0, 1 << 30)) return Status::error(w + ".allowed_layers: " + brief(l) + " is not a layer number");
         p.allowed_layers.push_back(l.get<int64_t>());
       }
     } else if (key == "allowed_points") {
       p.allowed_points.clear();
       if (v.is_string() && v.get<std::string>() == "all") continue;
       if (!v.is_array()) return Status::error(w + ".allowed_points: expected \"all\" or a list of hook points");
-      static const std::set<std::string> kPoints = {"resid_pre", "attn_out", "resid_mid", "mlp_act", "mlp_out",
-                                                    "resid_post"};
+      static const std::set<std::string> kPoints = {"resid_pre", "attn_out", "resid_mid",
+                                                    "mlp_act",   "mlp_out",  "resid_post"};
       for (const auto& pt : v) {
         if (!pt.is_string() || !kPoints.count(pt.get<std::string>()))
           return Status::error(w + ".allowed_points: " + brief(pt) +
@@ -269,8 +269,7 @@ Status parse_glass_policy(const nlohmann::json& j, GlassPolicyConfig* out) {
         p.control_vectors.push_back({cv["name"].get<std::string>(), cv["path"].get<std::string>()});
       }
     } else if (key == "max_interventions") {
-      if (!int_in(v, 1, 65536))
-        return Status::error(w + ".max_interventions: expected 1..65536");
+      if (!int_in(v, 1, 65536)) return Status::error(w + ".max_interventions: expected 1..65536");
       p.max_interventions = v.get<int64_t>();
     } else {
       return Status::error(w + "." + brief_name(key) +
@@ -328,7 +327,8 @@ Status apply_yaml(std::string_view yaml_text, ServerConfig* cfg) {
   } catch (const YAML::Exception& e) {
     return Status::error(std::string("config file: ") + e.what());
   }
-  return apply_strings(values, [](const std::string& n) { return "config key '" + n + "'"; }, cfg);
+  return apply_strings(
+      values, [](const std::string& n) { return "config key '" + n + "'"; }, cfg);
 }
 
 Status apply_env(const EnvLookup& env, ServerConfig* cfg) {
@@ -336,15 +336,18 @@ Status apply_env(const EnvLookup& env, ServerConfig* cfg) {
   visit_fields(*cfg, [&](const FieldInfo& info, auto&) {
     if (auto v = env("GLASSBOX_" + upper(info.name))) values[info.name] = *v;
   });
-  return apply_strings(values, [](const std::string& n) { return "environment variable GLASSBOX_" + upper(n); }, cfg);
+  return apply_strings(
+      values, [](const std::string& n) { return "environment variable GLASSBOX_" + upper(n); }, cfg);
 }
 
 Status apply_overrides(const ConfigOverrides& values, ServerConfig* cfg) {
-  return apply_strings(values, [](const std::string& n) { return "--" + dashed(n); }, cfg);
+  return apply_strings(
+      values, [](const std::string& n) { return "--" + dashed(n); }, cfg);
 }
 
 Status validate_config(const EnvLookup& env, ServerConfig* cfg) {
-  if (cfg->model.empty()) return Status::error("model: required (--model PATH, GLASSBOX_MODEL or 'model:' in the config file)");
+  if (cfg->model.empty())
+    return Status::error("model: required (--model PATH, GLASSBOX_MODEL or 'model:' in the config file)");
   if (cfg->served_model_name.empty()) {
     std::string m = cfg->model;
     while (m.size() > 1 && m.back() == '/') m.pop_back();
@@ -387,8 +390,7 @@ Status validate_config(const EnvLookup& env, ServerConfig* cfg) {
   return Status::ok();
 }
 
-Result<ServerConfig> load_config(const std::string& config_file, const EnvLookup& env,
-                                 const ConfigOverrides& flags) {
+Result<ServerConfig> load_config(const std::string& config_file, const EnvLookup& env, const ConfigOverrides& flags) {
   ServerConfig cfg;
   if (!config_file.empty()) {
     std::string text;
@@ -439,12 +441,13 @@ void add_config_flags(CLI::App& app, ConfigOverrides* flags, std::string* config
     if (auto it = short_flags.find(name); it != short_flags.end()) flag = it->second + "," + flag;
     if constexpr (std::is_same_v<T, bool>) {
       app.add_flag_function(
-          flag, [flags, name](int64_t count) { (*flags)[name] = count > 0 ? "true" : "false"; },
-          info.help);
+          flag, [flags, name](int64_t count) { (*flags)[name] = count > 0 ? "true" : "false"; }, info.help);
     } else {
       app.add_option_function<std::string>(
              flag, [flags, name](const std::string& v) { (*flags)[name] = v; }, info.help)
-          ->type_name(std::is_same_v<T, int64_t> ? "INT" : std::is_same_v<T, double> ? "NUMBER" : "TEXT");
+          ->type_name(std::is_same_v<T, int64_t>  ? "INT"
+                      : std::is_same_v<T, double> ? "NUMBER"
+                                                  : "TEXT");
     }
   });
 }

@@ -46,8 +46,8 @@ struct GlassPolicyConfig {
   std::vector<Role> observe_roles = {Role::kUser, Role::kResearcher, Role::kAdmin};
   // op name -> largest |strength| a request may use; an op without an entry is not capped.
   std::map<std::string, double> caps = {{"scale", 10}, {"add", 100}, {"set", 100}, {"ablate", 1}, {"clip_massive", 1}};
-  std::vector<int64_t> allowed_layers;      // empty: every layer
-  std::vector<std::string> allowed_points;  // hook point names; empty: every per-layer point
+  std::vector<int64_t> allowed_layers;                // empty: every layer
+  std::vector<std::string> allowed_points;            // hook point names; empty: every per-layer point
   nlohmann::json presets = nlohmann::json::object();  // name -> list of interventions (request syntax)
   std::vector<ControlVectorFile> control_vectors;
   int64_t max_interventions = 256;  // resolved interventions per request (after presets, vectors, session, default set)
@@ -59,18 +59,18 @@ nlohmann::json glass_policy_json(const GlassPolicyConfig& p);
 
 struct ServerConfig {
   // Model
-  std::string model;               // model directory or file
-  std::string served_model_name;   // the `model` clients send; default: the model's directory name
-  std::string chat_template;       // Jinja template file overriding the model's own
+  std::string model;              // model directory or file
+  std::string served_model_name;  // the `model` clients send; default: the model's directory name
+  std::string chat_template;      // Jinja template file overriding the model's own
 
   // Engine (passed through to the engine factory)
   int64_t max_num_seqs = 64;
   int64_t max_num_batched_tokens = 2048;
-  int64_t max_model_len = 0;       // 0: the model's own context length
+  int64_t max_model_len = 0;                   // 0: the model's own context length
   int64_t kv_cache_memory = int64_t{4} << 30;  // budget: max_num_seqs sequences of max_model_len, at most this
-  int64_t kv_cache_bytes = 0;      // exact size instead of the budget rule; 0: unset
-  double kv_cache_fraction = 0;    // exact size as a fraction of physical RAM; 0: unset
-  int64_t threads = 0;             // compute threads; 0: all cores
+  int64_t kv_cache_bytes = 0;                  // exact size instead of the budget rule; 0: unset
+  double kv_cache_fraction = 0;                // exact size as a fraction of physical RAM; 0: unset
+  int64_t threads = 0;                         // compute threads; 0: all cores
 
   // HTTP
   std::string host = "127.0.0.1";
@@ -79,7 +79,7 @@ struct ServerConfig {
   int64_t max_connections = 1024;  // open HTTP connections; more are answered 503 at once
 
   // Authentication
-  std::string api_key;             // vLLM-style single key with the admin role (id "cli")
+  std::string api_key;  // vLLM-style single key with the admin role (id "cli")
   bool allow_unauthenticated = false;
   std::vector<KeyConfig> keys;
 
@@ -91,8 +91,8 @@ struct ServerConfig {
   int64_t max_body_bytes = 4 << 20;
   double read_timeout_s = 30;
   double write_timeout_s = 30;
-  double header_timeout_s = 10;    // a request's line and headers must arrive within this
-  double body_timeout_s = 60;      // a request's whole body must arrive within this
+  double header_timeout_s = 10;  // a request's line and headers must arrive within this
+  double body_timeout_s = 60;    // a request's whole body must arrive within this
   double request_timeout_s = 600;
   double drain_timeout_s = 30;
   int64_t max_n = 16;
@@ -100,12 +100,12 @@ struct ServerConfig {
   int64_t max_logprobs = 20;
 
   // Glass box
-  bool interventions = false;        // per-request interventions allowed at all (then roles and caps apply)
-  std::string audit_db;              // SQLite audit store; required with interventions
-  int64_t monitor_every_steps = 1;   // massive-activation monitor: one step in this many (0: off)
-  double monitor_min_abs = 100;      // the rule: |x| > min_abs and |x| > min_ratio · median|x|
+  bool interventions = false;       // per-request interventions allowed at all (then roles and caps apply)
+  std::string audit_db;             // SQLite audit store; required with interventions
+  int64_t monitor_every_steps = 1;  // massive-activation monitor: one step in this many (0: off)
+  double monitor_min_abs = 100;     // the rule: |x| > min_abs and |x| > min_ratio · median|x|
   double monitor_min_ratio = 1000;
-  int64_t repetition_ngram = 4;      // n of the n-gram repetition rate of generated text
+  int64_t repetition_ngram = 4;                      // n of the n-gram repetition rate of generated text
   int64_t max_request_observation_bytes = 16 << 20;  // observation memory one request may hold (all its sequences)
   int64_t max_observation_bytes = 256 << 20;         // observation memory of all requests in flight together
   GlassPolicyConfig glassbox_policy;
@@ -135,8 +135,7 @@ void visit_fields(Config& c, F&& f) {
   f(FieldInfo{"max_num_batched_tokens", "token budget of one engine step", 1, 1 << 24}, c.max_num_batched_tokens);
   f(FieldInfo{"max_model_len", "context length (0: the model's)", 0, 1 << 24}, c.max_model_len);
   f(FieldInfo{"kv_cache_memory",
-              "KV cache memory budget, bytes: room for max_num_seqs sequences of max_model_len, at most this", 1,
-              1e15},
+              "KV cache memory budget, bytes: room for max_num_seqs sequences of max_model_len, at most this", 1, 1e15},
     c.kv_cache_memory);
   f(FieldInfo{"kv_cache_bytes", "KV cache size in bytes, instead of the kv_cache_memory rule (0: unset)", 0, 1e15},
     c.kv_cache_bytes);
@@ -163,13 +162,11 @@ void visit_fields(Config& c, F&& f) {
     c.body_timeout_s);
   f(FieldInfo{"request_timeout_s", "a generation request is cancelled after this, seconds", 0.001, 1e7},
     c.request_timeout_s);
-  f(FieldInfo{"drain_timeout_s", "on SIGTERM, running requests get this long, seconds", 0, 86400},
-    c.drain_timeout_s);
+  f(FieldInfo{"drain_timeout_s", "on SIGTERM, running requests get this long, seconds", 0, 86400}, c.drain_timeout_s);
   f(FieldInfo{"max_n", "largest n", 1, 1024}, c.max_n);
   f(FieldInfo{"max_stop", "most stop strings per request", 0, 1024}, c.max_stop);
   f(FieldInfo{"max_logprobs", "most top logprobs per token", 0, 1024}, c.max_logprobs);
-  f(FieldInfo{"interventions", "allow per-request interventions (roles and caps: glassbox_policy)"},
-    c.interventions);
+  f(FieldInfo{"interventions", "allow per-request interventions (roles and caps: glassbox_policy)"}, c.interventions);
   f(FieldInfo{"audit_db", "SQLite audit database (required with interventions)"}, c.audit_db);
   f(FieldInfo{"monitor_every_steps", "massive-activation monitor samples one step in this many (0: off)", 0, 1 << 20},
     c.monitor_every_steps);
@@ -204,8 +201,7 @@ Status apply_overrides(const ConfigOverrides& values, ServerConfig* cfg);
 Status validate_config(const EnvLookup& env, ServerConfig* cfg);
 
 // The whole pipeline: defaults -> file (if non-empty) -> environment -> flags -> validation.
-Result<ServerConfig> load_config(const std::string& config_file, const EnvLookup& env,
-                                 const ConfigOverrides& flags);
+Result<ServerConfig> load_config(const std::string& config_file, const EnvLookup& env, const ConfigOverrides& flags);
 
 // The effective config as JSON with every secret replaced by "***".
 nlohmann::json config_to_json(const ServerConfig& cfg);

@@ -58,7 +58,7 @@ std::optional<ApiError> Generation::failure() const {
                               std::to_string(server->cfg_.request_timeout_s) + " s");
       case FinishReason::kCancelled:
         return engine_error(c.text.error_code() == EngineErrorCode::kDraining ? EngineErrorCode::kDraining
-                                                                               : EngineErrorCode::kCancelled,
+                                                                              : EngineErrorCode::kCancelled,
                             c.text.error());
       default:
         // Non-finite activations under the request's own interventions are the request's doing.
@@ -82,8 +82,7 @@ void Generation::on_event(size_t i, GenerationEvent& ev, Clock::time_point now,
   // An event with neither tokens nor a finish marks the request leaving the engine's queue.
   if (!c.queue_observed && (!ev.tokens.empty() || ev.finish == FinishReason::kNone)) {
     c.queue_observed = true;
-    if (ev.tokens.empty())
-      hot.queue_time.observe(seconds_between(submitted, now));
+    if (ev.tokens.empty()) hot.queue_time.observe(seconds_between(submitted, now));
   }
   const size_t n_tokens = ev.tokens.size();
   if (n_tokens > 0) {
@@ -116,7 +115,6 @@ void Generation::on_event(size_t i, GenerationEvent& ev, Clock::time_point now,
   out->emplace_back(i, std::move(d));
 }
 
-
 AuditRecord Generation::audit_record() const {
   AuditRecord r;
   r.id = audit_id;
@@ -145,9 +143,10 @@ std::optional<ApiError> Generation::begin_audit() {
   r.spec_json = glass.audit_spec.dump(-1, ' ', false, json::error_handler_t::replace);
   if (Status st = server->audit_->append(&r); !st.is_ok()) {
     spdlog::error("audit: cannot record request {}: {}", meta.id, st.message());
-    ApiError e = make_error(503, "service_unavailable", "audit_unavailable",
-                            "the audit store cannot record this request, so its interventions do not run: " +
-                                st.message() + " (requests without interventions are still served)");
+    ApiError e =
+        make_error(503, "service_unavailable", "audit_unavailable",
+                   "the audit store cannot record this request, so its interventions do not run: " + st.message() +
+                       " (requests without interventions are still served)");
     e.retry_after_s = 5;
     return e;
   }
@@ -298,8 +297,7 @@ void Generation::finalize() {
   for (const ChoiceState& c : choices) repetition.push_back(c.repetition.rate());
   line["repetition_rates"] = repetition;
   if (glass.spec != nullptr) {
-    line["glassbox"] = {{"observe", glass.spec->observe.enabled},
-                        {"interventions", glass.spec->interventions.size()}};
+    line["glassbox"] = {{"observe", glass.spec->observe.enabled}, {"interventions", glass.spec->interventions.size()}};
   }
   if (!error_message.empty()) line["error"] = error_message;
   if (server->cfg_.log_prompts) {

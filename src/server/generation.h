@@ -24,14 +24,14 @@ namespace gb::server {
 
 // Per-choice state of a generation request, owned by its HTTP thread.
 struct ChoiceState {
-  int32_t index = 0;        // the OpenAI choice index (prompt_index * n + i)
+  int32_t index = 0;  // the OpenAI choice index (prompt_index * n + i)
   size_t prompt_index = 0;
   std::shared_ptr<RequestChannel> channel = std::make_shared<RequestChannel>();
   ChoiceText text;
-  std::string out_text;                   // non-streaming: the whole text
-  std::vector<GeneratedToken> out_tokens; // non-streaming: tokens for logprobs
-  std::vector<TokenText> out_token_texts; // ... and the text each one added
-  int64_t text_offset = 0;                // completions logprobs text_offset
+  std::string out_text;                    // non-streaming: the whole text
+  std::vector<GeneratedToken> out_tokens;  // non-streaming: tokens for logprobs
+  std::vector<TokenText> out_token_texts;  // ... and the text each one added
+  int64_t text_offset = 0;                 // completions logprobs text_offset
   bool have_first_token = false;
   bool queue_observed = false;
   Clock::time_point last_token;
@@ -54,8 +54,8 @@ struct Generation {
   Clock::time_point arrival, submitted, deadline;
   std::vector<ChoiceState> choices;
   std::atomic<int> abort{kNoAbort};
-  int status = 200;           // what the log and metrics record (499: client went away)
-  std::string error_message;  // for the log
+  int status = 200;                 // what the log and metrics record (499: client went away)
+  std::string error_message;        // for the log
   Clock::time_point first_token{};  // of any choice; for the log line
   bool streaming_started = false;
   bool finalized = false;

@@ -41,7 +41,9 @@ ApiError conflict(const std::string& what, const std::vector<std::string>& confl
   return e;
 }
 
-bool has_role(const std::vector<Role>& roles, Role r) { return std::find(roles.begin(), roles.end(), r) != roles.end(); }
+bool has_role(const std::vector<Role>& roles, Role r) {
+  return std::find(roles.begin(), roles.end(), r) != roles.end();
+}
 
 std::string roles_text(const std::vector<Role>& roles) {
   std::string s;
@@ -121,7 +123,8 @@ GlassLimits glass_limits(const GlassPolicyConfig& p) {
   for (const auto& [op, cap] : p.caps) {
     if (auto o = parse_intervention_op(op)) l.caps[static_cast<size_t>(*o)] = cap;
   }
-  for (int64_t layer : p.allowed_layers) l.allowed_layers.push_back(static_cast<int32_t>(std::min<int64_t>(layer, 1 << 30)));
+  for (int64_t layer : p.allowed_layers)
+    l.allowed_layers.push_back(static_cast<int32_t>(std::min<int64_t>(layer, 1 << 30)));
   for (const std::string& point : p.allowed_points) {
     if (auto hp = parse_hook_point(point)) l.allowed_points.push_back(*hp);
   }
@@ -144,7 +147,8 @@ GlassService::GlassService(const ServerConfig& cfg, const ModelConfig* model)
   // library and resolves them again, stopping the server on an error.
   json change;
   GlassState candidate = *st;
-  if (model_ != nullptr && !apply_policy(candidate, presets_source_, /*replace_presets=*/true, &change)) *st = candidate;
+  if (model_ != nullptr && !apply_policy(candidate, presets_source_, /*replace_presets=*/true, &change))
+    *st = candidate;
   state_ = std::move(st);
 }
 
@@ -195,8 +199,9 @@ std::optional<ApiError> GlassService::resolve(const json* ext, const std::string
   if (!has_ext && session.empty() && !has_default) return std::nullopt;
   if (!available()) return bad("glassbox", "glassbox: this server's engine does not support the glass box");
 
-  const ApiError disabled = forbidden("interventions_disabled", "glassbox.interventions: interventions are off on this "
-                                                                "server (interventions: false)");
+  const ApiError disabled = forbidden("interventions_disabled",
+                                      "glassbox.interventions: interventions are off on this "
+                                      "server (interventions: false)");
   ParseContext ctx{model_, st->catalog(), &st->limits, st->limits.max_interventions};
   GlassRequestParts parts;
   if (has_ext) {
@@ -231,14 +236,14 @@ std::optional<ApiError> GlassService::resolve(const json* ext, const std::string
                                          std::find(s.keys.begin(), s.keys.end(), caller.key_id) != s.keys.end()
                                    : has_role(st->policy.intervention_roles, caller.role);
     if (!open) {
-      return forbidden("session_not_allowed",
-                       "X-Glassbox-Session: session '" + session + "' is not open to key '" + caller.key_id + "' (" +
-                           std::string(role_name(caller.role)) + " role); it is open to " +
-                           (s.restricted ? "the roles [" + roles_text(s.roles) + "] and " +
-                                               std::to_string(s.keys.size()) + " listed key(s)"
-                                         : "glassbox_policy.intervention_roles (" +
-                                               roles_text(st->policy.intervention_roles) +
-                                               "); its PUT may list roles and keys"));
+      return forbidden(
+          "session_not_allowed",
+          "X-Glassbox-Session: session '" + session + "' is not open to key '" + caller.key_id + "' (" +
+              std::string(role_name(caller.role)) + " role); it is open to " +
+              (s.restricted
+                   ? "the roles [" + roles_text(s.roles) + "] and " + std::to_string(s.keys.size()) + " listed key(s)"
+                   : "glassbox_policy.intervention_roles (" + roles_text(st->policy.intervention_roles) +
+                         "); its PUT may list roles and keys"));
     }
     if (auto e = append_set(*s.set, "session " + session, st->limits.max_interventions, &all)) {
       e->param = "X-Glassbox-Session";
@@ -268,11 +273,12 @@ std::optional<ApiError> GlassService::resolve(const json* ext, const std::string
   const int64_t per_sequence = observation_bytes(*sealed, *model_);
   const int64_t n = std::max<int64_t>(1, n_sequences);
   if (per_sequence > max_request_observation_bytes_ / n) {
-    ApiError e = bad("glassbox.observe", "glassbox.observe: this request would hold " + std::to_string(per_sequence) +
-                                             " bytes of observation per sequence × " + std::to_string(n) +
-                                             " sequence(s) (prompts × n), over max_request_observation_bytes = " +
-                                             std::to_string(max_request_observation_bytes_) +
-                                             "; observe fewer layers or points, capture less, or ask for fewer choices");
+    ApiError e =
+        bad("glassbox.observe", "glassbox.observe: this request would hold " + std::to_string(per_sequence) +
+                                    " bytes of observation per sequence × " + std::to_string(n) +
+                                    " sequence(s) (prompts × n), over max_request_observation_bytes = " +
+                                    std::to_string(max_request_observation_bytes_) +
+                                    "; observe fewer layers or points, capture less, or ask for fewer choices");
     e.code = "observation_budget_exceeded";
     return e;
   }
@@ -285,8 +291,9 @@ std::optional<ApiError> GlassService::resolve(const json* ext, const std::string
     e.type = "rate_limit_error";
     e.code = "observation_budget_busy";
     e.message = "the server's observation memory is in use: requests in flight hold " + std::to_string(before) +
-                " bytes, this one needs " + std::to_string(bytes) + ", over max_observation_bytes = " +
-                std::to_string(max_observation_bytes_) + "; retry shortly (or raise max_observation_bytes)";
+                " bytes, this one needs " + std::to_string(bytes) +
+                ", over max_observation_bytes = " + std::to_string(max_observation_bytes_) +
+                "; retry shortly (or raise max_observation_bytes)";
     e.retry_after_s = 1;
     return e;
   }
@@ -316,7 +323,8 @@ std::optional<ApiError> GlassService::apply_policy(GlassState& st, const json& p
   st.limits = glass_limits(st.policy);
   std::map<std::string, std::shared_ptr<const InterventionSet>> next = replace_presets ? decltype(next){} : st.presets;
   json set = json::array(), removed = json::array();
-  if (!presets.is_null() && !presets.is_object()) return bad("presets", "presets: expected a map of name -> list of interventions");
+  if (!presets.is_null() && !presets.is_object())
+    return bad("presets", "presets: expected a map of name -> list of interventions");
   // Presets resolve against the library and the new limits; they may not use other presets.
   const GlassCatalog catalog{nullptr, &st.vectors};
   if (presets.is_object()) {
@@ -333,7 +341,8 @@ std::optional<ApiError> GlassService::apply_policy(GlassState& st, const json& p
       if (!list.is_array() || list.empty())
         return bad("presets." + name, "presets." + name + ": expected a non-empty list of interventions");
       if (auto e = parse_interventions(list, "presets." + name, ctx, false, s.get())) return to_api(*e);
-      if (auto e = check_combined(s->interventions, s->sources, st.limits, *model_, "presets." + name)) return to_api(*e);
+      if (auto e = check_combined(s->interventions, s->sources, st.limits, *model_, "presets." + name))
+        return to_api(*e);
       next[name] = std::move(s);
       set.push_back(name);
     }
@@ -421,7 +430,8 @@ std::optional<ApiError> GlassService::put_set(const json& body, const std::vecto
     auto set = std::make_shared<InterventionSet>();
     ParseContext ctx{model_, st.catalog(), &st.limits, st.limits.max_interventions};
     if (auto e = parse_interventions(list, "interventions", ctx, allow_presets, set.get())) return to_api(*e);
-    if (auto e = check_combined(set->interventions, set->sources, st.limits, *model_, "interventions")) return to_api(*e);
+    if (auto e = check_combined(set->interventions, set->sources, st.limits, *model_, "interventions"))
+      return to_api(*e);
     return store(st, std::shared_ptr<const InterventionSet>(std::move(set)));
   });
 }
@@ -530,16 +540,16 @@ std::optional<ApiError> GlassService::delete_session(const std::string& id, json
 }
 
 std::optional<ApiError> GlassService::put_default(const json& body, json* change) {
-  return put_set(body, {}, /*allow_presets=*/true,
-                 [&](GlassState& st, std::shared_ptr<const InterventionSet> set) -> std::optional<ApiError> {
-                   const int64_t previous = st.default_version;
-                   st.defaults.push_back(set);
-                   st.default_version = static_cast<int64_t>(st.defaults.size());
-                   if (std::vector<std::string> c = conflicts(st, *model_); !c.empty())
-                     return conflict("the new default set", c);
-                   *change = {{"version", st.default_version}, {"previous_version", previous}, {"interventions", set->items}};
-                   return std::nullopt;
-                 });
+  return put_set(
+      body, {}, /*allow_presets=*/true,
+      [&](GlassState& st, std::shared_ptr<const InterventionSet> set) -> std::optional<ApiError> {
+        const int64_t previous = st.default_version;
+        st.defaults.push_back(set);
+        st.default_version = static_cast<int64_t>(st.defaults.size());
+        if (std::vector<std::string> c = conflicts(st, *model_); !c.empty()) return conflict("the new default set", c);
+        *change = {{"version", st.default_version}, {"previous_version", previous}, {"interventions", set->items}};
+        return std::nullopt;
+      });
 }
 
 std::optional<ApiError> GlassService::rollback_default(json* change) {
@@ -549,7 +559,8 @@ std::optional<ApiError> GlassService::rollback_default(json* change) {
     --st.default_version;
     if (model_ != nullptr) {
       if (std::vector<std::string> c = conflicts(st, *model_); !c.empty())
-        return conflict("rolling back to " + (st.default_version > 0 ? default_label(st.default_version) : "no default set"), c);
+        return conflict(
+            "rolling back to " + (st.default_version > 0 ? default_label(st.default_version) : "no default set"), c);
     }
     *change = {{"version", st.default_version}, {"rolled_back_from", from}};
     return std::nullopt;
@@ -571,15 +582,17 @@ json GlassService::describe() const {
   json sessions = json::object();
   for (const auto& [id, s] : st->sessions) sessions[id] = session_json(s);
   json versions = json::array();
-  for (size_t i = 0; i < st->defaults.size(); ++i) versions.push_back({{"version", i + 1}, {"interventions", st->defaults[i]->items}});
+  for (size_t i = 0; i < st->defaults.size(); ++i)
+    versions.push_back({{"version", i + 1}, {"interventions", st->defaults[i]->items}});
   return {{"interventions_enabled", st->interventions_enabled},
           {"policy", glass_policy_json(st->policy)},
           {"vectors", vectors},
           {"sessions", sessions},
           {"default", {{"version", st->default_version}, {"history", versions}}},
-          {"observation", {{"bytes_in_use", observation_in_use()},
-                           {"max_observation_bytes", max_observation_bytes_},
-                           {"max_request_observation_bytes", max_request_observation_bytes_}}}};
+          {"observation",
+           {{"bytes_in_use", observation_in_use()},
+            {"max_observation_bytes", max_observation_bytes_},
+            {"max_request_observation_bytes", max_request_observation_bytes_}}}};
 }
 
 // ---- responses ----

@@ -47,7 +47,7 @@ struct GlassState {
   std::map<std::string, std::shared_ptr<const ControlVector>> vectors;  // the control-vector library
   std::map<std::string, GlassSession> sessions;
   std::vector<std::shared_ptr<const InterventionSet>> defaults;  // the global default set, every version (1-based)
-  int64_t default_version = 0;  // the version in force (0: none)
+  int64_t default_version = 0;                                   // the version in force (0: none)
 
   GlassCatalog catalog() const { return {&presets, &vectors}; }
 };

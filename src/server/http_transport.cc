@@ -46,7 +46,8 @@ int remaining_ms(Clock::time_point until) {
 }
 
 bool is_probe(std::string_view request_line) {
-  for (const char* p : {"GET /health ", "GET /health?", "GET /ready ", "GET /ready?", "GET /metrics ", "GET /metrics?"}) {
+  for (const char* p :
+       {"GET /health ", "GET /health?", "GET /ready ", "GET /ready?", "GET /metrics ", "GET /metrics?"}) {
     if (request_line.rfind(p, 0) == 0) return true;
   }
   return false;
@@ -67,10 +68,10 @@ ConnectionContext* current_connection() { return tl_connection; }
 
 struct HttpTransport::Conn {
   int fd = -1;
-  std::string buf;         // bytes read and not yet consumed start at pos
+  std::string buf;  // bytes read and not yet consumed start at pos
   size_t pos = 0;
-  size_t header_end = 0;   // buf offset just past the current request's blank line (0: not complete)
-  size_t scanned = 0;      // buf offset up to which the header search has looked
+  size_t header_end = 0;  // buf offset just past the current request's blank line (0: not complete)
+  size_t scanned = 0;     // buf offset up to which the header search has looked
   Clock::time_point deadline;
   bool waiting_first_byte = true;  // keep-alive idle (no timeout answer) vs a request under way
   bool lingering = false;
@@ -371,9 +372,9 @@ void HttpTransport::on_readable(Conn* c) {
           std::lock_guard<std::mutex> lock(idle_mutex_);
           idle_.erase(c);
         }
-        return refuse(c, 431, "request_header_fields_too_large",
-                      "the request line and headers are larger than " + std::to_string(limits_.max_header_bytes) +
-                          " bytes");
+        return refuse(
+            c, 431, "request_header_fields_too_large",
+            "the request line and headers are larger than " + std::to_string(limits_.max_header_bytes) + " bytes");
       }
       continue;
     }
@@ -472,13 +473,12 @@ void HttpTransport::serve(Conn* c) {
 }
 
 void HttpTransport::refuse(Conn* c, int status, const char* code, const std::string& message) {
-  const std::string body =
-      nlohmann::json{{"error",
-                      {{"message", message},
-                       {"type", status == 503 ? "service_unavailable" : "invalid_request_error"},
-                       {"param", nullptr},
-                       {"code", code}}}}
-          .dump();
+  const std::string body = nlohmann::json{
+      {"error",
+       {{"message", message},
+        {"type", status == 503 ? "service_unavailable" : "invalid_request_error"},
+        {"param", nullptr},
+        {"code", code}}}}.dump();
   std::string out = "HTTP/1.1 " + std::to_string(status) + " " + reason_phrase(status) +
                     "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
                     "\r\nConnection: close\r\n";

@@ -29,12 +29,12 @@
 namespace gb::server {
 
 struct TransportLimits {
-  size_t max_connections = 1024;  // open connections; more are answered 503 and closed at once
-  size_t workers = 16;            // threads answering API requests
-  size_t probe_workers = 2;       // threads answering /health, /ready and /metrics only
-  size_t max_pending = 256;       // complete requests waiting for a worker, per lane; more: 503
-  size_t max_header_bytes = 32 << 10;  // request line + headers; more: 431
-  size_t max_body_bytes = 4 << 20;     // the transport refuses to read more than this + 1 MiB per request
+  size_t max_connections = 1024;                    // open connections; more are answered 503 and closed at once
+  size_t workers = 16;                              // threads answering API requests
+  size_t probe_workers = 2;                         // threads answering /health, /ready and /metrics only
+  size_t max_pending = 256;                         // complete requests waiting for a worker, per lane; more: 503
+  size_t max_header_bytes = 32 << 10;               // request line + headers; more: 431
+  size_t max_body_bytes = 4 << 20;                  // the transport refuses to read more than this + 1 MiB per request
   std::chrono::milliseconds header_timeout{10000};  // the whole header block, from when the wait began
   std::chrono::milliseconds body_timeout{60000};    // the whole body
   std::chrono::milliseconds read_timeout{30000};    // one read during the body
@@ -44,11 +44,11 @@ struct TransportLimits {
 };
 
 struct TransportStats {
-  int64_t open = 0;               // connections now
-  int64_t accepted = 0;           // since start
-  int64_t refused_full = 0;       // answered 503: max_connections reached
-  int64_t refused_busy = 0;       // answered 503: the lane's pending queue was full
-  int64_t header_timeouts = 0;    // closed (408) for headers that did not arrive in time
+  int64_t open = 0;             // connections now
+  int64_t accepted = 0;         // since start
+  int64_t refused_full = 0;     // answered 503: max_connections reached
+  int64_t refused_busy = 0;     // answered 503: the lane's pending queue was full
+  int64_t header_timeouts = 0;  // closed (408) for headers that did not arrive in time
 };
 
 // The connection a handler runs on (thread-local while httplib processes its request).

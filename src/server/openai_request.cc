@@ -55,8 +55,7 @@ class Fields {
   MaybeError number(const char* name, double lo, double hi, bool lo_open, double* out) const {
     const json* v = find(name);
     if (v == nullptr) return std::nullopt;
-    if (!v->is_number())
-      return invalid_field(name, std::string(name) + ": expected a number, got " + type_name(*v));
+    if (!v->is_number()) return invalid_field(name, std::string(name) + ": expected a number, got " + type_name(*v));
     const double d = v->get<double>();
     if (!std::isfinite(d) || d > hi || (lo_open ? d <= lo : d < lo))
       return invalid_field(name, std::string(name) + ": must be in " + (lo_open ? "(" : "[") + num(lo) + ", " +
@@ -84,8 +83,8 @@ class Fields {
       return invalid_field(name, name + ": expected an integer, got " + type_name(v));
     }
     if (i < lo || i > hi)
-      return invalid_field(name, name + ": must be in [" + std::to_string(lo) + ", " + std::to_string(hi) +
-                                     "], got " + std::to_string(i));
+      return invalid_field(name, name + ": must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " +
+                                     std::to_string(i));
     *out = i;
     return std::nullopt;
   }
@@ -110,8 +109,8 @@ class Fields {
   const json& body_;
 };
 
-#define GB_TRY(expr)                      \
-  do {                                    \
+#define GB_TRY(expr)                       \
+  do {                                     \
     if (MaybeError e_ = (expr)) return e_; \
   } while (0)
 
@@ -154,8 +153,8 @@ MaybeError parse_sampling(const Fields& f, const RequestLimits& limits, int32_t 
   }
   if (const json* bias = f.find("logit_bias")) {
     if (!bias->is_object())
-      return invalid_field("logit_bias", std::string("logit_bias: expected an object of token id -> bias, got ") +
-                                             type_name(*bias));
+      return invalid_field("logit_bias",
+                           std::string("logit_bias: expected an object of token id -> bias, got ") + type_name(*bias));
     for (const auto& [key, value] : bias->items()) {
       int64_t id = 0;
       size_t used = 0;
@@ -190,7 +189,8 @@ MaybeError parse_sampling(const Fields& f, const RequestLimits& limits, int32_t 
         out->stop.push_back(item.get<std::string>());
       }
     } else {
-      return invalid_field("stop", std::string("stop: expected a string or a list of strings, got ") + type_name(*stop));
+      return invalid_field("stop",
+                           std::string("stop: expected a string or a list of strings, got ") + type_name(*stop));
     }
     if (static_cast<int64_t>(out->stop.size()) > limits.max_stop)
       return invalid_field("stop", "stop: at most " + std::to_string(limits.max_stop) + " stop strings, got " +
@@ -257,8 +257,7 @@ MaybeError parse_messages(const json& body, const TextCodec& codec, ParsedReques
     if (!msg.is_object()) return invalid_field(where, where + ": expected an object with role and content");
     auto role = msg.find("role");
     if (role == msg.end() || !role->is_string() || !kRoles.count(role->get<std::string>()))
-      return invalid_field(where + ".role",
-                           where + ".role: must be one of system, developer, user, assistant, tool");
+      return invalid_field(where + ".role", where + ".role: must be one of system, developer, user, assistant, tool");
     std::string content;
     GB_TRY(message_content(msg, i, &content));
     json m = {{"role", role->get<std::string>()}, {"content", content}};
@@ -282,8 +281,8 @@ MaybeError token_list(const json& list, const std::string& where, int32_t vocab,
     if (!t.is_number_integer()) return invalid_field("prompt", where + ": expected token ids (integers)");
     int64_t id = 0;
     if (!json_integer(t, 0, vocab - 1, &id))
-      return invalid_field("prompt", where + ": token id " + t.dump() + " is outside the vocabulary [0, " +
-                                         std::to_string(vocab) + ")");
+      return invalid_field(
+          "prompt", where + ": token id " + t.dump() + " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
     out->push_back(static_cast<int32_t>(id));
   }
   return std::nullopt;

@@ -52,7 +52,9 @@ json logprobs_json(Endpoint endpoint, const std::vector<GeneratedToken>& tokens,
                    int64_t* text_offset) {
   static const TokenText kNone;
   auto text_of = [&](size_t i) -> const TokenText& { return i < texts.size() ? texts[i] : kNone; };
-  auto alt_text = [](const TokenText& tt, size_t k) { return k < tt.top.size() ? valid_utf8(tt.top[k]) : std::string(); };
+  auto alt_text = [](const TokenText& tt, size_t k) {
+    return k < tt.top.size() ? valid_utf8(tt.top[k]) : std::string();
+  };
   if (endpoint == Endpoint::kChat) {
     json content = json::array();
     for (size_t i = 0; i < tokens.size(); ++i) {
@@ -98,12 +100,10 @@ json full_response(const ResponseMeta& meta, const std::vector<ChoiceOut>& choic
     }
     if (!c.glassbox.is_null()) out_choices.back()["glassbox"] = c.glassbox;
   }
-  return {{"id", meta.id},
-          {"object", meta.endpoint == Endpoint::kChat ? "chat.completion" : "text_completion"},
-          {"created", meta.created},
-          {"model", meta.model},
-          {"choices", out_choices},
-          {"usage", usage_json(usage)}};
+  return {
+      {"id", meta.id},           {"object", meta.endpoint == Endpoint::kChat ? "chat.completion" : "text_completion"},
+      {"created", meta.created}, {"model", meta.model},
+      {"choices", out_choices},  {"usage", usage_json(usage)}};
 }
 
 json stream_chunk(const ResponseMeta& meta, int32_t index, bool first, const std::string& text, const json& logprobs,

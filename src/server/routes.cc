@@ -19,8 +19,8 @@ namespace {
 
 // Bounded label values for the per-endpoint HTTP counter.
 std::string route_label(const std::string& path) {
-  static const char* kKnown[] = {"/v1/completions", "/v1/chat/completions", "/v1/models", "/health",
-                                 "/ready",          "/metrics",             "/admin/config"};
+  static const char* kKnown[] = {"/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/ready",
+                                 "/metrics",        "/admin/config"};
   for (const char* k : kKnown) {
     if (path == k) return k;
   }
@@ -60,7 +60,8 @@ void Server::install_routes() {
       }
     };
   };
-  http_->Post("/v1/completions", with_body([this](const httplib::Request& q, const std::string& b, httplib::Response& r) {
+  http_->Post("/v1/completions",
+              with_body([this](const httplib::Request& q, const std::string& b, httplib::Response& r) {
                 handle_generate(Endpoint::kCompletions, q, b, r);
               }));
   http_->Post("/v1/chat/completions",
@@ -78,19 +79,18 @@ void Server::install_routes() {
   http_->Get("/metrics", guard([this](const httplib::Request&, httplib::Response& r) { handle_metrics(r); }));
   http_->Get("/admin/config",
              guard([this](const httplib::Request& q, httplib::Response& r) { handle_admin_config(q, r); }));
-  auto admin_glass = with_body([this](const httplib::Request& q, const std::string& b, httplib::Response& r) {
-    handle_admin_glass(q, b, r);
-  });
-  http_->Get("/admin/glassbox", guard([this](const httplib::Request& q, httplib::Response& r) {
-               handle_admin_glass(q, "", r);
-             }));
+  auto admin_glass = with_body(
+      [this](const httplib::Request& q, const std::string& b, httplib::Response& r) { handle_admin_glass(q, b, r); });
+  http_->Get("/admin/glassbox",
+             guard([this](const httplib::Request& q, httplib::Response& r) { handle_admin_glass(q, "", r); }));
   http_->Put("/admin/glassbox/policy", admin_glass);
   http_->Patch("/admin/glassbox/policy", admin_glass);
   http_->Put("/admin/glassbox/default", admin_glass);
   http_->Post("/admin/glassbox/default/rollback", admin_glass);
   http_->Put(R"(/admin/glassbox/(presets|vectors|sessions)/([^/]+))", admin_glass);
   http_->Delete(R"(/admin/glassbox/(presets|vectors|sessions)/([^/]+))", admin_glass);
-  http_->Get("/admin/audit", guard([this](const httplib::Request& q, httplib::Response& r) { handle_admin_audit(q, r); }));
+  http_->Get("/admin/audit",
+             guard([this](const httplib::Request& q, httplib::Response& r) { handle_admin_audit(q, r); }));
 
   // Before any body is read: authentication (and the role for /admin), the declared body size,
   // and an empty body for a request that declares none (else httplib reads until the client
@@ -110,7 +110,7 @@ void Server::install_error_handlers() {
   // httplib's own errors (unknown route, body over max_body_bytes, malformed HTTP) get an
   // OpenAI error body; our handlers' errors already have one.
   http_->set_error_handler(httplib::Server::HandlerWithResponse([this](const httplib::Request& req,
-                                                                     httplib::Response& res) {
+                                                                       httplib::Response& res) {
     if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
     ApiError e;
     e.status = res.status;
@@ -199,8 +199,8 @@ bool Server::admit_before_body(const httplib::Request& req, httplib::Response& r
     if (end == v.c_str() || *end != '\0' || errno == ERANGE || v[0] == '-')
       return refuse(make_error(400, "invalid_request_error", "", "malformed HTTP request: bad Content-Length"));
     if (n > static_cast<unsigned long long>(cfg_.max_body_bytes)) return refuse(body_too_large());
-  } else if (!chunked && (req.method == "POST" || req.method == "PUT" || req.method == "PATCH" ||
-                          req.method == "DELETE")) {
+  } else if (!chunked &&
+             (req.method == "POST" || req.method == "PUT" || req.method == "PATCH" || req.method == "DELETE")) {
     // No Content-Length and not chunked: the body is empty (RFC 9112 6.3). httplib 0.11 would
     // read until the client closes; the Request is ours (httplib's local) until routing ends.
     const_cast<httplib::Request&>(req).set_header("Content-Length", "0");
@@ -269,7 +269,8 @@ void Server::refresh_engine_gauges() {
   if (mon.config.enabled) {
     m.counter("glassbox_monitor_steps_total", "Engine steps the massive-activation monitor sampled")
         .set(static_cast<double>(mon.steps_sampled));
-    static const std::vector<double> kRatioBounds(MonitorSnapshot::kRatioBounds.begin(), MonitorSnapshot::kRatioBounds.end());
+    static const std::vector<double> kRatioBounds(MonitorSnapshot::kRatioBounds.begin(),
+                                                  MonitorSnapshot::kRatioBounds.end());
     for (size_t l = 0; l < mon.events_per_layer.size(); ++l) {
       const Labels layer = {{"layer", std::to_string(l)}};
       m.counter("glassbox_massive_activation_events_total",
@@ -299,10 +300,11 @@ void Server::handle_models(const httplib::Request& req, httplib::Response& res, 
                 {"vocab_size", codec_ != nullptr ? codec_->vocab_size() : 0}};
   // Where the weights live on the server is for admins only.
   if (caller.role == Role::kAdmin) model["root"] = cfg_.model;
-  if (id.empty()) return res.set_content(json{{"object", "list"}, {"data", json::array({model})}}.dump(),
-                                         "application/json");
+  if (id.empty())
+    return res.set_content(json{{"object", "list"}, {"data", json::array({model})}}.dump(), "application/json");
   if (id != cfg_.served_model_name) {
-    ApiError e = make_error(404, "not_found_error", "model_not_found", "The model " + quote_input(id) + " does not exist");
+    ApiError e =
+        make_error(404, "not_found_error", "model_not_found", "The model " + quote_input(id) + " does not exist");
     e.param = "model";
     return send_error(res, e);
   }

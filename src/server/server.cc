@@ -40,10 +40,7 @@ HotMetrics::HotMetrics(MetricsRegistry& r)
       ready(r.gauge("glassbox_server_ready", "1 when the server accepts generation requests")) {}
 
 Server::Server(ServerConfig cfg, std::function<void(const std::string&)> request_log)
-    : cfg_(std::move(cfg)),
-      request_log_(std::move(request_log)),
-      keys_(cfg_),
-      rate_limiter_(cfg_.rate_limit_burst) {
+    : cfg_(std::move(cfg)), request_log_(std::move(request_log)), keys_(cfg_), rate_limiter_(cfg_.rate_limit_burst) {
   std::random_device rd;
   id_salt_ = (static_cast<uint64_t>(rd()) << 32) ^ rd();
   if (!request_log_) {
@@ -157,8 +154,7 @@ Status Server::self_test(std::chrono::milliseconds timeout) {
 
 void Server::set_ready() {
   State expected = State::kStarting;
-  if (engine_ != nullptr && state_.compare_exchange_strong(expected, State::kReady))
-    hot_.ready.set(1);
+  if (engine_ != nullptr && state_.compare_exchange_strong(expected, State::kReady)) hot_.ready.set(1);
 }
 
 void Server::drain(std::chrono::milliseconds deadline) {
@@ -178,8 +174,7 @@ void Server::drain(std::chrono::milliseconds deadline) {
   }
   // Handlers notice the abort within one poll interval; a stuck socket write is bounded by the
   // write timeout.
-  const Clock::time_point hard_end =
-      Clock::now() + std::chrono::seconds(1) + to_micros(cfg_.write_timeout_s);
+  const Clock::time_point hard_end = Clock::now() + std::chrono::seconds(1) + to_micros(cfg_.write_timeout_s);
   while (in_flight_.load() > 0 && Clock::now() < hard_end) std::this_thread::sleep_for(std::chrono::milliseconds(10));
 }
 

@@ -148,7 +148,7 @@ class Server {
   int port_ = 0;
   std::atomic<State> state_{State::kStarting};
 
-  EngineApi* engine_ = nullptr;        // set once by attach(), before state_ leaves kStarting
+  EngineApi* engine_ = nullptr;  // set once by attach(), before state_ leaves kStarting
   const TextCodec* codec_ = nullptr;
   int32_t max_model_len_ = 0;
   std::unique_ptr<GlassService> glass_;  // made by attach()

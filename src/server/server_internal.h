@@ -18,7 +18,9 @@ inline std::chrono::microseconds to_micros(double seconds) {
   return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::duration<double>(seconds));
 }
 
-inline const char* endpoint_path(Endpoint e) { return e == Endpoint::kChat ? "/v1/chat/completions" : "/v1/completions"; }
+inline const char* endpoint_path(Endpoint e) {
+  return e == Endpoint::kChat ? "/v1/chat/completions" : "/v1/completions";
+}
 
 inline ApiError make_error(int status, const std::string& type, const std::string& code, const std::string& message) {
   ApiError e;
@@ -34,7 +36,8 @@ inline ApiError engine_error(EngineErrorCode code, const std::string& message) {
   const std::string why = message.empty() ? std::string("unknown error") : message;
   switch (code) {
     case EngineErrorCode::kDraining:
-      return make_error(503, "service_unavailable", "draining", "the server is shutting down; retry on another replica");
+      return make_error(503, "service_unavailable", "draining",
+                        "the server is shutting down; retry on another replica");
     case EngineErrorCode::kCancelled:
       return make_error(503, "service_unavailable", "cancelled", "the engine cancelled the request");
     case EngineErrorCode::kNonFinite:

@@ -109,8 +109,8 @@ void Generation::answer_whole(httplib::Response& res) {
     audit();
     std::vector<ChoiceOut> out;
     for (ChoiceState& c : choices) {
-      out.push_back({c.index, c.out_text, logprobs_for(c, c.out_tokens, c.out_token_texts), finish_reason_name(c.text.finish_reason()),
-                     glass_json(c)});
+      out.push_back({c.index, c.out_text, logprobs_for(c, c.out_tokens, c.out_token_texts),
+                     finish_reason_name(c.text.finish_reason()), glass_json(c)});
     }
     res.set_content(full_response(meta, out, usage()).dump(-1, ' ', false, json::error_handler_t::replace),
                     "application/json");

@@ -36,7 +36,8 @@ void StringTable::insert(std::string_view key, int32_t id) {
   for (;; i = (i + 1) & mask_) {
     const Slot& s = slots_[i];
     if (s.hash == 0) break;
-    if (s.hash == h && s.len == key.size() && std::memcmp(arena_.data() + s.offset, key.data(), key.size()) == 0) return;
+    if (s.hash == h && s.len == key.size() && std::memcmp(arena_.data() + s.offset, key.data(), key.size()) == 0)
+      return;
   }
   slots_[i] = Slot{h, static_cast<uint32_t>(arena_.size()), static_cast<uint32_t>(key.size()), id};
   arena_.append(key);

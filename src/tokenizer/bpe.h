@@ -6,8 +6,8 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
-#include <string>
 #include <memory>
+#include <string>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
@@ -54,7 +54,8 @@ class StringTable {
     for (size_t i = h & mask_;; i = (i + 1) & mask_) {
       const Slot& s = slots_[i];
       if (s.hash == 0) return -1;
-      if (s.hash == h && s.len == key.size() && __builtin_memcmp(arena_.data() + s.offset, key.data(), key.size()) == 0) {
+      if (s.hash == h && s.len == key.size() &&
+          __builtin_memcmp(arena_.data() + s.offset, key.data(), key.size()) == 0) {
         return s.id;
       }
     }
@@ -146,7 +147,7 @@ class BpeModel {
   bool fuse_unk = false;       // consecutive unknown characters give one unk
   bool ignore_merges = false;  // a word that is itself in the vocabulary is one token
   int32_t unk_id = -1;
-  StringTable vocab;           // model vocabulary, keyed as the symbols are (raw bytes if byte_level)
+  StringTable vocab;                    // model vocabulary, keyed as the symbols are (raw bytes if byte_level)
   std::array<int32_t, 256> byte_ids{};  // byte -> id (byte_level) or <0xNN> id (fallback), -1 if none
   PairMap merges;
   std::shared_ptr<WordCache> cache;  // null: no caching

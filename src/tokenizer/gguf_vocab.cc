@@ -19,7 +19,13 @@ using nlohmann::json;
 
 // llama.cpp token types.
 enum TokenType : int32_t {
-  kUndefined = 0, kNormal = 1, kUnknown = 2, kControl = 3, kUserDefined = 4, kUnused = 5, kByte = 6,
+  kUndefined = 0,
+  kNormal = 1,
+  kUnknown = 2,
+  kControl = 3,
+  kUserDefined = 4,
+  kUnused = 5,
+  kByte = 6,
 };
 
 constexpr const char* kLlama3Regex =
@@ -85,11 +91,13 @@ Status read_pieces(const json& tokens, const json* types, Tokenizer::Builder& b,
   type->assign(n, kNormal);
   for (size_t i = 0; i < n; ++i) {
     const json& tk = tokens[i];
-    if (!tk.is_string()) return Status::error("GGUF vocabulary: tokenizer.ggml.tokens[" + std::to_string(i) + "] is not a string");
+    if (!tk.is_string())
+      return Status::error("GGUF vocabulary: tokenizer.ggml.tokens[" + std::to_string(i) + "] is not a string");
     b.model_pieces[i] = tk.get<std::string>();
     int32_t& ty = (*type)[i];
     if (types != nullptr) {
-      if (!(*types)[i].is_number_integer()) return Status::error("GGUF vocabulary: token_type entries must be integers");
+      if (!(*types)[i].is_number_integer())
+        return Status::error("GGUF vocabulary: token_type entries must be integers");
       ty = (*types)[i].get<int32_t>();
     }
     b.in_model[i] = ty == kNormal || ty == kByte || ty == kUserDefined || ty == kUnused || ty == kUndefined;
@@ -146,7 +154,8 @@ Status add_score_merges(const Tokenizer::Builder& b, const std::vector<int32_t>&
   for (size_t i = 0; i < n; ++i) {
     if (type[i] != kNormal && type[i] != kUserDefined) continue;
     const std::string& p = b.model_pieces[i];
-    const int32_t rank = static_cast<int32_t>(std::lower_bound(sorted.begin(), sorted.end(), score[i], std::greater<float>()) - sorted.begin());
+    const int32_t rank = static_cast<int32_t>(
+        std::lower_bound(sorted.begin(), sorted.end(), score[i], std::greater<float>()) - sorted.begin());
     size_t k = 0;
     while (k < p.size()) {
       k += tok::utf8_len(static_cast<unsigned char>(p[k]));
@@ -203,7 +212,8 @@ Status add_listed_merges(const json& merges, Tokenizer::Builder& b, tok::BpeMode
     if (!mg.is_string()) return Status::error("GGUF vocabulary: tokenizer.ggml.merges entries must be strings");
     const std::string& s = mg.get_ref<const std::string&>();
     const size_t sp = s.find(' ', 1);
-    if (sp == std::string::npos) return Status::error("GGUF vocabulary: merge '" + s + "' is not two tokens separated by a space");
+    if (sp == std::string::npos)
+      return Status::error("GGUF vocabulary: merge '" + s + "' is not two tokens separated by a space");
     GB_RETURN_IF_ERROR(b.add_merge(std::string_view(s).substr(0, sp), std::string_view(s).substr(sp + 1), rank)
                            .with_context("GGUF vocabulary"));
     ++rank;
@@ -222,10 +232,12 @@ struct PreTokenizerChoice {
 Result<PreTokenizerChoice> choose_pre_tokenizer(const GgufFile& g) {
   std::string pre = "default";
   if (const json* p = g.find("tokenizer.ggml.pre"); p != nullptr && p->is_string()) pre = p->get<std::string>();
-  if (pre == "llama-bpe" || pre == "llama3" || pre == "llama-v3") return PreTokenizerChoice{kLlama3Regex, true, true, false};
+  if (pre == "llama-bpe" || pre == "llama3" || pre == "llama-v3")
+    return PreTokenizerChoice{kLlama3Regex, true, true, false};
   if (pre == "qwen2" || pre == "qwen2.5") return PreTokenizerChoice{kQwen2Regex, false, false, true};
   if (pre == "gpt-2" || pre == "gpt2" || pre == "default") return PreTokenizerChoice{kGpt2Regex};
-  return Status::error("unsupported tokenizer.ggml.pre '" + pre + "' (supported: default, gpt-2, llama-bpe, llama3, qwen2)");
+  return Status::error("unsupported tokenizer.ggml.pre '" + pre +
+                       "' (supported: default, gpt-2, llama-bpe, llama3, qwen2)");
 }
 
 // Byte-level text handling: the chosen regex split, then bytes mapped to their vocabulary
@@ -257,9 +269,11 @@ Status add_byte_level_steps(const PreTokenizerChoice& choice, tok::Normalizer* n
 // tokenizer.chat_template and the named tokenizer.chat_template.<name> ones.
 void read_chat_templates(const GgufFile& g, std::string* default_template,
                          std::unordered_map<std::string, std::string>* named) {
-  if (const json* ct = g.find("tokenizer.chat_template"); ct != nullptr && ct->is_string()) *default_template = ct->get<std::string>();
+  if (const json* ct = g.find("tokenizer.chat_template"); ct != nullptr && ct->is_string())
+    *default_template = ct->get<std::string>();
   const std::string prefix = "tokenizer.chat_template.";
-  for (auto it = g.metadata.lower_bound(prefix); it != g.metadata.end() && it->first.compare(0, prefix.size(), prefix) == 0; ++it) {
+  for (auto it = g.metadata.lower_bound(prefix);
+       it != g.metadata.end() && it->first.compare(0, prefix.size(), prefix) == 0; ++it) {
     if (it->second.is_string()) (*named)[it->first.substr(prefix.size())] = it->second.get<std::string>();
   }
 }

@@ -129,7 +129,8 @@ Status parse_pre_tokenizer(const json& j, tok::PreTokenizer* out, bool* byte_lev
     st.kind = PreTokenizerStep::Kind::kMetaspace;
     auto it = j.find("replacement");
     st.replacement = it != j.end() && it->is_string() ? it->get<std::string>() : "\xE2\x96\x81";
-    if (st.replacement.empty() || static_cast<size_t>(tok::utf8_len(static_cast<unsigned char>(st.replacement[0]))) != st.replacement.size()) {
+    if (st.replacement.empty() ||
+        static_cast<size_t>(tok::utf8_len(static_cast<unsigned char>(st.replacement[0]))) != st.replacement.size()) {
       return Status::error(where + ": 'replacement' must be one character");
     }
     st.split = get_bool(j, "split", true);
@@ -142,7 +143,7 @@ Status parse_pre_tokenizer(const json& j, tok::PreTokenizer* out, bool* byte_lev
       else return Status::error(where + ": unsupported prepend_scheme '" + s + "'");
     } else {
       st.prepend = get_bool(j, "add_prefix_space", true) ? PreTokenizerStep::Prepend::kAlways
-                                                          : PreTokenizerStep::Prepend::kNever;
+                                                         : PreTokenizerStep::Prepend::kNever;
     }
   } else if (type == "Digits") {
     st.kind = PreTokenizerStep::Kind::kDigits;
@@ -221,7 +222,8 @@ Status parse_post_processor(const json& j, const Tokenizer::Builder& b, std::vec
     auto single = j.find("single");
     auto specials = j.find("special_tokens");
     if (single == j.end() || !single->is_array()) return Status::error(where + ": 'single' must be an array");
-    if (specials == j.end() || !specials->is_object()) return Status::error(where + ": 'special_tokens' must be an object");
+    if (specials == j.end() || !specials->is_object())
+      return Status::error(where + ": 'special_tokens' must be an object");
     prefix->clear();
     suffix->clear();
     bool seen_sequence = false;
@@ -263,7 +265,8 @@ std::string token_string(const json& config, const char* key) {
   auto it = config.find(key);
   if (it == config.end()) return {};
   if (it->is_string()) return it->get<std::string>();
-  if (it->is_object() && it->contains("content") && (*it)["content"].is_string()) return (*it)["content"].get<std::string>();
+  if (it->is_object() && it->contains("content") && (*it)["content"].is_string())
+    return (*it)["content"].get<std::string>();
   return {};
 }
 
@@ -290,11 +293,12 @@ Status check_bpe_model(const json& model) {
 // model.vocab {piece: id} into the builder; ids below id_limit, each used once.
 Status read_vocab(const json& vocab, int64_t id_limit, Tokenizer::Builder& b) {
   for (auto it = vocab.begin(); it != vocab.end(); ++it) {
-    if (!it.value().is_number_integer()) return Status::error("model.vocab: id of '" + it.key() + "' must be an integer");
+    if (!it.value().is_number_integer())
+      return Status::error("model.vocab: id of '" + it.key() + "' must be an integer");
     const int64_t id = it.value().get<int64_t>();
     if (id < 0 || id >= id_limit) {
-      return Status::error("model.vocab: id " + std::to_string(id) + " of '" + it.key() + "' is out of range (vocab has " +
-                           std::to_string(vocab.size()) + " entries)");
+      return Status::error("model.vocab: id " + std::to_string(id) + " of '" + it.key() +
+                           "' is out of range (vocab has " + std::to_string(vocab.size()) + " entries)");
     }
     if (static_cast<size_t>(id) >= b.model_pieces.size()) {
       b.model_pieces.resize(id + 1);
@@ -320,7 +324,8 @@ Status read_merges(const json& model, Tokenizer::Builder& b, tok::BpeModel* m) {
       const std::string& s = mg.get_ref<const std::string&>();
       const size_t sp = s.find(' ');
       if (sp == std::string::npos || s.find(' ', sp + 1) != std::string::npos) {
-        return Status::error("model.merges[" + std::to_string(rank) + "]: '" + s + "' is not two tokens separated by a space");
+        return Status::error("model.merges[" + std::to_string(rank) + "]: '" + s +
+                             "' is not two tokens separated by a space");
       }
       a = s.substr(0, sp);
       c = s.substr(sp + 1);
@@ -337,7 +342,8 @@ Status read_merges(const json& model, Tokenizer::Builder& b, tok::BpeModel* m) {
 }
 
 // added_tokens, with the ids HF gives them (see below); duplicates after the first are dropped.
-Status read_added_tokens(const json& added, int64_t id_limit, const Tokenizer::Builder& b, std::vector<AddedToken>* out) {
+Status read_added_tokens(const json& added, int64_t id_limit, const Tokenizer::Builder& b,
+                         std::vector<AddedToken>* out) {
   int32_t max_added = -1;
   std::unordered_set<std::string> seen;
   for (const json& a : added) {
@@ -398,16 +404,19 @@ std::optional<bool> optional_flag(const json& config, const char* key) {
 
 }  // namespace
 
-Result<std::unique_ptr<Tokenizer>> Tokenizer::Builder::parse_hf(std::string_view tokenizer_json, std::string_view config_json) {
+Result<std::unique_ptr<Tokenizer>> Tokenizer::Builder::parse_hf(std::string_view tokenizer_json,
+                                                                std::string_view config_json) {
   json j = json::parse(tokenizer_json.begin(), tokenizer_json.end(), nullptr, false);
   if (j.is_discarded()) return Status::error("tokenizer.json is not valid JSON");
   if (!j.is_object()) return Status::error("tokenizer.json must be a JSON object");
   // The component parsers recurse into Sequence entries (and j.value() copies): bound the depth.
-  if (json_nesting_exceeds(j)) return Status::error("tokenizer.json: nested deeper than " + std::to_string(kMaxJsonNesting) + " levels");
+  if (json_nesting_exceeds(j))
+    return Status::error("tokenizer.json: nested deeper than " + std::to_string(kMaxJsonNesting) + " levels");
   json config;
   if (!config_json.empty()) {
     config = json::parse(config_json.begin(), config_json.end(), nullptr, false);
-    if (config.is_discarded() || !config.is_object()) return Status::error("tokenizer_config.json is not a JSON object");
+    if (config.is_discarded() || !config.is_object())
+      return Status::error("tokenizer_config.json is not a JSON object");
     if (json_nesting_exceeds(config)) {
       return Status::error("tokenizer_config.json: nested deeper than " + std::to_string(kMaxJsonNesting) + " levels");
     }
@@ -440,7 +449,8 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::Builder::parse_hf(std::string_view
   b.build_piece_lookup();
   if (auto unk = model.find("unk_token"); unk != model.end() && unk->is_string()) {
     m.unk_id = b.piece_lookup.find(unk->get<std::string>());
-    if (m.unk_id < 0) return Status::error("model: unk_token '" + unk->get<std::string>() + "' is not in the vocabulary");
+    if (m.unk_id < 0)
+      return Status::error("model: unk_token '" + unk->get<std::string>() + "' is not in the vocabulary");
   }
   GB_RETURN_IF_ERROR(read_merges(model, b, &m));
   if (n_added > 0) GB_RETURN_IF_ERROR(read_added_tokens(*added_it, id_limit, b, &t.added_));

@@ -37,8 +37,8 @@ std::string replace_all(std::string_view text, const Pattern& p, std::string_vie
 
 // Pieces of text as (span, is_match) covering all of it, then merged per behaviour (HF
 // NormalizedString::split).
-void split_spans(std::string_view text, const std::vector<Regex::Match>& matches, SplitBehavior behavior,
-                 bool invert, std::vector<std::string_view>* out) {
+void split_spans(std::string_view text, const std::vector<Regex::Match>& matches, SplitBehavior behavior, bool invert,
+                 std::vector<std::string_view>* out) {
   struct Span {
     size_t b, e;
     bool m;
@@ -224,8 +224,8 @@ void PreTokenizer::apply(std::string_view text, bool at_text_start, std::vector<
             const bool digit = is_number(next_code_point(w, &i));
             if (digit) matches.push_back({b, i});
           }
-          split_spans(w, matches, st.individual_digits ? SplitBehavior::kIsolated : SplitBehavior::kContiguous,
-                      false, &next);
+          split_spans(w, matches, st.individual_digits ? SplitBehavior::kIsolated : SplitBehavior::kContiguous, false,
+                      &next);
           break;
         }
         case PreTokenizerStep::Kind::kWhitespaceSplit: {
@@ -398,7 +398,8 @@ void AddedMatcher::find_all(std::string_view text, std::vector<Hit>* out) const 
     const AddedTokenRef* found = nullptr;
     for (uint32_t k = first_[c]; k < first_[c + 1]; ++k) {
       const AddedTokenRef& t = tokens_[k];
-      if (text.size() - pos >= t.content.size() && std::memcmp(text.data() + pos, t.content.data(), t.content.size()) == 0) {
+      if (text.size() - pos >= t.content.size() &&
+          std::memcmp(text.data() + pos, t.content.data(), t.content.size()) == 0) {
         found = &t;
         break;
       }

@@ -41,15 +41,15 @@ enum class SplitBehavior { kRemoved, kIsolated, kMergedWithPrevious, kMergedWith
 struct PreTokenizerStep {
   enum class Kind { kSplit, kByteLevel, kMetaspace, kDigits, kWhitespaceSplit };
   Kind kind;
-  Pattern pattern;                                    // kSplit
-  SplitBehavior behavior = SplitBehavior::kIsolated;  // kSplit
-  bool invert = false;                                // kSplit
-  bool add_prefix_space = false;                      // kByteLevel
-  bool use_regex = true;                              // kByteLevel
-  std::string replacement;                            // kMetaspace, usually "▁"
+  Pattern pattern;                                                            // kSplit
+  SplitBehavior behavior = SplitBehavior::kIsolated;                          // kSplit
+  bool invert = false;                                                        // kSplit
+  bool add_prefix_space = false;                                              // kByteLevel
+  bool use_regex = true;                                                      // kByteLevel
+  std::string replacement;                                                    // kMetaspace, usually "▁"
   enum class Prepend { kAlways, kFirst, kNever } prepend = Prepend::kAlways;  // kMetaspace
-  bool split = true;                                  // kMetaspace
-  bool individual_digits = false;                     // kDigits
+  bool split = true;                                                          // kMetaspace
+  bool individual_digits = false;                                             // kDigits
 };
 
 struct PreTokenizer {
@@ -63,7 +63,7 @@ struct PreTokenizer {
 struct DecoderStep {
   enum class Kind { kByteLevel, kByteFallback, kFuse, kStrip, kReplace, kMetaspace };
   Kind kind;
-  std::string content;  // kStrip: the char to strip; kReplace: replacement; kMetaspace: replacement char
+  std::string content;         // kStrip: the char to strip; kReplace: replacement; kMetaspace: replacement char
   size_t start = 0, stop = 0;  // kStrip
   Pattern pattern;             // kReplace
   bool prepend = true;         // kMetaspace: prepend_scheme != never
@@ -94,8 +94,8 @@ class AddedMatcher {
   void find_all(std::string_view text, std::vector<Hit>* out) const;
 
  private:
-  std::vector<AddedTokenRef> tokens_;       // sorted by first byte, then longest first
-  uint32_t first_[257] = {};                // tokens_ range per first byte
+  std::vector<AddedTokenRef> tokens_;  // sorted by first byte, then longest first
+  uint32_t first_[257] = {};           // tokens_ range per first byte
 };
 
 }  // namespace gb::tok

@@ -92,9 +92,7 @@ const std::string& Tokenizer::token_to_piece(int32_t id) const {
   return id >= 0 && id < vocab_size() ? pieces_[id] : empty;
 }
 
-int32_t Tokenizer::find_token(std::string_view piece) const {
-  return piece_ids_.find(piece);
-}
+int32_t Tokenizer::find_token(std::string_view piece) const { return piece_ids_.find(piece); }
 
 bool Tokenizer::is_special(int32_t id) const { return id >= 0 && id < vocab_size() && special_[id] != 0; }
 
@@ -151,7 +149,8 @@ std::string StreamDecoder::peek(int32_t id) const {
   // of id's text; when pending bytes complete into a character with id, that character is.
   const std::string shown = tokenizer_->decode(ids_, skip_special_);
   if (text.size() >= shown.size() && text.compare(0, shown.size(), shown) == 0) return text.substr(shown.size());
-  if (text.size() >= prefix_.size() && text.compare(0, prefix_.size(), prefix_) == 0) return text.substr(prefix_.size());
+  if (text.size() >= prefix_.size() && text.compare(0, prefix_.size(), prefix_) == 0)
+    return text.substr(prefix_.size());
   return tokenizer_->decode(std::span<const int32_t>(&id, 1), skip_special_);
 }
 
@@ -159,7 +158,8 @@ std::string StreamDecoder::flush() {
   std::string rest;
   if (ids_.size() > prefix_index_) {
     std::string text = tokenizer_->decode(ids_, skip_special_);
-    if (text.size() > prefix_.size() && text.compare(0, prefix_.size(), prefix_) == 0) rest = text.substr(prefix_.size());
+    if (text.size() > prefix_.size() && text.compare(0, prefix_.size(), prefix_) == 0)
+      rest = text.substr(prefix_.size());
   }
   ids_.clear();
   prefix_.clear();
@@ -267,15 +267,20 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::Builder::finish() {
   if (k.bos_id_ >= 0 && k.bos_token_.empty()) k.bos_token_ = k.pieces_[k.bos_id_];
   if (k.eos_id_ >= 0 && k.eos_token_.empty()) k.eos_token_ = k.pieces_[k.eos_id_];
   for (int32_t id : {k.eos_id_, k.eot_id_}) {
-    if (id >= 0 && std::find(k.stop_ids_.begin(), k.stop_ids_.end(), id) == k.stop_ids_.end()) k.stop_ids_.push_back(id);
+    if (id >= 0 && std::find(k.stop_ids_.begin(), k.stop_ids_.end(), id) == k.stop_ids_.end())
+      k.stop_ids_.push_back(id);
   }
-  k.add_bos_ = k.bos_id_ >= 0 && std::find(k.prefix_ids_.begin(), k.prefix_ids_.end(), k.bos_id_) != k.prefix_ids_.end();
-  k.add_eos_ = k.eos_id_ >= 0 && std::find(k.suffix_ids_.begin(), k.suffix_ids_.end(), k.eos_id_) != k.suffix_ids_.end();
+  k.add_bos_ =
+      k.bos_id_ >= 0 && std::find(k.prefix_ids_.begin(), k.prefix_ids_.end(), k.bos_id_) != k.prefix_ids_.end();
+  k.add_eos_ =
+      k.eos_id_ >= 0 && std::find(k.suffix_ids_.begin(), k.suffix_ids_.end(), k.eos_id_) != k.suffix_ids_.end();
   for (int32_t id : k.prefix_ids_) {
-    if (id < 0 || id >= k.vocab_size()) return Status::error("post-processor token id " + std::to_string(id) + " out of range");
+    if (id < 0 || id >= k.vocab_size())
+      return Status::error("post-processor token id " + std::to_string(id) + " out of range");
   }
   for (int32_t id : k.suffix_ids_) {
-    if (id < 0 || id >= k.vocab_size()) return Status::error("post-processor token id " + std::to_string(id) + " out of range");
+    if (id < 0 || id >= k.vocab_size())
+      return Status::error("post-processor token id " + std::to_string(id) + " out of range");
   }
   return std::move(t);
 }

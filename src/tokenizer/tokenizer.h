@@ -88,9 +88,9 @@ class Tokenizer {
   void encode_segment(std::string_view text, bool at_start, std::vector<int32_t>* out) const;
   void split_added(std::string_view text, bool normalized_pass, std::vector<TextPiece>* out) const;
 
-  std::vector<std::string> pieces_;                     // [vocab_size] id -> vocabulary string
-  tok::StringTable piece_ids_;                          // vocabulary string -> id
-  std::vector<uint8_t> special_;                        // [vocab_size] 1 for special added tokens
+  std::vector<std::string> pieces_;  // [vocab_size] id -> vocabulary string
+  tok::StringTable piece_ids_;       // vocabulary string -> id
+  std::vector<uint8_t> special_;     // [vocab_size] 1 for special added tokens
   std::vector<AddedToken> added_;
   tok::AddedMatcher raw_matcher_;         // added tokens with normalized = false
   tok::AddedMatcher normalized_matcher_;  // added tokens with normalized = true
@@ -119,8 +119,7 @@ class Tokenizer {
 // Not thread-safe: one per sequence.
 class StreamDecoder {
  public:
-  StreamDecoder(const Tokenizer& tokenizer, bool skip_special)
-      : tokenizer_(&tokenizer), skip_special_(skip_special) {}
+  StreamDecoder(const Tokenizer& tokenizer, bool skip_special) : tokenizer_(&tokenizer), skip_special_(skip_special) {}
   // Sets the tokens already shown (e.g. the end of the prompt) as context without emitting
   // them, so the first generated token decodes as it would inside the whole text (a
   // SentencePiece "▁word" keeps its space after a prompt, and is stripped only after BOS).

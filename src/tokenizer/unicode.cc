@@ -17,7 +17,7 @@ int valid_char_len(std::string_view s, size_t i) {
   if (c >= 0xC2 && c <= 0xDF) return cont(1) ? 2 : 0;
   if (c >= 0xE0 && c <= 0xEF) {
     if (!cont(1) || !cont(2)) return 0;
-    if (c == 0xE0 && p[1] < 0xA0) return 0;  // overlong
+    if (c == 0xE0 && p[1] < 0xA0) return 0;   // overlong
     if (c == 0xED && p[1] >= 0xA0) return 0;  // surrogate
     return 3;
   }
@@ -66,8 +66,15 @@ std::string to_valid_utf8(std::string_view s) {
     int want = 0;
     unsigned char lo = 0x80, hi = 0xBF;
     if (c >= 0xC2 && c <= 0xDF) want = 1;
-    else if (c >= 0xE0 && c <= 0xEF) { want = 2; if (c == 0xE0) lo = 0xA0; if (c == 0xED) hi = 0x9F; }
-    else if (c >= 0xF0 && c <= 0xF4) { want = 3; if (c == 0xF0) lo = 0x90; if (c == 0xF4) hi = 0x8F; }
+    else if (c >= 0xE0 && c <= 0xEF) {
+      want = 2;
+      if (c == 0xE0) lo = 0xA0;
+      if (c == 0xED) hi = 0x9F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      want = 3;
+      if (c == 0xF0) lo = 0x90;
+      if (c == 0xF4) hi = 0x8F;
+    }
     for (int k = 0; k < want && j < s.size(); ++k, ++j) {
       if (p[j] < lo || p[j] > hi) break;
       lo = 0x80;
@@ -167,7 +174,10 @@ std::string normalize(std::string_view s, NormForm form) {
   // Pure ASCII is invariant under every normalization form.
   bool ascii = true;
   for (unsigned char c : s) {
-    if (c >= 0x80) { ascii = false; break; }
+    if (c >= 0x80) {
+      ascii = false;
+      break;
+    }
   }
   if (ascii) return std::string(s);
   int options = UTF8PROC_STABLE;
@@ -178,9 +188,9 @@ std::string normalize(std::string_view s, NormForm form) {
     case NormForm::kNfkd: options |= UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT; break;
   }
   utf8proc_uint8_t* result = nullptr;
-  const utf8proc_ssize_t n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(s.data()),
-                                          static_cast<utf8proc_ssize_t>(s.size()), &result,
-                                          static_cast<utf8proc_option_t>(options));
+  const utf8proc_ssize_t n =
+      utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(s.data()), static_cast<utf8proc_ssize_t>(s.size()),
+                   &result, static_cast<utf8proc_option_t>(options));
   if (n < 0) return std::string(s);  // only on invalid input, which callers have already fixed
   std::string out(reinterpret_cast<const char*>(result), static_cast<size_t>(n));
   std::free(result);
@@ -201,11 +211,21 @@ std::string to_lower(std::string_view s) {
 bool is_whitespace(uint32_t cp) {
   // Rust char::is_whitespace: White_Space property.
   switch (cp) {
-    case 0x09: case 0x0A: case 0x0B: case 0x0C: case 0x0D: case 0x20: case 0x85: case 0xA0:
-    case 0x1680: case 0x2028: case 0x2029: case 0x202F: case 0x205F: case 0x3000:
-      return true;
-    default:
-      return cp >= 0x2000 && cp <= 0x200A;
+    case 0x09:
+    case 0x0A:
+    case 0x0B:
+    case 0x0C:
+    case 0x0D:
+    case 0x20:
+    case 0x85:
+    case 0xA0:
+    case 0x1680:
+    case 0x2028:
+    case 0x2029:
+    case 0x202F:
+    case 0x205F:
+    case 0x3000: return true;
+    default: return cp >= 0x2000 && cp <= 0x200A;
   }
 }
 

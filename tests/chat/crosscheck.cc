@@ -127,11 +127,11 @@ int main(int argc, char** argv) {
     ++failed;
     size_t i = 0;
     while (i < ours.size() && i < other.size() && ours[i] == other[i]) ++i;
-    std::cout << "MISMATCH " << c.name << " at byte " << i << "\n  ours:   "
-              << escape(ours.substr(i > 40 ? i - 40 : 0, 120)) << "\n  theirs: "
-              << escape(other.substr(i > 40 ? i - 40 : 0, 120)) << "\n";
+    std::cout << "MISMATCH " << c.name << " at byte " << i
+              << "\n  ours:   " << escape(ours.substr(i > 40 ? i - 40 : 0, 120))
+              << "\n  theirs: " << escape(other.substr(i > 40 ? i - 40 : 0, 120)) << "\n";
   }
-  std::cout << "cross-check with " << label << ": " << compared << " cases, " << agreed << " identical, "
-            << both_error << " refused by both, " << known << " known differences, " << failed << " mismatches\n";
+  std::cout << "cross-check with " << label << ": " << compared << " cases, " << agreed << " identical, " << both_error
+            << " refused by both, " << known << " known differences, " << failed << " mismatches\n";
   return failed == 0 ? 0 : 1;
 }

@@ -62,7 +62,9 @@ TEST(JinjaText, WhitespaceControl) {
 TEST(JinjaExpr, Literals) {
   EXPECT_EQ(render("{{ 'a\\n\\t\\'\"' }}"), "a\n\t'\"");
   EXPECT_EQ(render("{{ \"x\" 'y' }}"), "xy");
-  EXPECT_EQ(render("{{ '\\u00e9\\x41' }}"), "\xc3\xa9" "A");
+  EXPECT_EQ(render("{{ '\\u00e9\\x41' }}"),
+            "\xc3\xa9"
+            "A");
   EXPECT_EQ(render("{{ 42 }} {{ 1.5 }} {{ 1_000 }} {{ 2.0 }} {{ 1e3 }}"), "42 1.5 1000 2.0 1000.0");
   EXPECT_EQ(render("{{ true }} {{ False }} {{ none }} {{ None }}"), "True False None None");
   EXPECT_EQ(render("{{ [1, 'a', none, true] }}"), "[1, 'a', None, True]");
@@ -79,7 +81,8 @@ TEST(JinjaExpr, Arithmetic) {
   EXPECT_EQ(render("{{ 'a' + 'b' }} {{ 'ab' * 3 }} {{ [1] + [2] }} {{ 1 ~ 'x' ~ none }}"), "ab ababab [1, 2] 1xNone");
   EXPECT_EQ(render("{{ true + 1 }} {{ 0.1 + 0.2 }} {{ 1e20 }} {{ 1e-5 }}"), "2 0.30000000000000004 1e+20 1e-05");
   EXPECT_NE(render_error("{{ 1 / 0 }}").find("division by zero"), std::string::npos);
-  EXPECT_NE(render_error("{{ 'a' + 1 }}").find("unsupported operand type(s) for +: 'str' and 'int'"), std::string::npos);
+  EXPECT_NE(render_error("{{ 'a' + 1 }}").find("unsupported operand type(s) for +: 'str' and 'int'"),
+            std::string::npos);
   EXPECT_NE(render_error("{{ 9223372036854775807 + 1 }}").find("integer overflow"), std::string::npos);
 }
 
@@ -99,8 +102,7 @@ TEST(JinjaExpr, AttributesSubscriptsSlices) {
   EXPECT_EQ(render("[{{ m.missing }}] {{ m.missing is defined }} {{ m.n[10] is defined }}", ctx), "[] False False");
   EXPECT_EQ(render("{{ m.n[1:3] }} {{ m.n[::-1] }} {{ m.n[:-2] }} {{ m.n[::2] }} {{ m.n[-2:] }}", ctx),
             "[2, 3] [5, 4, 3, 2, 1] [1, 2, 3] [1, 3, 5] [4, 5]");
-  EXPECT_EQ(render("{{ s[1] }} {{ s[::-1] }} {{ s[1:3] }} {{ s|length }}", ctx),
-            "\xc3\xa9 oll\xc3\xa9h \xc3\xa9l 5");
+  EXPECT_EQ(render("{{ s[1] }} {{ s[::-1] }} {{ s[1:3] }} {{ s|length }}", ctx), "\xc3\xa9 oll\xc3\xa9h \xc3\xa9l 5");
   EXPECT_EQ(render("{{ none.x is defined }}"), "False");
   EXPECT_NE(render_error("{{ nothing.x }}").find("'nothing' is undefined"), std::string::npos);
 }
@@ -128,8 +130,9 @@ TEST(JinjaStmt, ForLoop) {
   EXPECT_EQ(render("{% for x in xs %}{% if x == 'b' %}{% continue %}{% endif %}{{ x }}{% endfor %}", ctx), "ac");
   EXPECT_EQ(render("{% for x in xs %}{% if x == 'b' %}{% break %}{% endif %}{{ x }}{% endfor %}", ctx), "a");
   EXPECT_EQ(render("{% for c in 'ab' %}[{{ c }}]{% endfor %}{% for i in range(3) %}{{ i }}{% endfor %}"), "[a][b]012");
-  EXPECT_EQ(render("{% for i in range(1, 10, 4) %}{{ i }}{% endfor %}{% for i in range(3, 0, -1) %}{{ i }}{% endfor %}"),
-            "159321");
+  EXPECT_EQ(
+      render("{% for i in range(1, 10, 4) %}{{ i }}{% endfor %}{% for i in range(3, 0, -1) %}{{ i }}{% endfor %}"),
+      "159321");
   // A loop has its own scope: assignments inside do not leak out.
   EXPECT_EQ(render("{% set x = 1 %}{% for i in [1] %}{% set x = 2 %}{% endfor %}{{ x }}"), "1");
   EXPECT_EQ(render("{% for a in [1, 2] %}{% for b in [3] %}{{ loop.index }}{% endfor %}{{ loop.index }}{% endfor %}"),
@@ -146,7 +149,8 @@ TEST(JinjaStmt, SetAndNamespace) {
   EXPECT_EQ(render("{% if true %}{% set x = 5 %}{% endif %}{{ x }}"), "5");  // if has no scope
   EXPECT_NE(render_error("{% set d = {} %}{% set d.x = 1 %}").find("only namespace() objects"), std::string::npos);
   // A namespace holding itself must neither leak nor recurse forever.
-  EXPECT_NE(render("{% set ns = namespace() %}{% set ns.me = ns %}{{ ns }}").find("nested too deeply"), std::string::npos);
+  EXPECT_NE(render("{% set ns = namespace() %}{% set ns.me = ns %}{{ ns }}").find("nested too deeply"),
+            std::string::npos);
 }
 
 TEST(JinjaStmt, MacrosAndCall) {
@@ -173,12 +177,15 @@ TEST(JinjaFilters, Strings) {
   EXPECT_EQ(render("{{ 'hello world'|capitalize }} {{ 'hello wORLD-x'|title }} {{ 'aXa'|replace('a', 'b') }}"),
             "Hello world Hello World-X bXb");
   EXPECT_EQ(render("{{ 'abc'|length }} {{ [1, 2]|count }} {{ {'a': 1}|length }} {{ x|length }}"), "3 2 1 0");
-  EXPECT_EQ(render("{{ 5|string ~ '!' }} {{ '42'|int + 1 }} {{ 'x'|int }} {{ '3.5'|float }} {{ 3.9|int }} {{ '12abc'|int(7) }}"),
-            "5! 43 0 3.5 3 7");
+  EXPECT_EQ(
+      render(
+          "{{ 5|string ~ '!' }} {{ '42'|int + 1 }} {{ 'x'|int }} {{ '3.5'|float }} {{ 3.9|int }} {{ '12abc'|int(7) }}"),
+      "5! 43 0 3.5 3 7");
   EXPECT_EQ(render("{{ '<a href=\"x\">'|escape }} {{ 'x'|safe }} {{ 'a b c'|wordcount }}"),
             "&lt;a href=&#34;x&#34;&gt; x 3");
-  EXPECT_EQ(render("{{ 'a\\nb\\n\\nc'|indent(2) }}|{{ 'a\\nb'|indent(2, true) }}|{{ 'a\\n\\nb'|indent(2, blank=true) }}"),
-            "a\n  b\n\n  c|  a\n  b|a\n  \n  b");
+  EXPECT_EQ(
+      render("{{ 'a\\nb\\n\\nc'|indent(2) }}|{{ 'a\\nb'|indent(2, true) }}|{{ 'a\\n\\nb'|indent(2, blank=true) }}"),
+      "a\n  b\n\n  c|  a\n  b|a\n  \n  b");
   EXPECT_EQ(render("{{ u|default('d') }} {{ ''|default('d') }} {{ ''|default('d', true) }} {{ u|d('x') }}"), "d  d x");
   EXPECT_EQ(render("{{ -3|abs }} {{ 2.5|round }} {{ 2.345|round(2) }} {{ 2.7|round(0, 'floor') }}"), "3 2.0 2.35 2.0");
 }
@@ -199,20 +206,25 @@ TEST(JinjaFilters, Sequences) {
             "2 [1] system,user [1, 3] ['A', 'B'] []");
   EXPECT_EQ(render("{{ {'b': 1, 'a': 2}|items|list }} {{ {'b': 1, 'a': 2}|dictsort }} {{ 'ab'|list }}"),
             "[('b', 1), ('a', 2)] [('a', 2), ('b', 1)] ['a', 'b']");
-  EXPECT_EQ(render("{{ [3, 1, 2]|min }} {{ [3, 1, 2]|max }} {{ ms|sort(attribute='c', reverse=true)|map(attribute='c')|list }}", ctx),
-            "1 3 [3, 2, 1]");
+  EXPECT_EQ(
+      render(
+          "{{ [3, 1, 2]|min }} {{ [3, 1, 2]|max }} {{ ms|sort(attribute='c', reverse=true)|map(attribute='c')|list }}",
+          ctx),
+      "1 3 [3, 2, 1]");
 }
 
 TEST(JinjaFilters, ToJson) {
   Json ctx = {{"t", {{"name", "f"}, {"params", {{"x", 1.5}, {"y", {true, nullptr}}}}, {"s", "\xc3\xa9\"\n"}}}};
   EXPECT_EQ(render("{{ t|tojson }}", ctx),
             "{\"name\": \"f\", \"params\": {\"x\": 1.5, \"y\": [true, null]}, \"s\": \"\xc3\xa9\\\"\\n\"}");
-  EXPECT_EQ(render("{{ t|tojson(indent=2) }}", ctx),
-            "{\n  \"name\": \"f\",\n  \"params\": {\n    \"x\": 1.5,\n    \"y\": [\n      true,\n      null\n    ]\n  },\n"
-            "  \"s\": \"\xc3\xa9\\\"\\n\"\n}");
+  EXPECT_EQ(
+      render("{{ t|tojson(indent=2) }}", ctx),
+      "{\n  \"name\": \"f\",\n  \"params\": {\n    \"x\": 1.5,\n    \"y\": [\n      true,\n      null\n    ]\n  },\n"
+      "  \"s\": \"\xc3\xa9\\\"\\n\"\n}");
   EXPECT_EQ(render("{{ t.s|tojson(ensure_ascii=true) }} {{ {'b': 1, 'a': []}|tojson(sort_keys=true) }}", ctx),
             "\"\\u00e9\\\"\\n\" {\"a\": [], \"b\": 1}");
-  EXPECT_EQ(render("{{ {'a': 1}|tojson(separators=(',', ':')) }} {{ 'x'|tojson }} {{ 3|tojson }}"), "{\"a\":1} \"x\" 3");
+  EXPECT_EQ(render("{{ {'a': 1}|tojson(separators=(',', ':')) }} {{ 'x'|tojson }} {{ 3|tojson }}"),
+            "{\"a\":1} \"x\" 3");
 }
 
 TEST(JinjaTests, Builtins) {
@@ -222,26 +234,34 @@ TEST(JinjaTests, Builtins) {
                    "{{ l is sequence }}{{ s is iterable }}{{ d is sequence }}{{ i is iterable }}",
                    ctx),
             "TrueTrueTrueTrueTrueTrueTrueFalseTrueTrueTrueTrueTrueFalse");
-  EXPECT_EQ(render("{{ b is true }}{{ b is false }}{{ b is boolean }}{{ i is odd }}{{ i is even }}{{ 9 is divisibleby 3 }}"
-                   "{{ s is equalto 'x' }}{{ s is eq('y') }}{{ 1 is in [1] }}{{ s is not none }}{{ i is gt 2 }}{{ 'ab' is lower }}",
-                   ctx),
-            "TrueFalseTrueTrueFalseTrueTrueFalseTrueTrueTrueTrue");
+  EXPECT_EQ(
+      render("{{ b is true }}{{ b is false }}{{ b is boolean }}{{ i is odd }}{{ i is even }}{{ 9 is divisibleby 3 }}"
+             "{{ s is equalto 'x' }}{{ s is eq('y') }}{{ 1 is in [1] }}{{ s is not none }}{{ i is gt 2 }}{{ 'ab' is "
+             "lower }}",
+             ctx),
+      "TrueFalseTrueTrueFalseTrueTrueFalseTrueTrueTrueTrue");
 }
 
 TEST(JinjaMethods, StringDictList) {
   EXPECT_EQ(render("[{{ '  a  '.strip() }}][{{ 'xxa'.lstrip('x') }}][{{ 'a\\n\\n'.rstrip('\\n') }}]"), "[a][a][a]");
   EXPECT_EQ(render("{{ 'a,b,,c'.split(',') }} {{ ' a  b '.split() }} {{ 'a b c'.split(' ', 1) }}"),
             "['a', 'b', '', 'c'] ['a', 'b'] ['a', 'b c']");
-  EXPECT_EQ(render("{{ 'abc'.startswith('ab') }} {{ 'abc'.endswith(('x', 'c')) }} {{ 'ab'.upper() }} {{ 'AB'.lower() }}"),
-            "True True AB ab");
-  EXPECT_EQ(render("{{ 'hello world'.title() }} {{ 'x-y'.replace('-', '+') }} {{ 'abcb'.find('b') }} {{ 'abcb'.count('b') }}"),
-            "Hello World x+y 1 2");
-  EXPECT_EQ(render("{{ ', '.join(['a', 'b']) }} {{ '{} and {name}'.format(1, name='x') }} {{ 'ab'.removeprefix('a') }}"),
-            "a, b 1 and x b");
+  EXPECT_EQ(
+      render("{{ 'abc'.startswith('ab') }} {{ 'abc'.endswith(('x', 'c')) }} {{ 'ab'.upper() }} {{ 'AB'.lower() }}"),
+      "True True AB ab");
+  EXPECT_EQ(
+      render(
+          "{{ 'hello world'.title() }} {{ 'x-y'.replace('-', '+') }} {{ 'abcb'.find('b') }} {{ 'abcb'.count('b') }}"),
+      "Hello World x+y 1 2");
+  EXPECT_EQ(
+      render("{{ ', '.join(['a', 'b']) }} {{ '{} and {name}'.format(1, name='x') }} {{ 'ab'.removeprefix('a') }}"),
+      "a, b 1 and x b");
   EXPECT_EQ(render("{{ '<think>x</think>\\n\\ny'.split('</think>')[-1].lstrip('\\n') }}"), "y");
   Json ctx = {{"d", {{"a", 1}, {"b", 2}}}};
-  EXPECT_EQ(render("{{ d.keys()|list }} {{ d.values()|list }} {{ d.get('a') }} {{ d.get('z', 'dflt') }} {{ d.get('z') }}", ctx),
-            "['a', 'b'] [1, 2] 1 dflt None");
+  EXPECT_EQ(
+      render("{{ d.keys()|list }} {{ d.values()|list }} {{ d.get('a') }} {{ d.get('z', 'dflt') }} {{ d.get('z') }}",
+             ctx),
+      "['a', 'b'] [1, 2] 1 dflt None");
   EXPECT_EQ(render("{{ [1, 2, 2].count(2) }} {{ ['a', 'b'].index('b') }}"), "2 1");
 }
 
@@ -254,9 +274,7 @@ TEST(JinjaGlobals, RaiseExceptionAndTime) {
 }
 
 TEST(JinjaErrors, NamesConstructAndLine) {
-  auto has = [](const std::string& msg, const std::string& what) {
-    return msg.find(what) != std::string::npos;
-  };
+  auto has = [](const std::string& msg, const std::string& what) { return msg.find(what) != std::string::npos; };
   std::string e = parse_error("ok\n{% include 'x' %}");
   EXPECT_TRUE(has(e, "unsupported tag 'include'") && has(e, "line 2")) << e;
   e = parse_error("{% frobnicate %}");
@@ -306,8 +324,9 @@ TEST(JinjaLimits, HostileTemplatesFailCleanly) {
   e = render_error("{{ range(10000000000) }}");
   EXPECT_NE(e.find("budget"), std::string::npos) << e;
   // Deep nesting is rejected at parse time instead of overflowing the stack.
-  EXPECT_NE(parse_error("{{ " + std::string(100000, '(') + "1" + std::string(100000, ')') + " }}").find("nested too deeply"),
-            std::string::npos);
+  EXPECT_NE(
+      parse_error("{{ " + std::string(100000, '(') + "1" + std::string(100000, ')') + " }}").find("nested too deeply"),
+      std::string::npos);
   std::string chain = "{{ 1";
   for (int i = 0; i < 100000; ++i) chain += " + 1";
   EXPECT_NE(parse_error(chain + " }}").find("nested too deeply"), std::string::npos);
@@ -347,7 +366,8 @@ TEST(ChatTemplateApi, DefaultTemplateAndOptions) {
 
 TEST(ChatTemplateApi, ConcurrentRenders) {
   auto t = ChatTemplate::parse(
-      "{% set ns = namespace(n=0) %}{% for m in messages %}{% set ns.n = ns.n + 1 %}{{ m.content }}{% endfor %}{{ ns.n }}");
+      "{% set ns = namespace(n=0) %}{% for m in messages %}{% set ns.n = ns.n + 1 %}{{ m.content }}{% endfor %}{{ ns.n "
+      "}}");
   ASSERT_TRUE(t.is_ok());
   std::vector<std::thread> threads;
   std::vector<int> ok(8, 0);

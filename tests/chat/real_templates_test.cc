@@ -38,8 +38,9 @@ const char kChatMlBasicGen[] =
 TEST(RealTemplates, ChatMl) { EXPECT_EQ(apply("chatml", kBasic, true, "", "<|im_end|>"), kChatMlBasicGen); }
 
 TEST(RealTemplates, Llama2) {
-  EXPECT_EQ(apply("llama-2-7b-chat", kBasic, false, "<s>", "</s>"),
-            "<s>[INST] <<SYS>>\nYou are a helpful assistant.\n<</SYS>>\n\nHello! [/INST] Hi there. How can I help? </s>");
+  EXPECT_EQ(
+      apply("llama-2-7b-chat", kBasic, false, "<s>", "</s>"),
+      "<s>[INST] <<SYS>>\nYou are a helpful assistant.\n<</SYS>>\n\nHello! [/INST] Hi there. How can I help? </s>");
 }
 
 TEST(RealTemplates, Llama3) {
@@ -99,7 +100,8 @@ TEST(RealTemplates, ZephyrAndTinyLlama) {
 
 TEST(RealTemplates, SharedTinyQwenFixturesShipChatMl) {
   for (const char* fixture : {"qwen2-bias", "qwen3-qknorm", "qwen35-hybrid"}) {
-    const std::string path = gb::test::shared_path(std::string("testdata/reference/") + fixture + "/hf/tokenizer_config.json");
+    const std::string path =
+        gb::test::shared_path(std::string("testdata/reference/") + fixture + "/hf/tokenizer_config.json");
     const std::string text = testing::read_file(path);
     if (text.empty()) GTEST_SKIP() << "missing " << path;
     const nlohmann::json cfg = nlohmann::json::parse(text);
@@ -117,10 +119,10 @@ TEST(RealTemplates, SharedTinyQwenFixturesShipChatMl) {
 }
 
 TEST(RealTemplates, AllFixturesParse) {
-  for (const char* name : {"chatml", "llama-2-7b-chat", "llama-3-8b-instruct", "llama-3.2-3b-instruct",
-                           "llama-3.3-70b-instruct", "mistral-7b-instruct-v0.1", "mistral-7b-instruct-v0.3",
-                           "qwen2.5-7b-instruct", "qwen3-0.6b", "qwen3.5-27b", "tinyllama-1.1b-chat-v1.0",
-                           "zephyr-7b-beta"}) {
+  for (const char* name :
+       {"chatml", "llama-2-7b-chat", "llama-3-8b-instruct", "llama-3.2-3b-instruct", "llama-3.3-70b-instruct",
+        "mistral-7b-instruct-v0.1", "mistral-7b-instruct-v0.3", "qwen2.5-7b-instruct", "qwen3-0.6b", "qwen3.5-27b",
+        "tinyllama-1.1b-chat-v1.0", "zephyr-7b-beta"}) {
     const std::string src = testing::read_file(kDir + "/templates/" + name + ".jinja");
     ASSERT_FALSE(src.empty()) << name;
     auto t = ChatTemplate::parse(src);

@@ -32,7 +32,8 @@ TEST(MakeModel, Qwen35GgufHasOneTokenPerEmbeddingRowAndRopeSections) {
   const std::string cwd = test::temp_dir();
   const std::string out = cwd + "/qwen35-small";
   std::string log;
-  ASSERT_EQ(run_make_model(cwd, "--out '" + out + "' --shape qwen3.5-0.8b --layers 4 --hidden 256 --ffn 256 --types q8_0", &log),
+  ASSERT_EQ(run_make_model(
+                cwd, "--out '" + out + "' --shape qwen3.5-0.8b --layers 4 --hidden 256 --ffn 256 --types q8_0", &log),
             0)
       << log;
   const std::string path = out + "/gguf/model-q8_0.gguf";
@@ -62,7 +63,8 @@ TEST(MakeModel, MissingTokenizerFilesAreErrors) {
   std::string log;
   EXPECT_EQ(run_make_model(cwd, "--out '" + cwd + "/none' --layers 1 --vocab-gguf /no/such/vocab.gguf", &log), 1);
   EXPECT_NE(log.find("--vocab-gguf /no/such/vocab.gguf: no such file"), std::string::npos) << log;
-  EXPECT_EQ(run_make_model(cwd, "--out '" + cwd + "/none' --layers 1 --tokenizer-json /no/such/tokenizer.json", &log), 1);
+  EXPECT_EQ(run_make_model(cwd, "--out '" + cwd + "/none' --layers 1 --tokenizer-json /no/such/tokenizer.json", &log),
+            1);
   EXPECT_NE(log.find("--tokenizer-json /no/such/tokenizer.json: no such file"), std::string::npos) << log;
   EXPECT_FALSE(std::filesystem::exists(cwd + "/none")) << "nothing is written before the inputs are checked";
 }

@@ -3,10 +3,10 @@
 
 #include <atomic>
 #include <chrono>
-#include <thread>
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <thread>
 
 #include "core/fp16.h"
 #include "core/thread_pool.h"
@@ -147,8 +147,7 @@ TEST(Safetensors, RejectsBadFiles) {
       {"not_json", std::string("\x04\x00\x00\x00\x00\x00\x00\x00", 8) + "abcd", "not a JSON object"},
       {"bad_dtype", st_file(R"({"w":{"dtype":"F8_E4M3","shape":[1],"data_offsets":[0,1]}})", "x"),
        "unsupported dtype F8_E4M3"},
-      {"wrong_size", st_file(R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,4]}})", "xxxx"),
-       "needs 8 bytes"},
+      {"wrong_size", st_file(R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,4]}})", "xxxx"), "needs 8 bytes"},
   };
   for (const auto& c : cases) {
     auto st = read_safetensors(write_bytes(std::string(c.name) + ".safetensors", c.bytes));
@@ -278,7 +277,8 @@ void expect_bit_exact_quantization(const std::string& fixture, const char* quant
     const int64_t rows = t.numel() / cols;
     const int64_t rb = row_bytes(t.dtype, cols);
     for (int64_t r = 0; r < rows; ++r) {
-      ASSERT_TRUE(convert_row(reinterpret_cast<const float*>(src->data) + r * cols, cols, t.dtype, out.data() + r * rb).is_ok());
+      ASSERT_TRUE(convert_row(reinterpret_cast<const float*>(src->data) + r * cols, cols, t.dtype, out.data() + r * rb)
+                      .is_ok());
     }
     EXPECT_EQ(std::memcmp(out.data(), t.data, t.nbytes), 0) << fixture << " " << t.name;
     ++checked;
@@ -287,11 +287,13 @@ void expect_bit_exact_quantization(const std::string& fixture, const char* quant
 }
 
 TEST(Quantize, Q8_0MatchesLlamaQuantizeBitForBit) {
-  for (const char* f : {"llama-gqa", "llama3-untied", "qwen2-bias", "qwen3-qknorm"}) expect_bit_exact_quantization(f, "model-q8_0.gguf");
+  for (const char* f : {"llama-gqa", "llama3-untied", "qwen2-bias", "qwen3-qknorm"})
+    expect_bit_exact_quantization(f, "model-q8_0.gguf");
 }
 
 TEST(Quantize, Q4_0MatchesLlamaQuantizeBitForBit) {
-  for (const char* f : {"llama-gqa", "llama3-untied", "qwen2-bias", "qwen3-qknorm"}) expect_bit_exact_quantization(f, "model-q4_0.gguf");
+  for (const char* f : {"llama-gqa", "llama3-untied", "qwen2-bias", "qwen3-qknorm"})
+    expect_bit_exact_quantization(f, "model-q4_0.gguf");
 }
 
 }  // namespace

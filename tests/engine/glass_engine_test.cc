@@ -56,8 +56,8 @@ std::unique_ptr<Engine> make_engine(Model* m, int32_t batched = 64, MonitorConfi
   return std::move(e).value();
 }
 
-GenerationRequest greedy(std::vector<int32_t> prompt, int32_t max_tokens, std::shared_ptr<const GlassSpec> glass = nullptr,
-                         std::string id = "r") {
+GenerationRequest greedy(std::vector<int32_t> prompt, int32_t max_tokens,
+                         std::shared_ptr<const GlassSpec> glass = nullptr, std::string id = "r") {
   GenerationRequest r;
   r.id = std::move(id);
   r.prompt = std::move(prompt);
@@ -91,16 +91,25 @@ std::shared_ptr<const GlassSpec> resolve(GlassSpec spec, const Model& m) {
 // A strong steer on stories260K: a neuron scaled on every layer plus a vector added at layer 2.
 std::shared_ptr<const GlassSpec> steer(const Model& m, float strength, uint32_t seed) {
   GlassSpec s;
-  s.interventions.push_back({.op = InterventionOp::kScale, .point = HookPoint::kMlpAct, .layer_first = -1,
-                             .layer_last = -1, .dims = {7, 11}, .strength = strength});
-  s.interventions.push_back({.op = InterventionOp::kAdd, .point = HookPoint::kResidPost, .layer_first = 2,
-                             .layer_last = 2, .strength = strength, .vector = test::random_vec(m.config().n_embd, seed)});
+  s.interventions.push_back({.op = InterventionOp::kScale,
+                             .point = HookPoint::kMlpAct,
+                             .layer_first = -1,
+                             .layer_last = -1,
+                             .dims = {7, 11},
+                             .strength = strength});
+  s.interventions.push_back({.op = InterventionOp::kAdd,
+                             .point = HookPoint::kResidPost,
+                             .layer_first = 2,
+                             .layer_last = 2,
+                             .strength = strength,
+                             .vector = test::random_vec(m.config().n_embd, seed)});
   s.observe.enabled = true;
   s.observe.top_k = 3;
   return resolve(s, m);
 }
 
-const std::vector<int32_t> kPromptA = {1, 403, 407, 261, 378, 6, 83, 40, 7, 91, 2, 97, 300, 41, 12, 420, 55, 60, 31, 77};
+const std::vector<int32_t> kPromptA = {1, 403, 407, 261, 378, 6,   83, 40, 7,  91,
+                                       2, 97,  300, 41,  12,  420, 55, 60, 31, 77};
 const std::vector<int32_t> kPromptB = {1, 201, 33, 89, 150, 270, 9, 14};
 const std::vector<int32_t> kPromptC = {1, 403, 407, 261, 378, 5, 17, 99, 120, 310, 44};
 
@@ -146,7 +155,8 @@ TEST(GlassEngine, SteeredAndPlainRequestsShareBatchesWithoutInterference) {
   e->start();
   std::vector<std::shared_ptr<RequestChannel>> chans(3);
   std::vector<std::thread> threads;
-  const std::vector<GenerationRequest> reqs = {greedy(kPromptA, 24, sa), greedy(kPromptB, 24), greedy(kPromptC, 24, sc)};
+  const std::vector<GenerationRequest> reqs = {greedy(kPromptA, 24, sa), greedy(kPromptB, 24),
+                                               greedy(kPromptC, 24, sc)};
   for (int i = 0; i < 3; ++i) {
     chans[i] = std::make_shared<RequestChannel>();
     threads.emplace_back([&, i] { EXPECT_TRUE(e->submit(reqs[i], chans[i]).is_ok()); });
@@ -174,8 +184,12 @@ TEST(GlassEngine, PrefixCacheNeverSharesBlocksAcrossInterventions) {
   for (int i = 0; i < 40; ++i) prompt.push_back(1 + (i * 37) % 500);
   auto interv = [&](float s) {
     GlassSpec g;
-    g.interventions.push_back({.op = InterventionOp::kScale, .point = HookPoint::kMlpAct, .layer_first = 1,
-                               .layer_last = 1, .dims = {5}, .strength = s});
+    g.interventions.push_back({.op = InterventionOp::kScale,
+                               .point = HookPoint::kMlpAct,
+                               .layer_first = 1,
+                               .layer_last = 1,
+                               .dims = {5},
+                               .strength = s});
     return resolve(g, *m);
   };
   auto e = make_engine(m.get());

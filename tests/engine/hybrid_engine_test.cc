@@ -54,7 +54,8 @@ TEST_F(HybridEngineTest, GreedyMatchesReferenceUpToTheFirstNearTie) {
     const auto margin = (*ref_)["greedy_margin"]["f32"][s].get<std::vector<double>>();
     const auto got = run_together(*e, {greedy(seqs[s].get<std::vector<int32_t>>(), 24)})[0].tokens;
     ASSERT_EQ(got.size(), want.size());
-    for (size_t k = 0; k < want.size() && margin[k] >= 2e-4; ++k) EXPECT_EQ(got[k], want[k]) << "seq " << s << " step " << k;
+    for (size_t k = 0; k < want.size() && margin[k] >= 2e-4; ++k)
+      EXPECT_EQ(got[k], want[k]) << "seq " << s << " step " << k;
   }
 }
 

@@ -61,8 +61,12 @@ class NonFinite : public ::testing::TestWithParam<const char*> {
   std::shared_ptr<const GlassSpec> blow_up(int32_t layer, TokenScope scope) {
     GlassSpec spec;
     for (int k = 0; k < 2; ++k) {
-      spec.interventions.push_back({.op = InterventionOp::kScale, .point = HookPoint::kResidPost, .layer_first = layer,
-                                    .layer_last = layer, .strength = 3e38f, .tokens = {.scope = scope}});
+      spec.interventions.push_back({.op = InterventionOp::kScale,
+                                    .point = HookPoint::kResidPost,
+                                    .layer_first = layer,
+                                    .layer_last = layer,
+                                    .strength = 3e38f,
+                                    .tokens = {.scope = scope}});
     }
     auto r = resolve_glass_spec(spec, model_->config());
     EXPECT_TRUE(r.is_ok()) << r.message();
@@ -137,9 +141,9 @@ TEST(NonFiniteCheck, AllFiniteFindsNaNAndInfOnly) {
   EXPECT_FALSE(all_finite(x.data(), 1000));
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, NonFinite,
-                         ::testing::Values("models/stories260K", "testdata/reference/qwen35-hybrid/gguf/model-q8_0.gguf"),
-                         [](const auto& info) { return std::string(info.index == 0 ? "stories260K" : "qwen35_hybrid"); });
+INSTANTIATE_TEST_SUITE_P(
+    Models, NonFinite, ::testing::Values("models/stories260K", "testdata/reference/qwen35-hybrid/gguf/model-q8_0.gguf"),
+    [](const auto& info) { return std::string(info.index == 0 ? "stories260K" : "qwen35_hybrid"); });
 
 }  // namespace
 }  // namespace gb

@@ -138,9 +138,9 @@ TEST(Scheduler, DecodesFirstThenAdmitsUpToMaxNumSeqs) {
   auto st = d.step();
   ASSERT_EQ(st.size(), 2u);
   EXPECT_EQ(st[0].first, a);
-  EXPECT_EQ(st[0].second, 1);   // a's decode token comes first
+  EXPECT_EQ(st[0].second, 1);  // a's decode token comes first
   EXPECT_EQ(st[1].first, b);
-  EXPECT_EQ(st[1].second, 15);  // b gets the rest of the budget
+  EXPECT_EQ(st[1].second, 15);              // b gets the rest of the budget
   EXPECT_EQ(d.sched.running().size(), 2u);  // c waits: max_num_seqs = 2
   EXPECT_EQ(d.sched.waiting().front().get(), c);
 }
@@ -253,7 +253,8 @@ class ReferenceBlocks {
   }
   void release(std::vector<int32_t>* t) {
     for (auto it = t->rbegin(); it != t->rend(); ++it) {
-      if (--ref_[*it] == 0) pos_[*it] = hash_[*it] == 0 ? free_.insert(free_.begin(), *it) : free_.insert(free_.end(), *it);
+      if (--ref_[*it] == 0)
+        pos_[*it] = hash_[*it] == 0 ? free_.insert(free_.begin(), *it) : free_.insert(free_.end(), *it);
     }
     t->clear();
   }
@@ -284,7 +285,8 @@ TEST(BlockManager, SameBlocksHitsAndEvictionsAsTheListAndMapVersion) {
   for (int round = 0; round < 20000; ++round) {
     if (live.size() < 5 && rng() % 2 == 0) {
       Live l;
-      for (int i = 0, n = 1 + static_cast<int>(rng() % 12); i < n; ++i) l.tokens.push_back(static_cast<int32_t>(rng() % 3));
+      for (int i = 0, n = 1 + static_cast<int>(rng() % 12); i < n; ++i)
+        l.tokens.push_back(static_cast<int32_t>(rng() % 3));
       l.salt = rng() % 3;
       std::vector<uint64_t> hashes;
       const int32_t a = bm.acquire_prefix(l.tokens, l.salt, 8, &l.table, &hashes);

@@ -45,8 +45,12 @@ TEST(StepAllocation, WarmDecodeStepsDoNotAllocate) {
     ModelRunner runner(m->get(), std::move(*cache), sc.max_num_seqs, 16, monitor);
 
     GlassSpec spec;
-    spec.interventions.push_back({.op = InterventionOp::kScale, .point = HookPoint::kMlpAct, .layer_first = 0,
-                                  .layer_last = 0, .dims = {3}, .strength = 0.5f});
+    spec.interventions.push_back({.op = InterventionOp::kScale,
+                                  .point = HookPoint::kMlpAct,
+                                  .layer_first = 0,
+                                  .layer_last = 0,
+                                  .dims = {3},
+                                  .strength = 0.5f});
     spec.observe.enabled = true;
     spec.observe.top_k = 4;
     spec.observe.captures = {{HookPoint::kResidPost, 1, 30}, {HookPoint::kLogits, -1, 31}};

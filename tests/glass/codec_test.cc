@@ -66,9 +66,13 @@ std::vector<json> repeat(const json& one, int n) { return std::vector<json>(stat
 TEST(GlassCodec, ItemsResolveOnceAndReencodeCanonically) {
   Fixture f;
   InterventionSet set;
-  const json list = {{{"op", "ablate"}, {"point", "resid_post"}, {"layers", {{"from", 1}, {"to", 2}}},
-                      {"vector", {3, 0, 0, 0, 4, 0, 0, 0}}, {"strength", 0.5}},
-                     {{"op", "scale"}, {"point", "mlp_act"}, {"layers", {0, 1, 3}}, {"dims", {5, 2, 5}}, {"strength", -0.98}}};
+  const json list = {
+      {{"op", "ablate"},
+       {"point", "resid_post"},
+       {"layers", {{"from", 1}, {"to", 2}}},
+       {"vector", {3, 0, 0, 0, 4, 0, 0, 0}},
+       {"strength", 0.5}},
+      {{"op", "scale"}, {"point", "mlp_act"}, {"layers", {0, 1, 3}}, {"dims", {5, 2, 5}}, {"strength", -0.98}}};
   ASSERT_FALSE(f.parse_json(list, &set));
   // One ablate (a layer run), then two scale runs: [0, 1] and [3, 3].
   ASSERT_EQ(set.interventions.size(), 3u);
@@ -105,15 +109,26 @@ TEST(GlassCodec, NonFiniteAndOutOfRangeNumbersAreRefused) {
       {{item("scale", 1e39)}, "glassbox.interventions[0].strength", "finite number"},
       {{item("add", 1, {{"vector", {1e39, 0, 0, 0, 0, 0, 0, 0}}})}, "glassbox.interventions[0].vector", "finite"},
       {{{{"op", "clip_massive"}, {"point", "resid_post"}, {"layer", 1}, {"threshold", 1e39}}},
-       "glassbox.interventions[0].threshold", "finite number"},
-      {{{{"op", "clip_massive"}, {"point", "resid_post"}, {"layer", 1}, {"threshold", 5}, {"mean", json(repeat(1e300, 8))}}},
-       "glassbox.interventions[0].mean", "finite"},
+       "glassbox.interventions[0].threshold",
+       "finite number"},
+      {{{{"op", "clip_massive"},
+         {"point", "resid_post"},
+         {"layer", 1},
+         {"threshold", 5},
+         {"mean", json(repeat(1e300, 8))}}},
+       "glassbox.interventions[0].mean",
+       "finite"},
       // 2^32 + 3 used to become dim 3; 2^64 - 1 (unsigned) used to wrap.
-      {{item("add", 1, {{"dims", {4294967299ULL}}})}, "glassbox.interventions[0]", "4294967299 is outside resid_post's 8 dims"},
-      {{item("add", 1, {{"dims", {18446744073709551615ULL}}})}, "glassbox.interventions[0]", "is outside resid_post's 8 dims"},
+      {{item("add", 1, {{"dims", {4294967299ULL}}})},
+       "glassbox.interventions[0]",
+       "4294967299 is outside resid_post's 8 dims"},
+      {{item("add", 1, {{"dims", {18446744073709551615ULL}}})},
+       "glassbox.interventions[0]",
+       "is outside resid_post's 8 dims"},
       {{item("add", 1, {{"tokens", {4294967299ULL}}})}, "glassbox.interventions[0].tokens", "is not a token position"},
       {{{{"op", "add"}, {"point", "resid_post"}, {"layer", 18446744073709551615ULL}, {"strength", 1}}},
-       "glassbox.interventions[0].layer", "outside the model's layers"},
+       "glassbox.interventions[0].layer",
+       "outside the model's layers"},
   };
   for (const Case& c : cases) {
     InterventionSet set;
@@ -129,8 +144,9 @@ TEST(GlassCodec, NonFiniteAndOutOfRangeNumbersAreRefused) {
   auto e = parse_glass_request({{"massive", {{"min_abs", 1e39}}}}, f.ctx(), gate, &parts);
   ASSERT_TRUE(e);
   EXPECT_EQ(e->param, "glassbox.massive.min_abs");
-  e = parse_glass_request({{"observe", {{"capture", {{{"point", "resid_post"}, {"layer", 1}, {"token", 4294967299ULL}}}}}}},
-                          f.ctx(), gate, &parts);
+  e = parse_glass_request(
+      {{"observe", {{"capture", {{{"point", "resid_post"}, {"layer", 1}, {"token", 4294967299ULL}}}}}}}, f.ctx(), gate,
+      &parts);
   ASSERT_TRUE(e);
   EXPECT_EQ(e->param, "glassbox.observe.capture[0].token");
   // A clamp at infinity is still "inf".
@@ -238,7 +254,8 @@ TEST(GlassCodec, PresetExpansionIsBoundedBeforeItHappens) {
   InterventionSet runs;
   EXPECT_FALSE(f.parse({{{"op", "add"}, {"point", "resid_post"}, {"layers", "all"}, {"strength", 1}}}, &runs));
   InterventionSet per_layer;
-  e = f.parse({{{"op", "add"}, {"point", "resid_post"}, {"layers", "all"}, {"vector", "v"}, {"strength", 1}}}, &per_layer);
+  e = f.parse({{{"op", "add"}, {"point", "resid_post"}, {"layers", "all"}, {"vector", "v"}, {"strength", 1}}},
+              &per_layer);
   ASSERT_TRUE(e);
   EXPECT_NE(e->message.find("more than 3"), std::string::npos);
 }
@@ -254,7 +271,7 @@ TEST(GlassLimits, CapsBoundTheStackedEffect) {
   EXPECT_EQ(e->param, "glassbox.interventions");
   EXPECT_NE(e->message.find("resid_post layer 1 dim 3"), std::string::npos) << e->message;
   EXPECT_NE(e->message.find("and 248 more"), std::string::npos) << e->message;
-  EXPECT_TRUE(f.request({item("add", 60, {{"dims", {3}}}), item("add", 60)}));  // all dims + dim 3
+  EXPECT_TRUE(f.request({item("add", 60, {{"dims", {3}}}), item("add", 60)}));                    // all dims + dim 3
   EXPECT_FALSE(f.request({item("add", 60, {{"dims", {3}}}), item("add", 60, {{"dims", {4}}})}));  // different dims
   // Items on different layers do not stack; overlapping ranges do where they overlap.
   json l02 = item("add", 60, {{"dims", {3}}});
@@ -276,10 +293,11 @@ TEST(GlassLimits, CapsBoundTheStackedEffect) {
   ASSERT_TRUE(e);
   EXPECT_EQ(e->param, "glassbox.interventions[0].vector");
   EXPECT_EQ(e->code, "cap_exceeded");
-  EXPECT_TRUE(f.request({item("add", 1, {{"vector", {60, 0, 0, 0, 0, 0, 0, 0}}}), item("add", 1, {{"vector", {0, 60, 0, 0, 0, 0, 0, 0}}})}));
+  EXPECT_TRUE(f.request({item("add", 1, {{"vector", {60, 0, 0, 0, 0, 0, 0, 0}}}),
+                         item("add", 1, {{"vector", {0, 60, 0, 0, 0, 0, 0, 0}}})}));
   // scale: the factors multiply (1+10)^256 used to overflow to inf and NaN.
   EXPECT_FALSE(f.request({item("scale", 10, {{"dims", {3}}})}));
-  EXPECT_FALSE(f.request({item("scale", 2), item("scale", 2)}));  // 3 · 3 = 9: |9 - 1| <= 10
+  EXPECT_FALSE(f.request({item("scale", 2), item("scale", 2)}));          // 3 · 3 = 9: |9 - 1| <= 10
   e = f.request({item("scale", 2), item("scale", 2), item("scale", 2)});  // 27
   ASSERT_TRUE(e);
   EXPECT_NE(e->message.find("multiply it by 27"), std::string::npos) << e->message;

@@ -10,8 +10,8 @@
 
 #include "glass/control_vector.h"
 #include "glass/glass.h"
-#include "model/observers.h"
 #include "model/model.h"
+#include "model/observers.h"
 #include "support/glass_fixtures.h"
 #include "support/test_support.h"
 
@@ -92,7 +92,8 @@ std::vector<RunResult> run_batch(Model& m, const std::vector<SeqInput>& seqs, Ob
   size_t off = 0;
   for (size_t s = 0; s < seqs.size(); ++s) {
     const size_t len = seqs[s].ids.size() * static_cast<size_t>(c.vocab);
-    out[s].logits.assign(logits.begin() + static_cast<std::ptrdiff_t>(off), logits.begin() + static_cast<std::ptrdiff_t>(off + len));
+    out[s].logits.assign(logits.begin() + static_cast<std::ptrdiff_t>(off),
+                         logits.begin() + static_cast<std::ptrdiff_t>(off + len));
     off += len;
   }
   return out;
@@ -126,13 +127,17 @@ TEST(Glass, IdentityInterventionsAreBitwiseNoOps) {
     Intervention add_vec = add;
     add_vec.point = HookPoint::kAttnOut;
     add_vec.vector.assign(static_cast<size_t>(m->config().n_embd), 0.0f);
-    Intervention clamp{.op = InterventionOp::kClamp, .point = HookPoint::kMlpOut, .layer_first = -1, .layer_last = -1,
+    Intervention clamp{.op = InterventionOp::kClamp,
+                       .point = HookPoint::kMlpOut,
+                       .layer_first = -1,
+                       .layer_last = -1,
                        .strength = INFINITY};
     Intervention clamp_pre = clamp;
     clamp_pre.point = HookPoint::kResidPre;
     spec.interventions = {scale, add, add_dims, add_vec, clamp, clamp_pre};
     const auto steered = run_one(*m, ids, resolve(spec, *m));
-    EXPECT_TRUE(bitwise_equal(steered.logits, plain.logits)) << "max diff " << max_abs_diff(steered.logits, plain.logits);
+    EXPECT_TRUE(bitwise_equal(steered.logits, plain.logits))
+        << "max diff " << max_abs_diff(steered.logits, plain.logits);
     // It was applied: 21 rows × every layer per intervention.
     const GlassReport rep = steered.acc->report();
     ASSERT_EQ(rep.applied.size(), 6u);
@@ -154,14 +159,19 @@ TEST(Glass, NeuronScaleEqualsEditedDownProjColumn) {
   ASSERT_NE(copy, nullptr);
   const auto ids = prompt_ids(30, base->config().vocab, 11);
   GlassSpec spec;
-  spec.interventions.push_back({.op = InterventionOp::kScale, .point = HookPoint::kMlpAct, .layer_first = layer,
-                                .layer_last = layer, .dims = {dim}, .strength = s});
+  spec.interventions.push_back({.op = InterventionOp::kScale,
+                                .point = HookPoint::kMlpAct,
+                                .layer_first = layer,
+                                .layer_last = layer,
+                                .dims = {dim},
+                                .strength = s});
   const auto steered = run_one(*base, ids, resolve(spec, *base));
   const auto want = run_one(*copy, ids, nullptr);
   const auto plain = run_one(*base, ids, nullptr);
   const double err = max_abs_diff(steered.logits, want.logits);
   const double effect = max_abs_diff(plain.logits, want.logits);
-  std::printf("neuron scale vs edited down_proj column: max |diff| %.3g (the edit moves logits by %.3g)\n", err, effect);
+  std::printf("neuron scale vs edited down_proj column: max |diff| %.3g (the edit moves logits by %.3g)\n", err,
+              effect);
   EXPECT_LE(err, 1e-5);
   EXPECT_GT(effect, 1e-3);  // the edit matters, so the comparison means something
 }
@@ -208,8 +218,12 @@ TEST(Glass, ControlVectorFollowsLlamaCppLayerMapping) {
   // The same as explicit add-vector interventions at resid_post of layers 1 and 2.
   GlassSpec explicit_spec;
   for (auto [layer, v] : {std::pair{1, v1}, std::pair{2, v2}}) {
-    explicit_spec.interventions.push_back({.op = InterventionOp::kAdd, .point = HookPoint::kResidPost,
-                                           .layer_first = layer, .layer_last = layer, .strength = s, .vector = v});
+    explicit_spec.interventions.push_back({.op = InterventionOp::kAdd,
+                                           .point = HookPoint::kResidPost,
+                                           .layer_first = layer,
+                                           .layer_last = layer,
+                                           .strength = s,
+                                           .vector = v});
   }
   const auto via_add = run_one(*m, ids, resolve(explicit_spec, *m));
   EXPECT_TRUE(bitwise_equal(via_cv.logits, via_add.logits));
@@ -250,14 +264,26 @@ TEST(Glass, SteeringIsIsolatedPerSequenceInOneBatch) {
     const ModelConfig& c = m->config();
     const auto a = prompt_ids(19, c.vocab, 1), b = prompt_ids(23, c.vocab, 2), d = prompt_ids(9, c.vocab, 4);
     GlassSpec sa;
-    sa.interventions.push_back({.op = InterventionOp::kScale, .point = HookPoint::kMlpAct, .layer_first = 0,
-                                .layer_last = c.n_layers - 1, .dims = {1, 2, 3}, .strength = 4.0f});
-    sa.interventions.push_back({.op = InterventionOp::kAdd, .point = HookPoint::kResidPost, .layer_first = 1,
-                                .layer_last = 1, .strength = 2.0f, .vector = test::random_vec(c.n_embd, 5)});
+    sa.interventions.push_back({.op = InterventionOp::kScale,
+                                .point = HookPoint::kMlpAct,
+                                .layer_first = 0,
+                                .layer_last = c.n_layers - 1,
+                                .dims = {1, 2, 3},
+                                .strength = 4.0f});
+    sa.interventions.push_back({.op = InterventionOp::kAdd,
+                                .point = HookPoint::kResidPost,
+                                .layer_first = 1,
+                                .layer_last = 1,
+                                .strength = 2.0f,
+                                .vector = test::random_vec(c.n_embd, 5)});
     sa.observe.enabled = true;
     GlassSpec sd;
-    sd.interventions.push_back({.op = InterventionOp::kAblate, .point = HookPoint::kResidMid, .layer_first = -1,
-                                .layer_last = -1, .strength = 1.0f, .vector = test::random_vec(c.n_embd, 6)});
+    sd.interventions.push_back({.op = InterventionOp::kAblate,
+                                .point = HookPoint::kResidMid,
+                                .layer_first = -1,
+                                .layer_last = -1,
+                                .strength = 1.0f,
+                                .vector = test::random_vec(c.n_embd, 6)});
     const auto spec_a = resolve(sa, *m), spec_d = resolve(sd, *m);
     const auto a_alone = run_one(*m, a, spec_a), b_alone = run_one(*m, b, nullptr), d_alone = run_one(*m, d, spec_d);
     const auto together = run_batch(*m, {{b, nullptr}, {a, spec_a}, {d, spec_d}});
@@ -358,7 +384,8 @@ TEST(Glass, ObservationMatchesIndependentStatistics) {
         best[static_cast<size_t>(i)] = std::max(best[static_cast<size_t>(i)], std::fabs(v));
       }
       std::sort(a.begin(), a.end());
-      sum_median += w % 2 ? a[static_cast<size_t>(w / 2)] : (a[static_cast<size_t>(w / 2 - 1)] + a[static_cast<size_t>(w / 2)]) / 2;
+      sum_median += w % 2 ? a[static_cast<size_t>(w / 2)]
+                          : (a[static_cast<size_t>(w / 2 - 1)] + a[static_cast<size_t>(w / 2)]) / 2;
     }
     EXPECT_EQ(ps.n_tokens, 4);
     EXPECT_FLOAT_EQ(ps.max_abs, static_cast<float>(max_abs));
@@ -392,11 +419,12 @@ TEST(Glass, SpecErrorsNameTheField) {
     return r.is_ok() ? std::string("ok") : r.message();
   };
   GlassSpec s1;
-  s1.interventions.push_back({.op = InterventionOp::kScale, .point = HookPoint::kMlpAct, .layer_first = 1, .layer_last = 1,
-                              .dims = {172}});
+  s1.interventions.push_back(
+      {.op = InterventionOp::kScale, .point = HookPoint::kMlpAct, .layer_first = 1, .layer_last = 1, .dims = {172}});
   EXPECT_NE(err(s1).find("interventions[0].dims[0]: 172 is outside mlp_act's 172 dims"), std::string::npos) << err(s1);
   GlassSpec s2;
-  s2.interventions.push_back({.op = InterventionOp::kAdd, .point = HookPoint::kResidPost, .layer_first = 7, .layer_last = 7});
+  s2.interventions.push_back(
+      {.op = InterventionOp::kAdd, .point = HookPoint::kResidPost, .layer_first = 7, .layer_last = 7});
   EXPECT_NE(err(s2).find("layer 7 is outside"), std::string::npos) << err(s2);
   GlassSpec s3;
   s3.interventions.push_back({.op = InterventionOp::kAdd, .point = HookPoint::kLogits});
@@ -436,8 +464,8 @@ TEST(Glass, DetectorFindsTheConstructedMassiveActivationOnly) {
     EXPECT_GT(std::fabs(e.value), 1500.0f);
     EXPECT_LT(std::fabs(e.value), 2500.0f);
     EXPECT_GT(e.ratio, 1000.0f);
-    std::printf("massive event: layer %d token %d dim %d value %.1f median %.4f ratio %.0f\n", e.layer, e.position, e.dim,
-                e.value, e.median_abs, e.ratio);
+    std::printf("massive event: layer %d token %d dim %d value %.1f median %.4f ratio %.0f\n", e.layer, e.position,
+                e.dim, e.value, e.median_abs, e.ratio);
   }
   // Every other value stays O(1): below layer L the largest |x| anywhere is small, and from L on
   // only (token 0, dim d) is large.
@@ -479,9 +507,13 @@ TEST(Glass, ClipMassiveWithMeanKeepsTheModelZeroingChangesIt) {
 
   auto clip = [&](std::vector<float> mean_vec, float factor) {
     GlassSpec s;
-    s.interventions.push_back({.op = InterventionOp::kClipMassive, .point = HookPoint::kResidPost,
-                               .layer_first = F::kLayer, .layer_last = F::kLayer, .strength = factor,
-                               .vector = std::move(mean_vec), .threshold = 1000.0f});
+    s.interventions.push_back({.op = InterventionOp::kClipMassive,
+                               .point = HookPoint::kResidPost,
+                               .layer_first = F::kLayer,
+                               .layer_last = F::kLayer,
+                               .strength = factor,
+                               .vector = std::move(mean_vec),
+                               .threshold = 1000.0f});
     s.observe.enabled = true;
     s.observe.points = {HookPoint::kResidPost};
     s.observe.captures = {{HookPoint::kResidPost, F::kLayer, 0}};
@@ -496,7 +528,8 @@ TEST(Glass, ClipMassiveWithMeanKeepsTheModelZeroingChangesIt) {
   EXPECT_EQ(rz.applied[0].rows, 20);
   // Zeroed at layer L: no event at L, and the next layer has none either (nothing re-creates it).
   EXPECT_TRUE(rz.events.empty());
-  const double d_mean = max_abs_diff(with_mean.logits, plain.logits), d_zero = max_abs_diff(zeroed.logits, plain.logits);
+  const double d_mean = max_abs_diff(with_mean.logits, plain.logits),
+               d_zero = max_abs_diff(zeroed.logits, plain.logits);
   std::printf("clip_massive: logits move by %.3g with mean replacement, %.3g with zeroing\n", d_mean, d_zero);
   EXPECT_LE(d_mean, 1e-4);
   EXPECT_GT(d_zero, 0.1);
@@ -509,8 +542,8 @@ TEST(Glass, Stories260KHasNoMassiveActivations) {
   const std::vector<int32_t> ids = {1, 403, 407, 261, 378, 6, 83, 40, 7, 91, 2, 97, 300, 41, 12, 420, 55, 60};
   GlassSpec spec;
   spec.observe.enabled = true;
-  spec.observe.points = {HookPoint::kResidPre, HookPoint::kAttnOut, HookPoint::kResidMid, HookPoint::kMlpAct,
-                         HookPoint::kMlpOut, HookPoint::kResidPost};
+  spec.observe.points = {HookPoint::kResidPre, HookPoint::kAttnOut, HookPoint::kResidMid,
+                         HookPoint::kMlpAct,   HookPoint::kMlpOut,  HookPoint::kResidPost};
   MonitorConfig mc;
   mc.enabled = true;
   MonitorStep mon;

@@ -56,19 +56,31 @@ TEST(Allocation, WarmForwardStepsDoNotAllocate) {
       std::vector<int32_t> prompt(20, 5);
       auto step = [&](int pos, int n, const Hooks* h) {
         batch.clear();
-        batch.add_sequence(std::span(prompt).first(n), pos, table, 16, true, /*state_slot=*/0);  // hybrid: recurrent state
+        batch.add_sequence(std::span(prompt).first(n), pos, table, 16, true,
+                           /*state_slot=*/0);  // hybrid: recurrent state
         return (*m)->forward(batch, **cache, h, logits.data());
       };
       // The glass box: interventions, observation (stats, top-k, massive detection, a capture)
       // and the monitor, all built into a fresh table every step the way the engine does.
       const ModelConfig& mc = (*m)->config();
       GlassSpec spec;
-      spec.interventions.push_back({.op = InterventionOp::kScale, .point = HookPoint::kMlpAct, .layer_first = 0,
-                                    .layer_last = 0, .dims = {3}, .strength = 0.5f});
-      spec.interventions.push_back({.op = InterventionOp::kAdd, .point = HookPoint::kResidPost, .layer_first = -1,
-                                    .layer_last = -1, .strength = 0.1f, .vector = std::vector<float>(mc.n_embd, 1.0f)});
-      spec.interventions.push_back({.op = InterventionOp::kClipMassive, .point = HookPoint::kResidMid, .layer_first = 1,
-                                    .layer_last = 1, .threshold = 50.0f});
+      spec.interventions.push_back({.op = InterventionOp::kScale,
+                                    .point = HookPoint::kMlpAct,
+                                    .layer_first = 0,
+                                    .layer_last = 0,
+                                    .dims = {3},
+                                    .strength = 0.5f});
+      spec.interventions.push_back({.op = InterventionOp::kAdd,
+                                    .point = HookPoint::kResidPost,
+                                    .layer_first = -1,
+                                    .layer_last = -1,
+                                    .strength = 0.1f,
+                                    .vector = std::vector<float>(mc.n_embd, 1.0f)});
+      spec.interventions.push_back({.op = InterventionOp::kClipMassive,
+                                    .point = HookPoint::kResidMid,
+                                    .layer_first = 1,
+                                    .layer_last = 1,
+                                    .threshold = 50.0f});
       spec.observe.enabled = true;
       spec.observe.points = {HookPoint::kResidPost, HookPoint::kMlpAct};
       spec.observe.top_k = 8;
@@ -100,11 +112,11 @@ TEST(Allocation, WarmForwardStepsDoNotAllocate) {
       g_allocs = 0;
       g_counting = true;
       // Positions continue where the sequence left off (a hybrid model's recurrent state requires it).
-      Status a = step(20, 1, nullptr);       // decode, hooks off
-      Status b = step(21, 1, &hooks);        // decode, an observer on
-      Status c = step(22, 20, nullptr);      // a prefill chunk
-      Status d = glass_step(42, 1);          // decode with the glass box on
-      Status e = glass_step(0, 20);          // prefill with the glass box on (a fresh start)
+      Status a = step(20, 1, nullptr);   // decode, hooks off
+      Status b = step(21, 1, &hooks);    // decode, an observer on
+      Status c = step(22, 20, nullptr);  // a prefill chunk
+      Status d = glass_step(42, 1);      // decode with the glass box on
+      Status e = glass_step(0, 20);      // prefill with the glass box on (a fresh start)
       g_counting = false;
       EXPECT_TRUE(a.is_ok() && b.is_ok() && c.is_ok() && d.is_ok() && e.is_ok());
       EXPECT_GT(acc.report().stats[0].n_tokens, 0);

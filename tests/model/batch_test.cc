@@ -5,8 +5,8 @@
 #include <random>
 
 #include "observers.h"
-#include "sequence_feed.h"
 #include "reference_util.h"
+#include "sequence_feed.h"
 
 namespace gb {
 namespace {

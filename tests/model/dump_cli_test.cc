@@ -63,14 +63,17 @@ INSTANTIATE_TEST_SUITE_P(Reference, DumpCli,
 TEST(DumpCliArgs, SelectsPointsAndLayersAndRejectsBadInput) {
   const std::string model = test::shared_path("models/stories260K");
   const std::string out = test::temp_dir() + "/sel.safetensors";
-  ASSERT_EQ(run("--model " + model + " --prompt-ids \"1 403 407\" --points mlp_act,resid_post,logits --layers 1-2,4 -o " + out), 0);
+  ASSERT_EQ(run("--model " + model +
+                " --prompt-ids \"1 403 407\" --points mlp_act,resid_post,logits --layers 1-2,4 -o " + out),
+            0);
   auto st = read_safetensors(out);
   ASSERT_TRUE(st.is_ok());
   std::vector<std::string> names;
   for (const auto& t : st->tensors) names.push_back(t.name);
   std::sort(names.begin(), names.end());
-  EXPECT_EQ(names, (std::vector<std::string>{"ids", "layers.1.mlp_act", "layers.1.resid_post", "layers.2.mlp_act",
-                                             "layers.2.resid_post", "layers.4.mlp_act", "layers.4.resid_post", "logits"}));
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"ids", "layers.1.mlp_act", "layers.1.resid_post", "layers.2.mlp_act",
+                                      "layers.2.resid_post", "layers.4.mlp_act", "layers.4.resid_post", "logits"}));
   for (const auto& t : st->tensors) {
     if (t.name == "layers.1.mlp_act") {
       EXPECT_EQ(t.shape, (std::vector<int64_t>{3, 172}));

@@ -7,8 +7,8 @@
 
 #include <cstdio>
 
-#include "observers.h"
 #include "model/model.h"
+#include "observers.h"
 #include "reference_util.h"
 
 namespace gb {
@@ -192,7 +192,8 @@ TEST_P(QuantFixture, LogitsAndDecodeWithinQuantizedTolerance) {
   for (int mode = 0; mode < 2; ++mode) {
     std::vector<SeqResult> results;
     if (mode == 0) {
-      for (int s = 0; s < ref.n_seqs(); ++s) results.push_back(run_batched(**model, {seqs[s]}, {greedy[s]}, n_decode, nullptr)[0]);
+      for (int s = 0; s < ref.n_seqs(); ++s)
+        results.push_back(run_batched(**model, {seqs[s]}, {greedy[s]}, n_decode, nullptr)[0]);
     } else {
       results = run_batched(**model, seqs, greedy, n_decode, nullptr);
     }
@@ -212,19 +213,20 @@ TEST_P(QuantFixture, LogitsAndDecodeWithinQuantizedTolerance) {
   std::printf("%s %s: max abs logit error %.3g (atol %.3g)\n", fixture, q, worst, tol);
 }
 
-INSTANTIATE_TEST_SUITE_P(Reference, QuantFixture,
-                         ::testing::Values(std::make_pair("llama-gqa", "q8_0"), std::make_pair("llama-gqa", "q4_0"),
-                                           std::make_pair("llama3-untied", "q8_0"), std::make_pair("llama3-untied", "q4_0"),
-                                           std::make_pair("qwen2-bias", "q8_0"), std::make_pair("qwen2-bias", "q4_0"),
-                                           std::make_pair("qwen3-qknorm", "q8_0"), std::make_pair("qwen3-qknorm", "q4_0"),
-                                           std::make_pair("qwen35-hybrid", "q8_0"), std::make_pair("qwen35-hybrid", "q4_0")),
-                         [](const auto& info) {
-                           std::string n = std::string(info.param.first) + "_" + info.param.second;
-                           for (char& ch : n) {
-                             if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
-                           }
-                           return n;
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Reference, QuantFixture,
+    ::testing::Values(std::make_pair("llama-gqa", "q8_0"), std::make_pair("llama-gqa", "q4_0"),
+                      std::make_pair("llama3-untied", "q8_0"), std::make_pair("llama3-untied", "q4_0"),
+                      std::make_pair("qwen2-bias", "q8_0"), std::make_pair("qwen2-bias", "q4_0"),
+                      std::make_pair("qwen3-qknorm", "q8_0"), std::make_pair("qwen3-qknorm", "q4_0"),
+                      std::make_pair("qwen35-hybrid", "q8_0"), std::make_pair("qwen35-hybrid", "q4_0")),
+    [](const auto& info) {
+      std::string n = std::string(info.param.first) + "_" + info.param.second;
+      for (char& ch : n) {
+        if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+      }
+      return n;
+    });
 
 // HF f32 weights converted to Q8_0 at load are the blocks llama-quantize writes into the Q8_0
 // GGUF, so they reproduce its reference logits.
@@ -250,7 +252,8 @@ TEST_P(ConvertedQ8, HfConvertedAtLoadMatchesTheQ8Gguf) {
                                          ref.at(pre + "decode_logits").f.size()));
   }
   EXPECT_LE(worst, ref.qtol("q8_0"));
-  std::printf("%s hf converted to q8_0 at load: max abs logit error vs the q8_0 GGUF reference %.3g\n", GetParam(), worst);
+  std::printf("%s hf converted to q8_0 at load: max abs logit error vs the q8_0 GGUF reference %.3g\n", GetParam(),
+              worst);
 }
 
 INSTANTIATE_TEST_SUITE_P(Reference, ConvertedQ8,

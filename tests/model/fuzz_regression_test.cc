@@ -19,7 +19,8 @@ TEST(FuzzRegression, HfConfigHugePartialRotaryFactor) {
   for (const char* factor : {"1e300", "-3", "0", "1.5"}) {
     const std::string text = std::string(R"({"architectures": ["Qwen3ForCausalLM"], "num_hidden_layers": 2,
       "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4, "vocab_size": 100,
-      "partial_rotary_factor": )") + factor + "}";
+      "partial_rotary_factor": )") +
+                             factor + "}";
     auto c = parse_hf_config(nlohmann::json::parse(text), nullptr);
     ASSERT_FALSE(c.is_ok()) << factor;
     EXPECT_NE(c.message().find("'partial_rotary_factor' must be in (0, 1]"), std::string::npos) << c.message();
@@ -74,8 +75,7 @@ TEST(FuzzRegression, GgufEmptyRopeFreqs) {
       "\x00\x00\x00\x00\x00\x00\x72\x6f\x70\x65\x5f\x66\x72\x65\x71\x73"
       "\x2e\x77\x65\x69\x67\x68\x74\x01\x00\x00\x00\x00\x00\x00\x00\x00"
       "\x00\x00\x00\x00\x00\x00\x00\x80\x00\x00\x00\x00\x00\x00\x00\x00"
-      "\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00"
-      ,
+      "\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00",
       192);
   bytes.append(128, '\0');  // token_embd's data
   ASSERT_EQ(bytes.size(), 320u);
@@ -83,7 +83,8 @@ TEST(FuzzRegression, GgufEmptyRopeFreqs) {
   std::ofstream(path, std::ios::binary) << bytes;
   auto m = load_model(path);
   ASSERT_FALSE(m.is_ok());
-  EXPECT_NE(m.message().find("'rope_freqs.weight' must be a non-empty 1-D f32 tensor, found f32 [0]"), std::string::npos)
+  EXPECT_NE(m.message().find("'rope_freqs.weight' must be a non-empty 1-D f32 tensor, found f32 [0]"),
+            std::string::npos)
       << m.message();
 }
 

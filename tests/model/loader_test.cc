@@ -8,8 +8,8 @@
 #include "core/fp16.h"
 #include "formats/gguf.h"
 #include "formats/gguf_writer.h"
-#include "sequence_feed.h"
 #include "reference_util.h"
+#include "sequence_feed.h"
 
 namespace gb {
 namespace {
@@ -71,7 +71,8 @@ std::vector<StTensor> st_tensors(const StFile& f) {
 StFile make_st(const std::vector<StTensor>& ts) {
   StFile f{json::object(), ""};
   for (const auto& t : ts) {
-    f.header[t.name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {f.data.size(), f.data.size() + t.bytes.size()}}};
+    f.header[t.name] = {
+        {"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {f.data.size(), f.data.size() + t.bytes.size()}}};
     f.data += t.bytes;
   }
   return f;
@@ -255,7 +256,9 @@ TEST(BadHf, BadConfigKeys) {
   expect_load_error(dir, {"not a multiple of 3 key/value heads"});
   edit_json(dir + "/config.json", [](json& j) { j["num_key_value_heads"] = 2, j.erase("num_hidden_layers"); });
   expect_load_error(dir, {"'num_hidden_layers' is missing"});
-  edit_json(dir + "/config.json", [](json& j) { j["num_hidden_layers"] = 3, j["rope_scaling"] = {{"rope_type", "yarn"}}; });
+  edit_json(dir + "/config.json", [](json& j) {
+    j["num_hidden_layers"] = 3, j["rope_scaling"] = {{"rope_type", "yarn"}};
+  });
   expect_load_error(dir, {"rope scaling type 'yarn'"});
   spit(dir + "/config.json", "{\"architectures\": [");
   expect_load_error(dir, {"config.json", "not valid JSON"});
@@ -290,28 +293,32 @@ TEST(BadGguf, RoundTripLoadsAndTruncationIsAnError) {
 }
 
 TEST(BadGguf, MissingTensor) {
-  expect_load_error(rewrite_gguf(kLlamaGguf, [](GgufFile& g) {
-                      std::erase_if(g.tensors, [](const TensorView& t) { return t.name == "blk.1.ffn_up.weight"; });
-                    }),
+  expect_load_error(rewrite_gguf(kLlamaGguf,
+                                 [](GgufFile& g) {
+                                   std::erase_if(g.tensors,
+                                                 [](const TensorView& t) { return t.name == "blk.1.ffn_up.weight"; });
+                                 }),
                     {"'blk.1.ffn_up.weight' is missing"});
 }
 
 TEST(BadGguf, WrongShape) {
-  expect_load_error(rewrite_gguf(kLlamaGguf, [](GgufFile& g) {
-                      for (auto& t : g.tensors) {
-                        if (t.name == "blk.0.attn_q.weight") t.shape = {32, 128};
-                      }
-                    }),
+  expect_load_error(rewrite_gguf(kLlamaGguf,
+                                 [](GgufFile& g) {
+                                   for (auto& t : g.tensors) {
+                                     if (t.name == "blk.0.attn_q.weight") t.shape = {32, 128};
+                                   }
+                                 }),
                     {"blk.0.attn_q.weight", "shape [32, 128]", "expected [64, 64]"});
 }
 
 TEST(BadGguf, UnknownAndUnsupportedDtypes) {
   // An I32 weight matrix: a type GGUF knows, not one a matmul takes.
-  expect_load_error(rewrite_gguf(kLlamaGguf, [](GgufFile& g) {
-                      for (auto& t : g.tensors) {
-                        if (t.name == "blk.2.ffn_gate.weight") t.dtype = DType::kI32;
-                      }
-                    }),
+  expect_load_error(rewrite_gguf(kLlamaGguf,
+                                 [](GgufFile& g) {
+                                   for (auto& t : g.tensors) {
+                                     if (t.name == "blk.2.ffn_gate.weight") t.dtype = DType::kI32;
+                                   }
+                                 }),
                     {"blk.2.ffn_gate.weight", "dtype i32"});
   // A GGML type id Glassbox does not know (6 = Q5_0), patched into the tensor info.
   const std::string path = rewrite_gguf(kLlamaGguf, [](GgufFile&) {});
@@ -331,7 +338,10 @@ TEST(BadGguf, UnsupportedArchitectureAndMissingKey) {
                     {"unsupported architecture 'gpt2'"});
   expect_load_error(rewrite_gguf(kLlamaGguf, [](GgufFile& g) { g.metadata.erase("llama.block_count"); }),
                     {"'llama.block_count' is missing"});
-  expect_load_error(rewrite_gguf(kLlamaGguf, [](GgufFile& g) { g.metadata["llama.attention.head_count_kv"] = {2, 2, 2}; }),
+  expect_load_error(rewrite_gguf(kLlamaGguf,
+                                 [](GgufFile& g) {
+                                   g.metadata["llama.attention.head_count_kv"] = {2, 2, 2};
+                                 }),
                     {"llama.attention.head_count_kv", "one integer"});
 }
 
@@ -387,15 +397,18 @@ TEST(Qwen35Loader, MissingOrMisshapedLinearAttentionTensor) {
   write_st(dir + "/model.safetensors", make_st(ts));
   expect_load_error(dir, {"'model.layers.1.linear_attn.A_log' is missing"});
 
-  expect_load_error(rewrite_gguf(kGguf, [](GgufFile& g) {
-                      std::erase_if(g.tensors, [](const TensorView& t) { return t.name == "blk.2.ssm_conv1d.weight"; });
-                    }),
-                    {"'blk.2.ssm_conv1d.weight' is missing"});
-  expect_load_error(rewrite_gguf(kGguf, [](GgufFile& g) {
-                      for (auto& t : g.tensors) {
-                        if (t.name == "blk.0.ssm_conv1d.weight") t.shape = {64, 8};
-                      }
-                    }),
+  expect_load_error(
+      rewrite_gguf(kGguf,
+                   [](GgufFile& g) {
+                     std::erase_if(g.tensors, [](const TensorView& t) { return t.name == "blk.2.ssm_conv1d.weight"; });
+                   }),
+      {"'blk.2.ssm_conv1d.weight' is missing"});
+  expect_load_error(rewrite_gguf(kGguf,
+                                 [](GgufFile& g) {
+                                   for (auto& t : g.tensors) {
+                                     if (t.name == "blk.0.ssm_conv1d.weight") t.shape = {64, 8};
+                                   }
+                                 }),
                     {"blk.0.ssm_conv1d.weight", "shape [64, 8]", "expected [128, 1, 4] or [128, 4]"});
   expect_load_error(rewrite_gguf(kGguf, [](GgufFile& g) { g.metadata.erase("qwen35.ssm.group_count"); }),
                     {"'qwen35.ssm.group_count' is missing"});

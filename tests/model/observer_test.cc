@@ -5,8 +5,8 @@
 #include <algorithm>
 
 #include "observers.h"
-#include "sequence_feed.h"
 #include "reference_util.h"
+#include "sequence_feed.h"
 
 namespace gb {
 namespace {
@@ -16,7 +16,7 @@ TEST(TokenStats, ByHand) {
   float scratch[5];
   TokenStats s = token_stats(x, 5, scratch);
   EXPECT_EQ(s.max_abs, 4.0f);
-  EXPECT_EQ(s.max_dim, 1);  // lowest dim on ties
+  EXPECT_EQ(s.max_dim, 1);        // lowest dim on ties
   EXPECT_EQ(s.median_abs, 2.0f);  // |x| sorted: 0.5 1 2 4 4
   EXPECT_NEAR(s.rms, std::sqrt((0.25 + 16 + 1 + 16 + 4) / 5.0), 1e-6);
   const float y[] = {-3.0f, 1.0f, 0.0f, 2.0f};  // even width: mean of the two middle |x|

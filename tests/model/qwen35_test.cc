@@ -8,8 +8,8 @@
 #include <fstream>
 #include <random>
 
-#include "sequence_feed.h"
 #include "reference_util.h"
+#include "sequence_feed.h"
 
 namespace gb {
 namespace {

@@ -23,9 +23,8 @@ nlohmann::json load_reference() {
 std::vector<int32_t> top5(std::span<const float> v) {
   std::vector<int32_t> idx(v.size());
   std::iota(idx.begin(), idx.end(), 0);
-  std::partial_sort(idx.begin(), idx.begin() + 5, idx.end(), [&](int32_t a, int32_t b) {
-    return v[a] > v[b] || (v[a] == v[b] && a < b);
-  });
+  std::partial_sort(idx.begin(), idx.begin() + 5, idx.end(),
+                    [&](int32_t a, int32_t b) { return v[a] > v[b] || (v[a] == v[b] && a < b); });
   idx.resize(5);
   return idx;
 }

@@ -5,11 +5,11 @@
 #include <random>
 #include <vector>
 
-#include "support/test_support.h"
 #include "ops/activation.h"
 #include "ops/attention.h"
 #include "ops/rms_norm.h"
 #include "ops/rope.h"
+#include "support/test_support.h"
 
 namespace gb::ops {
 namespace {

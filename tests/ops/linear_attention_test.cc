@@ -41,7 +41,7 @@ struct HeadInputs {
     state0 = random_vec(dk * dv, seed + 5, 0.3f);
   }
   DeltaHead head(std::vector<float>& out, int64_t from = 0) {
-    return {q.data() + from * dk, k.data() + from * dk, dk, v.data() + from * dv, dv,
+    return {q.data() + from * dk, k.data() + from * dk, dk, v.data() + from * dv,   dv,
             g.data() + from,      beta.data() + from,   1,  out.data() + from * dv, dv};
   }
 };

@@ -33,9 +33,7 @@ std::vector<uint8_t> random_weight_bytes(DType dtype, int64_t rows, int64_t cols
     for (auto& v : row) v = normal(rng);
     uint8_t* out = bytes.data() + r * stride;
     switch (dtype) {
-      case DType::kF32:
-        std::memcpy(out, row.data(), cols * 4);
-        break;
+      case DType::kF32: std::memcpy(out, row.data(), cols * 4); break;
       case DType::kF16:
         for (int64_t i = 0; i < cols; ++i) {
           const uint16_t h = f32_to_f16(row[i]);
@@ -48,9 +46,7 @@ std::vector<uint8_t> random_weight_bytes(DType dtype, int64_t rows, int64_t cols
           std::memcpy(out + 2 * i, &h, 2);
         }
         break;
-      case DType::kQ8_0:
-        gb::quantize_row_q8_0(row.data(), cols, out);
-        break;
+      case DType::kQ8_0: gb::quantize_row_q8_0(row.data(), cols, out); break;
       default:  // Q4_0, Q4_K, Q6_K: random codes, then sane f16 scales
         for (int64_t i = 0; i < stride; ++i) out[i] = static_cast<uint8_t>(rng());
         for (int64_t b = 0; b < cols / dtype_info(dtype).block_elems; ++b) {
@@ -159,8 +155,8 @@ TEST_P(MatmulIsaTest, MatchesScalarReferenceOnOddShapes) {
       for (int64_t i = 0; i < n * c.rows; ++i) {
         if (mag[i] > 0) worst[c.dtype] = std::max(worst[c.dtype], std::fabs(y[i] - ref[i]) / mag[i]);
         ASSERT_NEAR(y[i], ref[i], f * mag[i] + 1e-30)
-            << isa_name(isa) << " " << dtype_name(c.dtype) << " rows=" << c.rows << " cols=" << c.cols
-            << " n=" << n << " at token " << i / c.rows << " row " << i % c.rows;
+            << isa_name(isa) << " " << dtype_name(c.dtype) << " rows=" << c.rows << " cols=" << c.cols << " n=" << n
+            << " at token " << i / c.rows << " row " << i % c.rows;
       }
     }
   }
@@ -194,9 +190,7 @@ TEST_P(MatmulIsaTest, ThreadAndBatchInvariantBitwise) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllIsas, MatmulIsaTest, ::testing::ValuesIn(kAllIsas),
-                         [](const ::testing::TestParamInfo<Isa>& info) {
-                           return std::string(isa_name(info.param));
-                         });
+                         [](const ::testing::TestParamInfo<Isa>& info) { return std::string(isa_name(info.param)); });
 
 // The SIMD activation quantizer rounds exactly like the scalar one (and so like ggml).
 TEST(QuantizeActivations, SimdMatchesScalarBitwise) {
@@ -205,8 +199,8 @@ TEST(QuantizeActivations, SimdMatchesScalarBitwise) {
   auto x = random_acts(1, cols, 7);
   // Ties: amax 127 gives scale 1, so 2.5 -> 2 and -3.5 -> -4 (half to even), 0.5 -> 0.
   x[0] = 127.0f, x[1] = 2.5f, x[2] = -3.5f, x[3] = 0.5f;
-  for (int i = 32; i < 64; ++i) x[i] = 0.0f;          // an all-zero block
-  for (int i = 64; i < 96; ++i) x[i] = 1e-30f * i;     // subnormal-scale block
+  for (int i = 32; i < 64; ++i) x[i] = 0.0f;        // an all-zero block
+  for (int i = 64; i < 96; ++i) x[i] = 1e-30f * i;  // subnormal-scale block
   std::vector<float> d1(cols / 32), d2(cols / 32);
   std::vector<int8_t> q1(cols), q2(cols);
   std::vector<uint8_t> a1(cols), a2(cols);
@@ -326,9 +320,9 @@ TEST(DequantizeRow, Q4_K) {
   qs[64] = 0x0a;  // element 128 (sub-block 4) = 10
   std::vector<float> out(256);
   dequantize_row(Weight{b, DType::kQ4_K, 1, 256}, 0, out.data());
-  EXPECT_EQ(out[0], 1.0f * 3 * 5 - 0.5f * 2);     // 14
-  EXPECT_EQ(out[1], -1.0f);                       // q = 0: -dmin·min
-  EXPECT_EQ(out[32], 0.0f);                       // sub-block 1: scale 0, min 0
+  EXPECT_EQ(out[0], 1.0f * 3 * 5 - 0.5f * 2);      // 14
+  EXPECT_EQ(out[1], -1.0f);                        // q = 0: -dmin·min
+  EXPECT_EQ(out[32], 0.0f);                        // sub-block 1: scale 0, min 0
   EXPECT_EQ(out[128], 1.0f * 17 * 10 - 0.5f * 5);  // 167.5
   EXPECT_EQ(out[129], -2.5f);
 }

@@ -58,7 +58,7 @@ TEST(RateLimiterTest, TokenBucketRefillsAtTheRate) {
   EXPECT_TRUE(limiter.try_acquire("a", 60, t0, &retry));
   EXPECT_TRUE(limiter.try_acquire("a", 60, t0, &retry));
   EXPECT_FALSE(limiter.try_acquire("a", 60, t0, &retry));
-  EXPECT_EQ(retry, 1);  // one token per second at 60 rpm
+  EXPECT_EQ(retry, 1);                                    // one token per second at 60 rpm
   EXPECT_TRUE(limiter.try_acquire("b", 60, t0, &retry));  // buckets are per key
   EXPECT_FALSE(limiter.try_acquire("a", 60, t0 + std::chrono::milliseconds(500), &retry));
   EXPECT_TRUE(limiter.try_acquire("a", 60, t0 + std::chrono::milliseconds(1001), &retry));

@@ -30,8 +30,8 @@ TEST(ConfigTest, YamlEnvAndFlagsLayerInOrder) {
   auto cfg = from_yaml("model: /m/stories260K/\nport: 9000\nhost: 0.0.0.0\nallow_unauthenticated: true\n",
                        {{"GLASSBOX_PORT", "9100"}, {"GLASSBOX_MAX_NUM_SEQS", "8"}}, {{"max_num_seqs", "4"}});
   ASSERT_TRUE(cfg.is_ok()) << cfg.message();
-  EXPECT_EQ(cfg->port, 9100);          // env over file
-  EXPECT_EQ(cfg->max_num_seqs, 4);     // flag over env
+  EXPECT_EQ(cfg->port, 9100);       // env over file
+  EXPECT_EQ(cfg->max_num_seqs, 4);  // flag over env
   EXPECT_EQ(cfg->host, "0.0.0.0");
   EXPECT_EQ(cfg->served_model_name, "stories260K");  // the directory name by default
 }
@@ -112,8 +112,16 @@ TEST(ConfigTest, FlagsAreDeclaredFromTheFieldTable) {
   ConfigOverrides flags;
   std::string file;
   add_config_flags(app, &flags, &file);
-  const char* argv[] = {"serve", "--config", "x.yaml", "--port", "9", "--api-key", "k", "--allow-unauthenticated",
-                        "--max-num-batched-tokens", "512"};
+  const char* argv[] = {"serve",
+                        "--config",
+                        "x.yaml",
+                        "--port",
+                        "9",
+                        "--api-key",
+                        "k",
+                        "--allow-unauthenticated",
+                        "--max-num-batched-tokens",
+                        "512"};
   app.parse(10, const_cast<char**>(argv));
   EXPECT_EQ(file, "x.yaml");
   EXPECT_EQ(flags["port"], "9");

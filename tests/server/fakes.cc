@@ -51,7 +51,9 @@ std::vector<int32_t> FakeCodec::encode(std::string_view text, bool add_special) 
   return ids;
 }
 
-std::unique_ptr<StreamDetokenizer> FakeCodec::stream(std::span<const int32_t>) const { return std::make_unique<FakeDetokenizer>(); }
+std::unique_ptr<StreamDetokenizer> FakeCodec::stream(std::span<const int32_t>) const {
+  return std::make_unique<FakeDetokenizer>();
+}
 
 Result<std::string> FakeCodec::render_chat(const nlohmann::json& messages, bool add_generation_prompt) const {
   std::string out;

@@ -32,12 +32,12 @@ class FakeCodec : public TextCodec {
 
 struct FakeEngineOptions {
   std::string script = "Hello world. The end.";  // output (unless seeded and sampled), then EOS
-  std::chrono::milliseconds token_delay{1};       // one step per delay
+  std::chrono::milliseconds token_delay{1};      // one step per delay
   int tokens_per_event = 1;
-  bool queue_full = false;                        // submit() fails
-  std::string fail_with;                          // non-empty: first step ends with kError
+  bool queue_full = false;                                 // submit() fails
+  std::string fail_with;                                   // non-empty: first step ends with kError
   EngineErrorCode fail_code = EngineErrorCode::kInternal;  // ... carrying this code
-  int64_t waiting = 0;                            // reported in stats()
+  int64_t waiting = 0;                                     // reported in stats()
   // The model shape glass-box specs resolve against (a 4-layer, 8-wide model with an MLP of 16);
   // the fake applies nothing, and reports the interventions as applied.
   ModelConfig model = [] {

@@ -106,17 +106,24 @@ TEST_F(GlassHttpTest, MalformedExtensionsNameTheField) {
   };
   const std::vector<Case> cases = {
       {{{"interventions", {{{"op", "squash"}, {"point", "mlp_act"}, {"layer", 1}, {"strength", 1}}}}},
-       "glassbox.interventions[0].op", "expected scale, add"},
+       "glassbox.interventions[0].op",
+       "expected scale, add"},
       {{{"interventions", {{{"op", "scale"}, {"point", "mlp_act"}, {"layer", 9}, {"strength", 1}}}}},
-       "glassbox.interventions[0].layer", "outside the model's layers 0..3"},
+       "glassbox.interventions[0].layer",
+       "outside the model's layers 0..3"},
       {{{"interventions", {{{"op", "scale"}, {"point", "mlp_act"}, {"layer", 1}, {"dims", {16}}, {"strength", 1}}}}},
-       "glassbox.interventions[0]", "16 is outside mlp_act's 16 dims"},
-      {{{"interventions", {{{"op", "add"}, {"point", "resid_post"}, {"layer", 1}, {"vector", {1, 2}}, {"strength", 1}}}}},
-       "glassbox.interventions[0]", "2 values, resid_post has 8 dims"},
+       "glassbox.interventions[0]",
+       "16 is outside mlp_act's 16 dims"},
+      {{{"interventions",
+         {{{"op", "add"}, {"point", "resid_post"}, {"layer", 1}, {"vector", {1, 2}}, {"strength", 1}}}}},
+       "glassbox.interventions[0]",
+       "2 values, resid_post has 8 dims"},
       {{{"interventions", {{{"op", "scale"}, {"point", "logits"}, {"layer", 1}, {"strength", 1}}}}},
-       "glassbox.interventions[0].point", "per-layer hook point"},
+       "glassbox.interventions[0].point",
+       "per-layer hook point"},
       {{{"interventions", {{{"op", "scale"}, {"point", "mlp_act"}, {"layer", 1}, {"strenght", 1}}}}},
-       "glassbox.interventions[0].strenght", "unknown field"},
+       "glassbox.interventions[0].strenght",
+       "unknown field"},
       {{{"interventions", {{{"preset", "nope"}}}}}, "glassbox.interventions[0].preset", "unknown preset"},
       {{{"observe", {{"points", {"resid_post"}}, {"top_k", 99}}}}, "glassbox.observe.top_k", "expected 0..16"},
       {{{"observe", {{"layers", {{"from", 2}, {"to", 1}}}}}}, "glassbox.observe.layers", "from > to"},
@@ -134,16 +141,17 @@ TEST_F(GlassHttpTest, MalformedExtensionsNameTheField) {
 
 TEST_F(GlassHttpTest, PresetsLayerRangesAndClampAtInfinity) {
   start(glass_config());
-  json applied = applied_of(post("/v1/completions", completion({{"interventions", {{{"preset", "neuron-2-5-low"}}}}}),
-                                 kResearcherKey));
+  json applied = applied_of(
+      post("/v1/completions", completion({{"interventions", {{{"preset", "neuron-2-5-low"}}}}}), kResearcherKey));
   ASSERT_EQ(applied.size(), 1u);
   EXPECT_EQ(applied[0]["layers"], json({2, 2}));
   EXPECT_FLOAT_EQ(applied[0]["strength"].get<float>(), -0.98f);
   // A list of layers becomes one intervention per contiguous run.
-  applied = applied_of(post("/v1/completions",
-                            completion({{"interventions", {{{"op", "clamp"}, {"point", "resid_post"},
-                                                            {"layers", {0, 1, 3}}, {"strength", "inf"}}}}}),
-                            kResearcherKey));
+  applied = applied_of(
+      post("/v1/completions",
+           completion({{"interventions",
+                        {{{"op", "clamp"}, {"point", "resid_post"}, {"layers", {0, 1, 3}}, {"strength", "inf"}}}}}),
+           kResearcherKey));
   ASSERT_EQ(applied.size(), 2u);
   EXPECT_EQ(applied[0]["layers"], json({0, 1}));
   EXPECT_EQ(applied[1]["layers"], json({3, 3}));
@@ -160,27 +168,30 @@ TEST_F(GlassHttpTest, VectorLibrarySessionsAndTheVersionedDefaultSet) {
   json dir = json::array();
   for (int i = 0; i < 8; ++i) dir.push_back(i == 2 ? 1.0 : 0.0);
   ASSERT_EQ(admin("PUT", "/admin/glassbox/vectors/up", {{"directions", {{"1", dir}}}})->status, 200);
-  json applied = applied_of(post("/v1/completions",
-                                 completion({{"interventions", {{{"op", "add"}, {"point", "resid_post"}, {"layer", 1},
-                                                                 {"vector", "up"}, {"strength", 2}}}}}),
-                                 kResearcherKey));
+  json applied = applied_of(
+      post("/v1/completions",
+           completion({{"interventions",
+                        {{{"op", "add"}, {"point", "resid_post"}, {"layer", 1}, {"vector", "up"}, {"strength", 2}}}}}),
+           kResearcherKey));
   ASSERT_EQ(applied.size(), 1u);
   EXPECT_EQ(applied[0]["label"], "vector:up");
-  expect_error(post("/v1/completions",
-                    completion({{"interventions", {{{"op", "add"}, {"point", "resid_post"}, {"layer", 2},
-                                                    {"vector", "up"}, {"strength", 2}}}}}),
-                    kResearcherKey),
-               400, "invalid_request_error", "no direction for layer 2");
+  expect_error(
+      post("/v1/completions",
+           completion({{"interventions",
+                        {{{"op", "add"}, {"point", "resid_post"}, {"layer", 2}, {"vector", "up"}, {"strength", 2}}}}}),
+           kResearcherKey),
+      400, "invalid_request_error", "no direction for layer 2");
   // {"control_vector": name} adds every direction at resid_post.
-  applied = applied_of(
-      post("/v1/completions", completion({{"interventions", {{{"control_vector", "up"}, {"strength", 0.5}}}}}),
-           kResearcherKey));
+  applied = applied_of(post("/v1/completions",
+                            completion({{"interventions", {{{"control_vector", "up"}, {"strength", 0.5}}}}}),
+                            kResearcherKey));
   ASSERT_EQ(applied.size(), 1u);
   EXPECT_EQ(applied[0]["point"], "resid_post");
 
   // A session binds a stored set to whoever sends its header, among the roles and keys it lists
   // (a user included here; see SessionsAreBoundToRolesAndKeys).
-  ASSERT_EQ(admin("PUT", "/admin/glassbox/sessions/exp-1", {{"interventions", {scale(0.25, 0)}}, {"roles", {"user"}}})->status,
+  ASSERT_EQ(admin("PUT", "/admin/glassbox/sessions/exp-1", {{"interventions", {scale(0.25, 0)}}, {"roles", {"user"}}})
+                ->status,
             200);
   httplib::Headers h = auth();
   h.emplace("X-Glassbox-Session", "exp-1");
@@ -283,7 +294,8 @@ TEST_F(GlassHttpTest, StreamingCarriesTheReportInTheFinalChunk) {
   const json last = json::parse(payloads[payloads.size() - 2]);  // before [DONE]
   EXPECT_EQ(last["choices"][0]["finish_reason"], "length");
   EXPECT_EQ(last["choices"][0]["glassbox"]["applied"].size(), 1u);
-  for (size_t i = 0; i + 2 < payloads.size(); ++i) EXPECT_FALSE(json::parse(payloads[i])["choices"][0].contains("glassbox"));
+  for (size_t i = 0; i + 2 < payloads.size(); ++i)
+    EXPECT_FALSE(json::parse(payloads[i])["choices"][0].contains("glassbox"));
 }
 
 TEST_F(GlassHttpTest, StopOnRepetitionEndsALoop) {
@@ -439,28 +451,33 @@ TEST_F(GlassHardeningTest, StackedItemsOverACapAreRefused) {
   start(glass_config());
   // 256 adds of 100 on one dim used to pass a cap of 100 (each alone is at the cap).
   auto res = post("/v1/completions", completion({{"interventions", times(add_dims(100), 256)}}), kResearcherKey);
-  expect_error(res, 400, "invalid_request_error", "the stacked add interventions at mlp_act layer 1 dim 3 add up to 25600");
+  expect_error(res, 400, "invalid_request_error",
+               "the stacked add interventions at mlp_act layer 1 dim 3 add up to 25600");
   EXPECT_EQ(error_of(res)["code"], "cap_exceeded");
   EXPECT_EQ(error_of(res)["param"], "glassbox.interventions");
   // 256 scales of 10 used to multiply activations by 11^256 (inf, then NaN) and answer 200.
   res = post("/v1/completions", completion({{"interventions", times(scale(10), 256)}}), kResearcherKey);
   expect_error(res, 400, "invalid_request_error", "the stacked scale interventions");
   // Within the cap together: fine.
-  EXPECT_EQ(post("/v1/completions", completion({{"interventions", times(add_dims(50), 2)}}), kResearcherKey)->status, 200);
+  EXPECT_EQ(post("/v1/completions", completion({{"interventions", times(add_dims(50), 2)}}), kResearcherKey)->status,
+            200);
   // A raw vector is capped by the size of the shift it adds; [3e38]*8 used to pass.
   json huge = json::array();
   for (int i = 0; i < 8; ++i) huge.push_back(3e38);
-  res = post("/v1/completions",
-             completion({{"interventions", {{{"op", "add"}, {"point", "resid_post"}, {"layer", 1}, {"vector", huge},
-                                             {"strength", 1}}}}}),
-             kResearcherKey);
+  res =
+      post("/v1/completions",
+           completion({{"interventions",
+                        {{{"op", "add"}, {"point", "resid_post"}, {"layer", 1}, {"vector", huge}, {"strength", 1}}}}}),
+           kResearcherKey);
   expect_error(res, 400, "invalid_request_error", "|strength| × |vector|");
   EXPECT_EQ(error_of(res)["param"], "glassbox.interventions[0].vector");
   // The clip_massive mean writes values like set does: bounded by the set cap.
-  res = post("/v1/completions",
-             completion({{"interventions", {{{"op", "clip_massive"}, {"point", "resid_post"}, {"layer", 1},
-                                             {"threshold", 10}, {"mean", huge}}}}}),
-             kResearcherKey);
+  res = post(
+      "/v1/completions",
+      completion(
+          {{"interventions",
+            {{{"op", "clip_massive"}, {"point", "resid_post"}, {"layer", 1}, {"threshold", 10}, {"mean", huge}}}}}),
+      kResearcherKey);
   expect_error(res, 400, "invalid_request_error", "over the cap of 100 for set");
   // The default set stacks with the request's own items, and the message names both.
   ASSERT_EQ(admin("PUT", "/admin/glassbox/default", {{"interventions", {add_dims(60)}}})->status, 200);
@@ -473,12 +490,14 @@ TEST_F(GlassHardeningTest, StackedItemsOverACapAreRefused) {
 // expansion, and a list that expands too far is refused before it is built.
 TEST_F(GlassHardeningTest, ResolvedInterventionsAreLimited) {
   start(glass_config());
-  ASSERT_EQ(admin("PUT", "/admin/glassbox/presets/wide", {{"interventions", times(add_dims(0.1, 0), 256)}})->status, 200);
+  ASSERT_EQ(admin("PUT", "/admin/glassbox/presets/wide", {{"interventions", times(add_dims(0.1, 0), 256)}})->status,
+            200);
   // 256 references to it used to become 65,536 interventions.
   json refs = times({{"preset", "wide"}}, 256);
   auto res = post("/v1/completions", completion({{"interventions", refs}}), kResearcherKey);
   expect_error(res, 400, "invalid_request_error", "more than 256 (glassbox_policy.max_interventions)");
-  EXPECT_EQ(post("/v1/completions", completion({{"interventions", {{{"preset", "wide"}}}}}), kResearcherKey)->status, 200);
+  EXPECT_EQ(post("/v1/completions", completion({{"interventions", {{{"preset", "wide"}}}}}), kResearcherKey)->status,
+            200);
   // A session of the full preset leaves no room for the default set's item: the request is refused, naming it.
   ASSERT_EQ(admin("PUT", "/admin/glassbox/sessions/big", {{"interventions", {{{"preset", "wide"}}}}})->status, 200);
   res = admin("PUT", "/admin/glassbox/default", {{"interventions", {scale(0.1, 3)}}});
@@ -509,7 +528,8 @@ TEST_F(GlassHardeningTest, NonFiniteAndOutOfRangeNumbersAreRefused) {
       // min_abs 1e39 used to become inf (200).
       {{{"observe", {{"points", {"resid_post"}}}}, {"massive", {{"min_abs", 1e39}}}}, "glassbox.massive.min_abs"},
       // dim 2^32 + 3 used to become dim 3 (200, applied to dim 3).
-      {{{"interventions", {{{"op", "scale"}, {"point", "mlp_act"}, {"layer", 1}, {"dims", {4294967299LL}}, {"strength", 1}}}}},
+      {{{"interventions",
+         {{{"op", "scale"}, {"point", "mlp_act"}, {"layer", 1}, {"dims", {4294967299LL}}, {"strength", 1}}}}},
        "glassbox.interventions[0]"},
       {{{"observe", {{"capture", {{{"point", "resid_post"}, {"layer", 1}, {"token", 4294967296LL}}}}}}},
        "glassbox.observe.capture[0].token"},
@@ -533,18 +553,21 @@ TEST_F(GlassHardeningTest, SessionsAreBoundToRolesAndKeys) {
   EXPECT_EQ(error_of(res)["code"], "session_not_allowed");
   EXPECT_EQ(with_session(kResearcherKey, "lab", body)->status, 200);
   // Listed keys: alice may, another user key may not.
-  ASSERT_EQ(admin("PUT", "/admin/glassbox/sessions/alice-only", {{"interventions", {scale(0.25, 0)}}, {"keys", {"alice"}}})
-                ->status,
-            200);
+  ASSERT_EQ(
+      admin("PUT", "/admin/glassbox/sessions/alice-only", {{"interventions", {scale(0.25, 0)}}, {"keys", {"alice"}}})
+          ->status,
+      200);
   res = with_session(kUserKey, "alice-only", body);
   ASSERT_EQ(res->status, 200) << res->body;
   EXPECT_EQ(json::parse(res->body)["choices"][0]["glassbox"]["applied"].size(), 1u);
   EXPECT_EQ(with_session(kLimitedKey, "alice-only", body)->status, 403);
-  EXPECT_EQ(with_session(kResearcherKey, "alice-only", body)->status, 403);  // restricted: the policy roles no longer apply
+  EXPECT_EQ(with_session(kResearcherKey, "alice-only", body)->status,
+            403);  // restricted: the policy roles no longer apply
   // Listed roles.
-  ASSERT_EQ(admin("PUT", "/admin/glassbox/sessions/all-users", {{"interventions", {scale(0.25, 0)}}, {"roles", {"user"}}})
-                ->status,
-            200);
+  ASSERT_EQ(
+      admin("PUT", "/admin/glassbox/sessions/all-users", {{"interventions", {scale(0.25, 0)}}, {"roles", {"user"}}})
+          ->status,
+      200);
   EXPECT_EQ(with_session(kLimitedKey, "all-users", body)->status, 200);
   // The body is checked, and GET shows who may use each session.
   expect_error(admin("PUT", "/admin/glassbox/sessions/x", {{"interventions", json::array()}, {"roles", {"god"}}}), 400,
@@ -567,7 +590,8 @@ TEST_F(GlassHardeningTest, PolicyChangesConflictingWithStoredSetsAreRefused) {
   json policy = glass_policy_json(glass_config().glassbox_policy);
   policy["caps"]["scale"] = 1;
   for (const char* method : {"PUT", "PATCH"}) {
-    auto res = admin(method, "/admin/glassbox/policy", std::string(method) == "PUT" ? policy : json{{"caps", {{"scale", 1}}}});
+    auto res =
+        admin(method, "/admin/glassbox/policy", std::string(method) == "PUT" ? policy : json{{"caps", {{"scale", 1}}}});
     ASSERT_EQ(res->status, 409) << method << " " << res->body;
     const json e = error_of(res);
     EXPECT_EQ(e["code"], "policy_conflict");
@@ -605,8 +629,9 @@ TEST_F(GlassHardeningTest, PutPolicyReplacesAndSaysSoPatchMerges) {
   EXPECT_NE(std::find(change["defaults_applied"].begin(), change["defaults_applied"].end(), "presets"),
             change["defaults_applied"].end());
   EXPECT_EQ(change["policy"]["caps"], json({{"scale", 5}}));
-  expect_error(post("/v1/completions", completion({{"interventions", {{{"preset", "neuron-2-5-low"}}}}}), kResearcherKey),
-               400, "invalid_request_error", "unknown preset");
+  expect_error(
+      post("/v1/completions", completion({{"interventions", {{{"preset", "neuron-2-5-low"}}}}}), kResearcherKey), 400,
+      "invalid_request_error", "unknown preset");
   // PATCH: caps merge by op, presets by name; the rest stays.
   res = admin("PATCH", "/admin/glassbox/policy",
               {{"caps", {{"add", 7}}}, {"presets", {{"p", {scale(0.5)}}}}, {"allowed_layers", {0, 1}}});
@@ -627,8 +652,8 @@ TEST_F(GlassHardeningTest, PutPolicyReplacesAndSaysSoPatchMerges) {
   EXPECT_EQ(json::parse(res->body)["change"]["presets_removed"], json({"p"}));
   expect_error(admin("PATCH", "/admin/glassbox/policy", {{"caps", {{"scale", "big"}}}}), 400, "invalid_request_error",
                "glassbox_policy.caps.scale");
-  expect_error(admin("PATCH", "/admin/glassbox/policy", {{"presets", {{"nope", nullptr}}}}), 400, "invalid_request_error",
-               "no such preset");
+  expect_error(admin("PATCH", "/admin/glassbox/policy", {{"presets", {{"nope", nullptr}}}}), 400,
+               "invalid_request_error", "no such preset");
   // Every change is an audit row: set, merge, merge, merge.
   const json rows = json::parse(admin("GET", "/admin/audit?kind=policy")->body)["data"];
   ASSERT_EQ(rows.size(), 4u);
@@ -655,7 +680,8 @@ TEST_F(GlassHardeningTest, ObservationHasARequestAndAServerBudget) {
   json body = completion(observe);
   body["n"] = 16;
   auto res = post("/v1/completions", body);
-  expect_error(res, 400, "invalid_request_error", "over max_request_observation_bytes = " + std::to_string(4 * per_sequence));
+  expect_error(res, 400, "invalid_request_error",
+               "over max_request_observation_bytes = " + std::to_string(4 * per_sequence));
   EXPECT_EQ(error_of(res)["code"], "observation_budget_exceeded");
   body["n"] = 1;
   ASSERT_EQ(post("/v1/completions", body)->status, 200);

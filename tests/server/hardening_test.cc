@@ -30,8 +30,8 @@ int64_t rss_bytes() {
 // nested arrays inside stats.
 std::string deep_body(int depth, const char* prefix = R"({"prompt":"x","max_tokens":1,"glassbox":{"observe":{"stats":)",
                       const char* suffix = "}}}") {
-  return std::string(prefix) + std::string(static_cast<size_t>(depth), '[') + std::string(static_cast<size_t>(depth), ']') +
-         suffix;
+  return std::string(prefix) + std::string(static_cast<size_t>(depth), '[') +
+         std::string(static_cast<size_t>(depth), ']') + suffix;
 }
 
 std::string http_request(const std::string& method, const std::string& path, const std::string& body,
@@ -103,8 +103,8 @@ TEST(JsonInput, NestingLimitIsExactly64) {
   EXPECT_FALSE(json_integer(json::parse("2.5"), 0, 100, &v));
   EXPECT_TRUE(json_integer(json::parse("7.0"), 0, 100, &v));
   EXPECT_EQ(v, 7);
-  EXPECT_EQ(quote_input(std::string(500, 'a')).size(), 100u + 5u);           // 'aaa...'
-  EXPECT_EQ(quote_input("\xff"), "'\xEF\xBF\xBD'");                          // replaced, valid UTF-8
+  EXPECT_EQ(quote_input(std::string(500, 'a')).size(), 100u + 5u);  // 'aaa...'
+  EXPECT_EQ(quote_input("\xff"), "'\xEF\xBF\xBD'");                 // replaced, valid UTF-8
   EXPECT_EQ(quote_input(std::string(99, 'a') + "\xC3\xA9"), "'" + std::string(99, 'a') + "...'");  // cut at a char
 }
 #endif
@@ -258,8 +258,8 @@ TEST_F(HardeningTest, PostWithoutBodyIsAnsweredAtOnce) {
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 3s);
   EXPECT_EQ(status_of(answer), 400) << answer;  // there is no earlier default set; but answered
   RawConn gen(server_->port());
-  ASSERT_TRUE(gen.send_all("POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + std::string(kUserKey) +
-                           "\r\n\r\n"));
+  ASSERT_TRUE(gen.send_all("POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " +
+                           std::string(kUserKey) + "\r\n\r\n"));
   const std::string g = gen.read_until("}}", 10000ms);
   EXPECT_EQ(status_of(g), 400) << g;
   EXPECT_NE(g.find("not valid JSON"), std::string::npos);

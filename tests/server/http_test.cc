@@ -41,7 +41,7 @@ TEST_F(HttpTest, CompletionNonStreaming) {
   EXPECT_EQ(body["choices"][0]["finish_reason"], "stop");
   EXPECT_EQ(body["choices"][0]["index"], 0);
   EXPECT_TRUE(body["choices"][0]["logprobs"].is_null());
-  EXPECT_EQ(body["usage"]["prompt_tokens"], 7);  // BOS + 6 bytes
+  EXPECT_EQ(body["usage"]["prompt_tokens"], 7);       // BOS + 6 bytes
   EXPECT_EQ(body["usage"]["completion_tokens"], 22);  // 21 bytes + EOS
   EXPECT_EQ(body["usage"]["total_tokens"], 29);
 }
@@ -72,9 +72,9 @@ TEST_F(HttpTest, StopStringEndsAndCancelsTheEngineRequest) {
 
 TEST_F(HttpTest, CompletionStreamingMatchesNonStreaming) {
   start();
-  const std::string sse = post_stream(
-      "/v1/completions",
-      {{"prompt", "x"}, {"stream", true}, {"stop", "end"}, {"stream_options", {{"include_usage", true}}}});
+  const std::string sse =
+      post_stream("/v1/completions",
+                  {{"prompt", "x"}, {"stream", true}, {"stop", "end"}, {"stream_options", {{"include_usage", true}}}});
   auto events = sse_payloads(sse);
   ASSERT_GE(events.size(), 3u) << sse;
   EXPECT_EQ(events.back(), "[DONE]");
@@ -145,9 +145,9 @@ TEST_F(HttpTest, LogprobsBothEndpoints) {
   EXPECT_EQ(lp["top_logprobs"][0].size(), 2u);
   EXPECT_EQ(lp["text_offset"], json::parse("[0,1,2]"));
   json chat = json::parse(post("/v1/chat/completions", {{"messages", {{{"role", "user"}, {"content", "hi"}}}},
-                                                       {"max_tokens", 2},
-                                                       {"logprobs", true},
-                                                       {"top_logprobs", 1}})
+                                                        {"max_tokens", 2},
+                                                        {"logprobs", true},
+                                                        {"top_logprobs", 1}})
                               ->body);
   json content = chat["choices"][0]["logprobs"]["content"];
   ASSERT_EQ(content.size(), 2u);
@@ -222,7 +222,9 @@ TEST_F(HttpTest, ConcurrencyLimitIs429) {
   test::FakeEngineOptions opts;
   opts.token_delay = 20ms;
   start(cfg, opts);
-  auto slow = std::async(std::launch::async, [&] { return post("/v1/completions", {{"prompt", "x"}, {"max_tokens", 20}})->status; });
+  auto slow = std::async(std::launch::async, [&] {
+    return post("/v1/completions", {{"prompt", "x"}, {"max_tokens", 20}})->status;
+  });
   while (server_->in_flight() == 0) std::this_thread::sleep_for(1ms);
   expect_error(post("/v1/completions", {{"prompt", "x"}}), 429, "rate_limit_error", "max_concurrent_requests = 1");
   EXPECT_EQ(slow.get(), 200);
@@ -249,9 +251,9 @@ TEST_F(HttpTest, ClientDisconnectNonStreamingCancels) {
   opts.token_delay = 20ms;
   start(test_config(), opts);
   const std::string body = json{{"prompt", "x"}, {"max_tokens", 200}, {"ignore_eos", true}}.dump();
-  const std::string request = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " +
-                              std::string(kUserKey) + "\r\nContent-Type: application/json\r\nContent-Length: " +
-                              std::to_string(body.size()) + "\r\n\r\n" + body;
+  const std::string request =
+      "POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + std::string(kUserKey) +
+      "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
   const size_t before = engine_->submitted().size();  // the self-test's request
   const int cancelled_before = engine_->cancelled_count();
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -388,7 +390,9 @@ TEST_F(HttpTest, DrainFinishesOrCancelsAndRefusesNewWork) {
   opts.token_delay = 5ms;
   start(test_config(), opts);
   // A short request finishes within the drain deadline; a long stream is cancelled at it.
-  auto short_req = std::async(std::launch::async, [&] { return post("/v1/completions", {{"prompt", "x"}, {"max_tokens", 5}})->status; });
+  auto short_req = std::async(std::launch::async, [&] {
+    return post("/v1/completions", {{"prompt", "x"}, {"max_tokens", 5}})->status;
+  });
   auto long_stream = std::async(std::launch::async, [&] {
     return post_stream("/v1/completions", {{"prompt", "x"}, {"stream", true}, {"ignore_eos", true}});
   });

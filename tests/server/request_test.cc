@@ -39,7 +39,7 @@ TEST_F(RequestTest, CompletionDefaults) {
   ASSERT_FALSE(completion({}));
   ASSERT_EQ(out_.prompts.size(), 1u);
   EXPECT_EQ(out_.prompts[0].tokens, (std::vector<int32_t>{1, 3 + 'h', 3 + 'i'}));  // BOS added
-  EXPECT_EQ(out_.prompts[0].max_tokens, 61);  // the rest of the context
+  EXPECT_EQ(out_.prompts[0].max_tokens, 61);                                       // the rest of the context
   EXPECT_EQ(out_.n, 1);
   EXPECT_EQ(out_.top_logprobs, -1);
   EXPECT_FALSE(out_.stream);
@@ -129,7 +129,8 @@ TEST_F(RequestTest, InvalidCompletionFieldsAre400NamingTheField) {
       {{{"user", 5}}, "user", "expected a string"},
       {{{"stream", "yes"}}, "stream", "expected a boolean"},
       {{{"stream_options", {{"include_usage", true}}}}, "stream_options", "only allowed when stream is true"},
-      {{{"stream", true}, {"stream_options", {{"include_usage", 1}}}}, "stream_options.include_usage",
+      {{{"stream", true}, {"stream_options", {{"include_usage", 1}}}},
+       "stream_options.include_usage",
        "expected a boolean"},
       {{{"max_tokens", 0}}, "max_tokens", "must be in [1,"},
       {{{"max_tokens", "many"}}, "max_tokens", "expected an integer"},
@@ -162,8 +163,9 @@ TEST_F(RequestTest, ChatMessagesAndLogprobs) {
   EXPECT_EQ(out_.prompts[0].tokens.size(), out_.prompts[0].text.size());  // no BOS: the template owns it
   ASSERT_FALSE(chat({{"logprobs", true}}));
   EXPECT_EQ(out_.top_logprobs, 0);
-  ASSERT_FALSE(chat({{"messages", {{{"role", "user"}, {"content", {{{"type", "text"}, {"text", "a"}},
-                                                                   {{"type", "text"}, {"text", "b"}}}}}}}}));
+  ASSERT_FALSE(chat(
+      {{"messages",
+        {{{"role", "user"}, {"content", {{{"type", "text"}, {"text", "a"}}, {{"type", "text"}, {"text", "b"}}}}}}}}));
   EXPECT_EQ(out_.prompts[0].text, "<|user|>ab\n<|assistant|>");
 }
 
@@ -173,7 +175,8 @@ TEST_F(RequestTest, InvalidChatFields) {
       {{{"messages", "hi"}}, "messages", "non-empty list"},
       {{{"messages", {{{"role", "wizard"}, {"content", "x"}}}}}, "messages[0].role", "must be one of"},
       {{{"messages", {{{"role", "user"}}}}}, "messages[0].content", "required"},
-      {{{"messages", {{{"role", "user"}, {"content", {{{"type", "image_url"}}}}}}}}, "messages[0].content[0].type",
+      {{{"messages", {{{"role", "user"}, {"content", {{{"type", "image_url"}}}}}}}},
+       "messages[0].content[0].type",
        "only text"},
       {{{"messages", {{{"role", "user"}, {"content", "{% raise %}"}}}}}, "messages", "chat template failed"},
       {{{"top_logprobs", 2}}, "top_logprobs", "requires logprobs"},

@@ -92,7 +92,7 @@ TEST(ChoiceTextTest, CountsTokensUpToTheStop) {
   ChoiceText t(codec.stream(), {"lo w"});
   auto ev = event_of("hel");
   ChoiceDelta first = t.on_event(ev);
-  EXPECT_EQ(first.text, "he");  // "l" could start "lo w"
+  EXPECT_EQ(first.text, "he");         // "l" could start "lo w"
   EXPECT_EQ(first.tokens.size(), 2u);  // ... so its token waits for its text
   ev = event_of("lo world");
   ChoiceDelta d = t.on_event(ev);

@@ -25,7 +25,8 @@ inline std::string write_edited_fixture(
   for (const char* f : {"config.json", "generation_config.json"}) {
     if (std::filesystem::exists(src_dir + "/" + f)) {
       std::filesystem::copy_file(src_dir + "/" + f, dir + "/" + f);
-      std::filesystem::permissions(dir + "/" + f, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+      std::filesystem::permissions(dir + "/" + f,
+                                   std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
     }
   }
   auto st = read_safetensors(src_dir + "/model.safetensors");
@@ -75,34 +76,37 @@ struct MassiveFixture {
       }
     }
     const std::string lp = "model.layers." + std::to_string(kLayer) + ".mlp.";
-    return write_edited_fixture(src, [&](const std::string& name, const std::vector<int64_t>& shape, std::vector<float>& v) {
-      if (name == "model.embed_tokens.weight") {
-        const int64_t n_embd = shape[1];
-        for (int64_t t = 0; t < shape[0]; ++t) {
-          float* row = v.data() + t * n_embd;
-          if (t == 1) {
-            for (int64_t i = 0; i < n_embd; ++i) row[i] = 0.0f;
-            row[kMarker] = 1.0f;
-          } else {
-            row[kMarker] = -1.0f;
-          }
-        }
-      } else if (name == lp + "gate_proj.weight" || name == lp + "up_proj.weight") {
-        const int64_t n_embd = shape[1];
-        float* row = v.data() + int64_t{kNeuron} * n_embd;
-        for (int64_t i = 0; i < n_embd; ++i) row[i] = 0.0f;
-        row[kMarker] = 1.0f / norm_m;
-      } else if (name == lp + "down_proj.weight") {
-        const int64_t n_ff = shape[1];
-        for (int64_t r = 0; r < shape[0]; ++r) v[r * n_ff + kNeuron] = r == kDim ? kScale : 0.0f;
-      }
-    });
+    return write_edited_fixture(src,
+                                [&](const std::string& name, const std::vector<int64_t>& shape, std::vector<float>& v) {
+                                  if (name == "model.embed_tokens.weight") {
+                                    const int64_t n_embd = shape[1];
+                                    for (int64_t t = 0; t < shape[0]; ++t) {
+                                      float* row = v.data() + t * n_embd;
+                                      if (t == 1) {
+                                        for (int64_t i = 0; i < n_embd; ++i) row[i] = 0.0f;
+                                        row[kMarker] = 1.0f;
+                                      } else {
+                                        row[kMarker] = -1.0f;
+                                      }
+                                    }
+                                  } else if (name == lp + "gate_proj.weight" || name == lp + "up_proj.weight") {
+                                    const int64_t n_embd = shape[1];
+                                    float* row = v.data() + int64_t{kNeuron} * n_embd;
+                                    for (int64_t i = 0; i < n_embd; ++i) row[i] = 0.0f;
+                                    row[kMarker] = 1.0f / norm_m;
+                                  } else if (name == lp + "down_proj.weight") {
+                                    const int64_t n_ff = shape[1];
+                                    for (int64_t r = 0; r < shape[0]; ++r)
+                                      v[r * n_ff + kNeuron] = r == kDim ? kScale : 0.0f;
+                                  }
+                                });
   }
 };
 
 // A control-vector GGUF as llama.cpp / repeng write it: general.architecture = controlvector,
 // controlvector.model_hint, controlvector.layer_count, one F32 tensor direction.N per layer.
-inline std::string write_control_vector(const std::string& path, const std::vector<std::pair<int, std::vector<float>>>& dirs,
+inline std::string write_control_vector(const std::string& path,
+                                        const std::vector<std::pair<int, std::vector<float>>>& dirs,
                                         const std::string& hint = "llama") {
   GgufWriter w;
   w.set("general.architecture", "controlvector");

@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
-#include <random>
 #include <filesystem>
+#include <random>
 
 namespace gb::test {
 
@@ -48,7 +48,8 @@ std::vector<float> random_vec(size_t n, uint32_t seed, float scale) {
 
 double max_rel_err(const std::vector<float>& a, const std::vector<float>& b) {
   double m = 0;
-  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(double(a[i]) - b[i]) / (1.0 + std::fabs(double(b[i]))));
+  for (size_t i = 0; i < a.size(); ++i)
+    m = std::max(m, std::fabs(double(a[i]) - b[i]) / (1.0 + std::fabs(double(b[i]))));
   return m;
 }
 

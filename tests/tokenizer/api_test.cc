@@ -103,7 +103,8 @@ TEST(Api, GgufSpecialsAndTemplates) {
 TEST(Api, ChatTemplateFromConfig) {
   auto data = read_file(test::shared_path("models/stories260K/tokenizer.json"));
   ASSERT_TRUE(data.is_ok());
-  auto t = Tokenizer::from_hf_json(*data, R"({"chat_template": "{{ bos_token }}{% for m in messages %}{{ m.content }}{% endfor %}",
+  auto t = Tokenizer::from_hf_json(
+      *data, R"({"chat_template": "{{ bos_token }}{% for m in messages %}{{ m.content }}{% endfor %}",
                                               "bos_token": {"content": "<s>"}, "eos_token": "</s>", "add_eos_token": true})");
   ASSERT_TRUE(t.is_ok()) << t.message();
   EXPECT_EQ((*t)->chat_template(), "{{ bos_token }}{% for m in messages %}{{ m.content }}{% endfor %}");
@@ -113,7 +114,8 @@ TEST(Api, ChatTemplateFromConfig) {
   EXPECT_EQ(ids.front(), 1);
   EXPECT_EQ(ids.back(), 2);
   // The list form: [{name, template}], "default" is the default.
-  t = Tokenizer::from_hf_json(*data, R"({"chat_template": [{"name": "default", "template": "D"}, {"name": "tool_use", "template": "T"}]})");
+  t = Tokenizer::from_hf_json(
+      *data, R"({"chat_template": [{"name": "default", "template": "D"}, {"name": "tool_use", "template": "T"}]})");
   ASSERT_TRUE(t.is_ok()) << t.message();
   EXPECT_EQ((*t)->chat_template(), "D");
   EXPECT_EQ((*t)->chat_templates().at("tool_use"), "T");
@@ -121,8 +123,13 @@ TEST(Api, ChatTemplateFromConfig) {
 
 TEST(Api, InvalidUtf8InputIsReplaced) {
   const Tokenizer& t = load_cached(kLlama3);
-  const auto ids = t.encode("a\xff" "b\xe6\x97", false);
-  EXPECT_EQ(t.decode(ids, false), "a\xEF\xBF\xBD" "b\xEF\xBF\xBD");
+  const auto ids = t.encode(
+      "a\xff"
+      "b\xe6\x97",
+      false);
+  EXPECT_EQ(t.decode(ids, false),
+            "a\xEF\xBF\xBD"
+            "b\xEF\xBF\xBD");
 }
 
 TEST(Api, OutOfRangeIdsDecodeToNothing) {
@@ -137,8 +144,8 @@ TEST(Api, LongInputsRoundTrip) {
   for (int i = 0; i < 20000; ++i) tok::append_utf8(0x4E00 + (i * 7919) % 20000, &cjk);
   for (const char* path : {kLlama3, kLlama2, kQwen2}) {
     const Tokenizer& t = load_cached(path);
-    for (const std::string& s : {std::string(200000, ' '), std::string(200000, 'a'), std::string(100000, '\n') + "x", cjk,
-                                 std::string(50000, '7')}) {
+    for (const std::string& s : {std::string(200000, ' '), std::string(200000, 'a'), std::string(100000, '\n') + "x",
+                                 cjk, std::string(50000, '7')}) {
       const auto ids = t.encode(s, false);
       EXPECT_FALSE(ids.empty());
       EXPECT_EQ(t.decode(ids, false), path == kQwen2 ? tok::normalize(s, tok::NormForm::kNfc) : s) << path;
@@ -173,7 +180,8 @@ std::vector<std::string> check_stream(const Tokenizer& t, const std::vector<int3
   return chunks;
 }
 
-const char* kStreamText = "Hello wörld! 日本語のテキスト 🎉👨‍👩‍👧 Ελληνικά\n\tcode(x) { return 42; }  end";
+const char* kStreamText =
+    "Hello wörld! 日本語のテキスト 🎉👨‍👩‍👧 Ελληνικά\n\tcode(x) { return 42; }  end";
 
 TEST(Stream, ByteFallbackSplitsMultiByteChars) {
   const Tokenizer& t = load_cached(kLlama2);

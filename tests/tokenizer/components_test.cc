@@ -39,7 +39,8 @@ TEST_P(Components, MatchesHuggingFace) {
     const auto got = (*tok)->encode(text, add_special);
     EXPECT_EQ(got, want) << "text '" << text << "' add_special " << add_special;
     EXPECT_EQ((*tok)->decode(want, false), c["decoded"].get<std::string>()) << "decode of '" << text << "'";
-    EXPECT_EQ((*tok)->decode(want, true), c["decoded_skip"].get<std::string>()) << "decode (skip special) of '" << text << "'";
+    EXPECT_EQ((*tok)->decode(want, true), c["decoded_skip"].get<std::string>())
+        << "decode (skip special) of '" << text << "'";
   }
 }
 

@@ -177,7 +177,8 @@ TEST(MalformedJson, UnsupportedComponentsAreNamed) {
   j["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"String", " "}}}, {"behavior", "Sideways"}};
   EXPECT_NE(expect_error(j).find("'Sideways'"), std::string::npos);
   j = valid_json();
-  j["post_processor"] = {{"type", "TemplateProcessing"}, {"single", json::array({{{"SpecialToken", {{"id", "<x>"}}}}})},
+  j["post_processor"] = {{"type", "TemplateProcessing"},
+                         {"single", json::array({{{"SpecialToken", {{"id", "<x>"}}}}})},
                          {"special_tokens", json::object()}};
   EXPECT_NE(expect_error(j).find("'<x>'"), std::string::npos);
 }

@@ -100,7 +100,8 @@ void check(const Tokenizer& tok, const std::vector<std::string>& texts, const st
     const std::vector<int32_t> got = tok.encode(texts[i], false);
     if (got != want[i]) {
       ++failed;
-      if (failed <= 5) ADD_FAILURE() << "text " << i << " '" << texts[i] << "'\n got:" << show(got) << "\nwant:" << show(want[i]);
+      if (failed <= 5)
+        ADD_FAILURE() << "text " << i << " '" << texts[i] << "'\n got:" << show(got) << "\nwant:" << show(want[i]);
       continue;
     }
     if (check_roundtrip) {
@@ -121,7 +122,9 @@ TEST_P(GgufVectors, LlamaCppVectors) {
   const Tokenizer& tok = load_cached(base);
   const bool spm = GetParam() == "llama-spm" || GetParam() == "phi-3";
   check(tok, read_inp(base + ".inp"), read_out(base + ".out"), true,
-        spm ? Lossy::kMetaspace : GetParam() == "qwen2" ? Lossy::kNfc : Lossy::kNone);
+        spm                     ? Lossy::kMetaspace
+        : GetParam() == "qwen2" ? Lossy::kNfc
+                                : Lossy::kNone);
 }
 
 INSTANTIATE_TEST_SUITE_P(All, GgufVectors, ::testing::Values("llama-spm", "phi-3", "llama-bpe", "qwen2", "gpt-2"),
@@ -173,7 +176,8 @@ TEST(Stories260K, Vectors) {
   const Tokenizer& tok = load_cached("models/stories260K/tokenizer.json");
   check(tok, read_inp(kDir + "vectors/llamacpp.inp"), read_out(kDir + "vectors/llamacpp.tok512.out"), true,
         Lossy::kMetaspace);
-  check(tok, read_inp(kDir + "vectors/extra.inp"), read_out(kDir + "vectors/extra.tok512.out"), true, Lossy::kMetaspace);
+  check(tok, read_inp(kDir + "vectors/extra.inp"), read_out(kDir + "vectors/extra.tok512.out"), true,
+        Lossy::kMetaspace);
 }
 
 TEST(Stories260K, ReferencePromptIdsWithBos) {
