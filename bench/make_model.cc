@@ -125,12 +125,9 @@ void add_qwen35_layer(std::vector<Tensor>* ts, const Shape& s, int64_t l, const 
   ts->push_back(make(la + "norm.weight", gp + "ssm_norm.weight", {s.lin_dim}, 0.1f, 1, (*seed)++));
 }
 
-nlohmann::json qwen35_config(const Shape& s) {
-  nlohmann::json types = nlohmann::json::array();
-  for (int64_t l = 0; l < s.layers; ++l) types.push_back(s.full_attention(l) ? "full_attention" : "linear_attention");
-  return {{"architectures", {"Qwen3_5ForCausalLM"}},
-          {"model_type", "qwen3_5_text"},
-          {"hidden_size", s.hidden},
+// The config.json fields both architectures share.
+nlohmann::json common_config(const Shape& s) {
+  return {{"hidden_size", s.hidden},
           {"intermediate_size", s.ffn},
           {"num_hidden_layers", s.layers},
           {"num_attention_heads", s.heads},
@@ -139,26 +136,43 @@ nlohmann::json qwen35_config(const Shape& s) {
           {"hidden_act", "silu"},
           {"max_position_embeddings", s.max_pos},
           {"rms_norm_eps", s.eps},
-          {"rope_parameters",
-           {{"rope_type", "default"},
-            {"rope_theta", s.rope_theta},
-            {"partial_rotary_factor", s.partial_rotary},
-            {"mrope_section", {11, 11, 10}},
-            {"mrope_interleaved", true}}},
-          {"attn_output_gate", true},
-          {"full_attention_interval", s.full_interval},
-          {"layer_types", types},
-          {"linear_conv_kernel_dim", s.conv_kernel},
-          {"linear_key_head_dim", s.lin_dim},
-          {"linear_value_head_dim", s.lin_dim},
-          {"linear_num_key_heads", s.lin_k_heads},
-          {"linear_num_value_heads", s.lin_v_heads},
           {"attention_bias", false},
           {"tie_word_embeddings", true},
           {"vocab_size", s.vocab},
           {"bos_token_id", 151643},
           {"eos_token_id", 151645},
           {"torch_dtype", "bfloat16"}};
+}
+
+nlohmann::json qwen3_config(const Shape& s) {
+  nlohmann::json c = common_config(s);
+  c["architectures"] = {"Qwen3ForCausalLM"};
+  c["model_type"] = "qwen3";
+  c["rope_theta"] = s.rope_theta;
+  c["rope_scaling"] = nullptr;
+  return c;
+}
+
+nlohmann::json qwen35_config(const Shape& s) {
+  nlohmann::json types = nlohmann::json::array();
+  for (int64_t l = 0; l < s.layers; ++l) types.push_back(s.full_attention(l) ? "full_attention" : "linear_attention");
+  nlohmann::json c = common_config(s);
+  c["architectures"] = {"Qwen3_5ForCausalLM"};
+  c["model_type"] = "qwen3_5_text";
+  c["rope_parameters"] = {{"rope_type", "default"},
+                          {"rope_theta", s.rope_theta},
+                          {"partial_rotary_factor", s.partial_rotary},
+                          {"mrope_section", {11, 11, 10}},
+                          {"mrope_interleaved", true}};
+  c["attn_output_gate"] = true;
+  c["full_attention_interval"] = s.full_interval;
+  c["layer_types"] = types;
+  c["linear_conv_kernel_dim"] = s.conv_kernel;
+  c["linear_key_head_dim"] = s.lin_dim;
+  c["linear_value_head_dim"] = s.lin_dim;
+  c["linear_num_key_heads"] = s.lin_k_heads;
+  c["linear_num_value_heads"] = s.lin_v_heads;
+  return c;
 }
 
 // GLASSBOX_SHARED, else the shared test data directory the build was configured with.
@@ -314,26 +328,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "%s\n", st.message().c_str());
       return 1;
     }
-    nlohmann::json cfg = s.qwen35 ? qwen35_config(s)
-                                  : nlohmann::json{{"architectures", {"Qwen3ForCausalLM"}},
-                                                   {"model_type", "qwen3"},
-                                                   {"hidden_size", s.hidden},
-                                                   {"intermediate_size", s.ffn},
-                                                   {"num_hidden_layers", s.layers},
-                                                   {"num_attention_heads", s.heads},
-                                                   {"num_key_value_heads", s.kv_heads},
-                                                   {"head_dim", s.head_dim},
-                                                   {"hidden_act", "silu"},
-                                                   {"max_position_embeddings", s.max_pos},
-                                                   {"rms_norm_eps", s.eps},
-                                                   {"rope_theta", s.rope_theta},
-                                                   {"rope_scaling", nullptr},
-                                                   {"attention_bias", false},
-                                                   {"tie_word_embeddings", true},
-                                                   {"vocab_size", s.vocab},
-                                                   {"bos_token_id", 151643},
-                                                   {"eos_token_id", 151645},
-                                                   {"torch_dtype", "bfloat16"}};
+    const nlohmann::json cfg = s.qwen35 ? qwen35_config(s) : qwen3_config(s);
     std::ofstream(fs::path(out) / "hf" / "config.json") << cfg.dump(2) << "\n";
     std::ofstream(fs::path(out) / "hf" / "generation_config.json")
         << nlohmann::json{{"bos_token_id", 151643}, {"eos_token_id", {151645, 151643}}}.dump(2) << "\n";

@@ -195,51 +195,157 @@ std::optional<GlassError> push(Intervention iv, const std::string& w, const std:
   return std::nullopt;
 }
 
-std::optional<GlassError> parse_one(const json& item, const std::string& where, const std::string& list_where,
-                                    const ParseContext& ctx, bool allow_presets, InterventionSet* out) {
-  if (!item.is_object()) return bad(where, where + ": expected an object");
-  const ModelConfig& m = *ctx.model;
-  if (auto pit = item.find("preset"); pit != item.end()) {
-    if (!allow_presets) return bad(where, where + ": a preset cannot use another preset");
-    if (item.size() != 1) return bad(where, where + ": a preset item takes no other fields");
-    const std::string* name = string_field(*pit);
-    const auto* presets = ctx.catalog.presets;
-    auto it = name != nullptr && presets != nullptr ? presets->find(*name) : decltype(presets->end()){};
-    if (name == nullptr || presets == nullptr || it == presets->end())
-      return bad(where + ".preset", where + ".preset: unknown preset " + json_brief(*pit));
-    if (auto e = append_set(*it->second, where + " (preset " + *name + ")", ctx.max_interventions, out)) {
-      e->param = list_where;
+// {"preset": NAME}: the stored, resolved preset, appended whole.
+std::optional<GlassError> parse_preset_item(const json& item, const json& name_json, const std::string& where,
+                                            const std::string& list_where, const ParseContext& ctx, bool allow_presets,
+                                            InterventionSet* out) {
+  if (!allow_presets) return bad(where, where + ": a preset cannot use another preset");
+  if (item.size() != 1) return bad(where, where + ": a preset item takes no other fields");
+  const std::string* name = string_field(name_json);
+  const auto* presets = ctx.catalog.presets;
+  auto it = name != nullptr && presets != nullptr ? presets->find(*name) : decltype(presets->end()){};
+  if (name == nullptr || presets == nullptr || it == presets->end())
+    return bad(where + ".preset", where + ".preset: unknown preset " + json_brief(name_json));
+  if (auto e = append_set(*it->second, where + " (preset " + *name + ")", ctx.max_interventions, out)) {
+    e->param = list_where;
+    return e;
+  }
+  out->items.push_back({{"preset", *name}});
+  return std::nullopt;
+}
+
+// {"control_vector": NAME, "strength": s, "tokens": ...}: one add per direction of the vector.
+std::optional<GlassError> parse_control_vector_item(const json& item, const json& name_json, const std::string& where,
+                                                    const std::string& list_where, const ParseContext& ctx,
+                                                    InterventionSet* out) {
+  for (const auto& [k, v] : item.items()) {
+    if (k != "control_vector" && k != "strength" && k != "tokens")
+      return bad(
+          where + "." + name_brief(k),
+          where + "." + name_brief(k) + ": unknown field for a control vector (control_vector, strength, tokens)");
+  }
+  const std::string* name = string_field(name_json);
+  const auto* vectors = ctx.catalog.vectors;
+  if (name == nullptr || vectors == nullptr || !vectors->count(*name))
+    return bad(where + ".control_vector", where + ".control_vector: unknown vector " + json_brief(name_json));
+  const ControlVector& cv = *vectors->at(*name);
+  float strength = 0;
+  if (auto e = parse_strength(item, where, true, &strength)) return e;
+  TokenSelector tokens;
+  if (auto tit = item.find("tokens"); tit != item.end()) {
+    if (auto e = parse_tokens(*tit, where + ".tokens", &tokens)) return e;
+  }
+  json canon = {{"control_vector", *name}, {"strength", float_json(strength)}};
+  if (item.contains("tokens")) canon["tokens"] = selector_json(tokens);
+  for (Intervention& iv : control_vector_interventions(cv, strength, tokens)) {
+    if (auto e = push(std::move(iv), where, list_where, ctx, out)) return e;
+  }
+  out->items.push_back(std::move(canon));
+  return std::nullopt;
+}
+
+// "dims": distinct indices below the point's width (at most width of them).
+std::optional<GlassError> parse_dims(const json& d, const std::string& where, int64_t width, const std::string& pname,
+                                     std::vector<int32_t>* dims) {
+  if (!d.is_array()) return bad(where + ".dims", where + ".dims: expected a list of dimension indices");
+  if (d.size() > static_cast<size_t>(width))
+    return bad(where + ".dims", where + ".dims: " + std::to_string(d.size()) + " indices, " + pname + " has " +
+                                    std::to_string(width) + " dims");
+  for (size_t j = 0; j < d.size(); ++j) {
+    const json& x = d[j];
+    int64_t v = 0;
+    if (!x.is_number_integer()) return bad(where + ".dims", where + ".dims: " + json_brief(x) + " is not an index");
+    if (!as_int64(x, &v) || v < 0 || v >= width)
+      return bad(where, where + ".dims[" + std::to_string(j) + "]: " + json_brief(x) + " is outside " + pname + "'s " +
+                            std::to_string(width) + " dims");
+    dims->push_back(static_cast<int32_t>(v));
+  }
+  return std::nullopt;
+}
+
+// clip_massive's "threshold" (required) and "mean" (optional); refused on the other ops.
+std::optional<GlassError> parse_clip_fields(const json& item, const std::string& where, int64_t width,
+                                            const std::string& pname, Intervention* iv, json* canon) {
+  if (iv->op != InterventionOp::kClipMassive) {
+    if (item.contains("threshold") || item.contains("mean"))
+      return bad(where, where + ": threshold and mean belong to clip_massive");
+    return std::nullopt;
+  }
+  auto tit = item.find("threshold");
+  if (tit == item.end() || !tit->is_number())
+    return bad(where + ".threshold", where + ".threshold: clip_massive needs a threshold (× the row's median |x|)");
+  if (!as_finite_float(*tit, &iv->threshold)) return bad(where + ".threshold", not_finite(where + ".threshold"));
+  (*canon)["threshold"] = float_json(iv->threshold);
+  if (auto mit = item.find("mean"); mit != item.end()) {
+    if (auto e = parse_floats(*mit, where + ".mean", where + ".mean", static_cast<size_t>(width), pname, &iv->vector))
       return e;
-    }
-    out->items.push_back({{"preset", *name}});
-    return std::nullopt;
+    (*canon)["mean"] = floats_json(iv->vector);
   }
-  if (auto cit = item.find("control_vector"); cit != item.end()) {
-    for (const auto& [k, v] : item.items()) {
-      if (k != "control_vector" && k != "strength" && k != "tokens")
-        return bad(
-            where + "." + name_brief(k),
-            where + "." + name_brief(k) + ": unknown field for a control vector (control_vector, strength, tokens)");
-    }
-    const std::string* name = string_field(*cit);
+  return std::nullopt;
+}
+
+// "vector": a raw list of width floats (into iv->vector), or the name of a library vector
+// (*named; one direction per layer, taken when the item expands).
+std::optional<GlassError> parse_vector_field(const json& v, const std::string& where, int64_t width,
+                                             const std::string& pname, const ParseContext& ctx, Intervention* iv,
+                                             std::shared_ptr<const ControlVector>* named, json* canon) {
+  if (iv->op == InterventionOp::kClipMassive)
+    return bad(where + ".vector", where + ".vector: clip_massive takes mean, not vector");
+  if (const std::string* name = string_field(v)) {
     const auto* vectors = ctx.catalog.vectors;
-    if (name == nullptr || vectors == nullptr || !vectors->count(*name))
-      return bad(where + ".control_vector", where + ".control_vector: unknown vector " + json_brief(*cit));
-    const ControlVector& cv = *vectors->at(*name);
-    float strength = 0;
-    if (auto e = parse_strength(item, where, true, &strength)) return e;
-    TokenSelector tokens;
-    if (auto tit = item.find("tokens"); tit != item.end()) {
-      if (auto e = parse_tokens(*tit, where + ".tokens", &tokens)) return e;
-    }
-    json canon = {{"control_vector", *name}, {"strength", float_json(strength)}};
-    if (item.contains("tokens")) canon["tokens"] = selector_json(tokens);
-    for (Intervention& iv : control_vector_interventions(cv, strength, tokens)) {
-      if (auto e = push(std::move(iv), where, list_where, ctx, out)) return e;
-    }
-    out->items.push_back(std::move(canon));
+    auto it = vectors != nullptr ? vectors->find(*name) : decltype(vectors->end()){};
+    if (vectors == nullptr || it == vectors->end())
+      return bad(where + ".vector", where + ".vector: unknown vector " + json_brief(v));
+    if (iv->point == HookPoint::kMlpAct)
+      return bad(where + ".vector", where + ".vector: library vectors live in the residual stream, not mlp_act");
+    *named = it->second;
+    if (iv->label.empty()) iv->label = "vector:" + *name;
+    (*canon)["vector"] = *name;
     return std::nullopt;
   }
+  if (auto e = parse_floats(v, where, where + ".vector", static_cast<size_t>(width), pname, &iv->vector)) return e;
+  (*canon)["vector"] = floats_json(iv->vector);
+  return std::nullopt;
+}
+
+// Expands one parsed item over its layers: with a library vector one intervention per layer (each
+// with that layer's direction), else one per contiguous run of layers.
+std::optional<GlassError> expand_layers(const Intervention& iv, const std::vector<int32_t>& layers,
+                                        const ControlVector* named, const std::string& where,
+                                        const std::string& list_where, const ParseContext& ctx, InterventionSet* out) {
+  if (named != nullptr) {
+    auto direction = [&](int32_t l) {
+      return std::find_if(named->directions.begin(), named->directions.end(),
+                          [&](const auto& p) { return p.first == l; });
+    };
+    for (int32_t l : layers) {
+      if (direction(l) == named->directions.end())
+        return bad(where + ".vector",
+                   where + ".vector: " + name_brief(named->name) + " has no direction for layer " + std::to_string(l));
+    }
+    for (int32_t l : layers) {
+      Intervention one = iv;
+      one.layer_first = one.layer_last = l;
+      one.vector = direction(l)->second;
+      if (auto e = push(std::move(one), where, list_where, ctx, out)) return e;
+    }
+    return std::nullopt;
+  }
+  for (size_t i = 0; i < layers.size();) {
+    size_t j = i + 1;
+    while (j < layers.size() && layers[j] == layers[j - 1] + 1) ++j;
+    Intervention run = iv;
+    run.layer_first = layers[i];
+    run.layer_last = layers[j - 1];
+    if (auto e = push(std::move(run), where, list_where, ctx, out)) return e;
+    i = j;
+  }
+  return std::nullopt;
+}
+
+// {"op": ..., "point": ..., "layer" | "layers": ..., ...}: one intervention item.
+std::optional<GlassError> parse_op_item(const json& item, const std::string& where, const std::string& list_where,
+                                        const ParseContext& ctx, InterventionSet* out) {
   static const std::set<std::string> kKeys = {"op",     "point",     "layer", "layers", "dims", "strength",
                                               "vector", "threshold", "mean",  "tokens", "label"};
   for (const auto& [k, v] : item.items()) {
@@ -248,6 +354,7 @@ std::optional<GlassError> parse_one(const json& item, const std::string& where, 
                                                   ": unknown field (op, point, layer | layers, dims, strength, vector, "
                                                   "threshold, mean, tokens, label; or preset; or control_vector)");
   }
+  const ModelConfig& m = *ctx.model;
   Intervention iv;
   json canon = json::object();
   auto oit = item.find("op");
@@ -270,39 +377,12 @@ std::optional<GlassError> parse_one(const json& item, const std::string& where, 
     return e;
   canon[lit != item.end() ? "layer" : "layers"] = std::move(layers_canon);
   if (auto dit = item.find("dims"); dit != item.end()) {
-    const json& d = *dit;
-    if (!d.is_array()) return bad(where + ".dims", where + ".dims: expected a list of dimension indices");
-    if (d.size() > static_cast<size_t>(width))
-      return bad(where + ".dims", where + ".dims: " + std::to_string(d.size()) + " indices, " + pname + " has " +
-                                      std::to_string(width) + " dims");
-    for (size_t j = 0; j < d.size(); ++j) {
-      const json& x = d[j];
-      int64_t v = 0;
-      if (!x.is_number_integer()) return bad(where + ".dims", where + ".dims: " + json_brief(x) + " is not an index");
-      if (!as_int64(x, &v) || v < 0 || v >= width)
-        return bad(where, where + ".dims[" + std::to_string(j) + "]: " + json_brief(x) + " is outside " + pname +
-                              "'s " + std::to_string(width) + " dims");
-      iv.dims.push_back(static_cast<int32_t>(v));
-    }
+    if (auto e = parse_dims(*dit, where, width, pname, &iv.dims)) return e;
     canon["dims"] = iv.dims;
   }
-  const bool clip = iv.op == InterventionOp::kClipMassive;
-  if (auto e = parse_strength(item, where, !clip, &iv.strength)) return e;
+  if (auto e = parse_strength(item, where, iv.op != InterventionOp::kClipMassive, &iv.strength)) return e;
   if (item.contains("strength")) canon["strength"] = float_json(iv.strength);
-  if (clip) {
-    auto tit = item.find("threshold");
-    if (tit == item.end() || !tit->is_number())
-      return bad(where + ".threshold", where + ".threshold: clip_massive needs a threshold (× the row's median |x|)");
-    if (!as_finite_float(*tit, &iv.threshold)) return bad(where + ".threshold", not_finite(where + ".threshold"));
-    canon["threshold"] = float_json(iv.threshold);
-    if (auto mit = item.find("mean"); mit != item.end()) {
-      if (auto e = parse_floats(*mit, where + ".mean", where + ".mean", static_cast<size_t>(width), pname, &iv.vector))
-        return e;
-      canon["mean"] = floats_json(iv.vector);
-    }
-  } else if (item.contains("threshold") || item.contains("mean")) {
-    return bad(where, where + ": threshold and mean belong to clip_massive");
-  }
+  if (auto e = parse_clip_fields(item, where, width, pname, &iv, &canon)) return e;
   if (auto tit = item.find("tokens"); tit != item.end()) {
     if (auto e = parse_tokens(*tit, where + ".tokens", &iv.tokens)) return e;
     canon["tokens"] = selector_json(iv.tokens);
@@ -316,55 +396,22 @@ std::optional<GlassError> parse_one(const json& item, const std::string& where, 
   }
   std::shared_ptr<const ControlVector> named;
   if (auto vit = item.find("vector"); vit != item.end()) {
-    if (clip) return bad(where + ".vector", where + ".vector: clip_massive takes mean, not vector");
-    const json& v = *vit;
-    if (const std::string* name = string_field(v)) {
-      const auto* vectors = ctx.catalog.vectors;
-      auto it = vectors != nullptr ? vectors->find(*name) : decltype(vectors->end()){};
-      if (vectors == nullptr || it == vectors->end())
-        return bad(where + ".vector", where + ".vector: unknown vector " + json_brief(v));
-      if (iv.point == HookPoint::kMlpAct)
-        return bad(where + ".vector", where + ".vector: library vectors live in the residual stream, not mlp_act");
-      named = it->second;
-      if (iv.label.empty()) iv.label = "vector:" + *name;
-      canon["vector"] = *name;
-    } else {
-      if (auto e = parse_floats(v, where, where + ".vector", static_cast<size_t>(width), pname, &iv.vector)) return e;
-      canon["vector"] = floats_json(iv.vector);
-    }
+    if (auto e = parse_vector_field(*vit, where, width, pname, ctx, &iv, &named, &canon)) return e;
   }
-  if (named != nullptr) {
-    // A library vector has one direction per layer: one intervention per layer.
-    for (int32_t l : layers) {
-      auto d =
-          std::find_if(named->directions.begin(), named->directions.end(), [&](const auto& p) { return p.first == l; });
-      if (d == named->directions.end())
-        return bad(where + ".vector",
-                   where + ".vector: " + name_brief(named->name) + " has no direction for layer " + std::to_string(l));
-    }
-    for (int32_t l : layers) {
-      auto d =
-          std::find_if(named->directions.begin(), named->directions.end(), [&](const auto& p) { return p.first == l; });
-      Intervention one = iv;
-      one.layer_first = one.layer_last = l;
-      one.vector = d->second;
-      if (auto e = push(std::move(one), where, list_where, ctx, out)) return e;
-    }
-    out->items.push_back(std::move(canon));
-    return std::nullopt;
-  }
-  // Contiguous runs of layers share one intervention.
-  for (size_t i = 0; i < layers.size();) {
-    size_t j = i + 1;
-    while (j < layers.size() && layers[j] == layers[j - 1] + 1) ++j;
-    Intervention run = iv;
-    run.layer_first = layers[i];
-    run.layer_last = layers[j - 1];
-    if (auto e = push(std::move(run), where, list_where, ctx, out)) return e;
-    i = j;
-  }
+  if (auto e = expand_layers(iv, layers, named.get(), where, list_where, ctx, out)) return e;
   out->items.push_back(std::move(canon));
   return std::nullopt;
+}
+
+// One item of an interventions list: a preset reference, a control vector or an op item.
+std::optional<GlassError> parse_one(const json& item, const std::string& where, const std::string& list_where,
+                                    const ParseContext& ctx, bool allow_presets, InterventionSet* out) {
+  if (!item.is_object()) return bad(where, where + ": expected an object");
+  if (auto pit = item.find("preset"); pit != item.end())
+    return parse_preset_item(item, *pit, where, list_where, ctx, allow_presets, out);
+  if (auto cit = item.find("control_vector"); cit != item.end())
+    return parse_control_vector_item(item, *cit, where, list_where, ctx, out);
+  return parse_op_item(item, where, list_where, ctx, out);
 }
 
 std::optional<GlassError> parse_observe(const json& o, const std::string& w, const ModelConfig& m,

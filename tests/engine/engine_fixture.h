@@ -1,5 +1,6 @@
 // What the engine tests share: a model and its reference.json loaded once per suite, engines of a
-// given shape, greedy requests, and running requests together and collecting their outputs.
+// given shape, greedy requests, and running requests together and collecting their outputs
+// (collect and run_together, also used by the tests without the fixture).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -17,24 +18,48 @@ namespace gb::test {
 
 struct Output {
   std::vector<int32_t> tokens;
+  std::vector<float> logprobs;
   FinishReason finish = FinishReason::kNone;
-  int32_t cached = 0;
+  EngineErrorCode code = EngineErrorCode::kNone;
   std::string error;
+  int32_t cached = 0;
+  std::shared_ptr<const GlassReport> glass;
 };
 
-// Drains a channel: every token, the prefix-cache hits, the finish and its error.
+// Drains a channel: every token with its logprob, the prefix-cache hits, the finish with its code,
+// error and glass report.
 inline Output collect(RequestChannel& ch) {
   Output out;
   GenerationEvent ev;
   while (ch.pop(&ev, std::chrono::milliseconds(0))) {
-    for (const auto& t : ev.tokens) out.tokens.push_back(t.token);
+    for (const auto& t : ev.tokens) {
+      out.tokens.push_back(t.token);
+      out.logprobs.push_back(t.logprob);
+    }
     out.cached = ev.cached_prompt_tokens;
     if (ev.finish != FinishReason::kNone) {
       out.finish = ev.finish;
+      out.code = ev.error_code;
       out.error = ev.error;
+      out.glass = ev.glass;
     }
   }
   return out;
+}
+
+// Runs requests together in one engine (stepped on this thread until idle) and returns their
+// outputs in order.
+inline std::vector<Output> run_together(Engine& e, const std::vector<GenerationRequest>& reqs) {
+  std::vector<std::shared_ptr<RequestChannel>> chans;
+  for (const auto& r : reqs) {
+    chans.push_back(std::make_shared<RequestChannel>());
+    const Status st = e.submit(r, chans.back());
+    EXPECT_TRUE(st.is_ok()) << st.message();
+  }
+  EXPECT_TRUE(e.run_until_idle().is_ok());
+  std::vector<Output> outs;
+  for (auto& c : chans) outs.push_back(collect(*c));
+  return outs;
 }
 
 class EngineFixture : public ::testing::Test {
@@ -72,19 +97,6 @@ class EngineFixture : public ::testing::Test {
     r.sampling.temperature = 0;
     r.ignore_eos = true;
     return r;
-  }
-
-  // Runs requests together in one engine and returns their outputs in order.
-  static std::vector<Output> run_together(Engine& e, const std::vector<GenerationRequest>& reqs) {
-    std::vector<std::shared_ptr<RequestChannel>> chans;
-    for (const auto& r : reqs) {
-      chans.push_back(std::make_shared<RequestChannel>());
-      EXPECT_TRUE(e.submit(r, chans.back()).is_ok());
-    }
-    EXPECT_TRUE(e.run_until_idle().is_ok());
-    std::vector<Output> outs;
-    for (auto& c : chans) outs.push_back(collect(*c));
-    return outs;
   }
 
   inline static Model* model_ = nullptr;

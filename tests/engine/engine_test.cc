@@ -15,6 +15,7 @@ const std::string kModel = "models/stories260K";
 
 using test::collect;
 using test::Output;
+using test::run_together;
 
 class EngineTest : public test::EngineFixture {
  protected:

@@ -7,37 +7,15 @@
 #include <set>
 #include <thread>
 
-#include "engine/engine.h"
+#include "engine/engine_fixture.h"
 #include "support/glass_fixtures.h"
 #include "support/test_support.h"
 
 namespace gb {
 namespace {
 
-struct Output {
-  std::vector<int32_t> tokens;
-  std::vector<float> logprobs;
-  FinishReason finish = FinishReason::kNone;
-  int32_t cached = 0;
-  std::shared_ptr<const GlassReport> glass;
-};
-
-Output collect(RequestChannel& ch) {
-  Output out;
-  GenerationEvent ev;
-  while (ch.pop(&ev, std::chrono::milliseconds(0))) {
-    for (const auto& t : ev.tokens) {
-      out.tokens.push_back(t.token);
-      out.logprobs.push_back(t.logprob);
-    }
-    out.cached = ev.cached_prompt_tokens;
-    if (ev.finish != FinishReason::kNone) {
-      out.finish = ev.finish;
-      out.glass = ev.glass;
-    }
-  }
-  return out;
-}
+using test::Output;
+using test::run_together;
 
 std::unique_ptr<Model> load(const std::string& path) {
   auto m = load_model(path, {.max_batch_tokens = 256, .n_threads = 2});
@@ -67,19 +45,6 @@ GenerationRequest greedy(std::vector<int32_t> prompt, int32_t max_tokens,
   r.top_logprobs = 0;
   r.glass = std::move(glass);
   return r;
-}
-
-std::vector<Output> run_together(Engine& e, const std::vector<GenerationRequest>& reqs) {
-  std::vector<std::shared_ptr<RequestChannel>> chans;
-  for (const auto& r : reqs) {
-    chans.push_back(std::make_shared<RequestChannel>());
-    const Status st = e.submit(r, chans.back());
-    EXPECT_TRUE(st.is_ok()) << st.message();
-  }
-  EXPECT_TRUE(e.run_until_idle().is_ok());
-  std::vector<Output> outs;
-  for (auto& c : chans) outs.push_back(collect(*c));
-  return outs;
 }
 
 std::shared_ptr<const GlassSpec> resolve(GlassSpec spec, const Model& m) {

@@ -16,6 +16,7 @@ const std::string kFixture = "testdata/reference/qwen35-hybrid";
 
 using test::collect;
 using test::Output;
+using test::run_together;
 
 class HybridEngineTest : public test::EngineFixture {
  protected:

@@ -3,32 +3,14 @@
 // from NaN — and the requests beside it in the same batches finish exactly as they would alone.
 #include <gtest/gtest.h>
 
-#include "engine/engine.h"
+#include "engine/engine_fixture.h"
 #include "support/test_support.h"
 
 namespace gb {
 namespace {
 
-struct Output {
-  std::vector<int32_t> tokens;
-  FinishReason finish = FinishReason::kNone;
-  EngineErrorCode code = EngineErrorCode::kNone;
-  std::string error;
-};
-
-Output collect(RequestChannel& ch) {
-  Output out;
-  GenerationEvent ev;
-  while (ch.pop(&ev, std::chrono::milliseconds(0))) {
-    for (const auto& t : ev.tokens) out.tokens.push_back(t.token);
-    if (ev.finish != FinishReason::kNone) {
-      out.finish = ev.finish;
-      out.code = ev.error_code;
-      out.error = ev.error;
-    }
-  }
-  return out;
-}
+using test::Output;
+using test::run_together;
 
 class NonFinite : public ::testing::TestWithParam<const char*> {
  protected:
@@ -72,30 +54,18 @@ class NonFinite : public ::testing::TestWithParam<const char*> {
     EXPECT_TRUE(r.is_ok()) << r.message();
     return *r;
   }
-  std::vector<Output> run(Engine& e, const std::vector<GenerationRequest>& reqs) {
-    std::vector<std::shared_ptr<RequestChannel>> chans;
-    for (const auto& r : reqs) {
-      chans.push_back(std::make_shared<RequestChannel>());
-      const Status st = e.submit(r, chans.back());
-      EXPECT_TRUE(st.is_ok()) << st.message();
-    }
-    EXPECT_TRUE(e.run_until_idle().is_ok());
-    std::vector<Output> outs;
-    for (auto& c : chans) outs.push_back(collect(*c));
-    return outs;
-  }
   std::unique_ptr<Model> model_;
 };
 
 TEST_P(NonFinite, RequestFailsNamingLayerAndPointWhileOthersComplete) {
   auto e = engine(/*batched=*/16);  // the 40-token prompts are prefilled in chunks, beside decode steps
   const GenerationRequest plain = greedy(40, 12);
-  const auto alone = run(*e, {plain});
+  const auto alone = run_together(*e, {plain});
   ASSERT_EQ(alone[0].finish, FinishReason::kLength);
   ASSERT_EQ(alone[0].tokens.size(), 12u);
 
   // Steered over the prompt at layer 1: its first (and only) sampling step finds NaN logits.
-  const auto outs = run(*e, {plain, greedy(40, 12, blow_up(1, TokenScope::kAll)), plain});
+  const auto outs = run_together(*e, {plain, greedy(40, 12, blow_up(1, TokenScope::kAll)), plain});
   EXPECT_EQ(outs[1].finish, FinishReason::kError);
   EXPECT_EQ(outs[1].code, EngineErrorCode::kNonFinite);
   EXPECT_TRUE(outs[1].tokens.empty());  // never a token sampled from NaN
@@ -116,7 +86,7 @@ TEST_P(NonFinite, FailureAfterTokensWereSentIsStillAnError) {
   auto e = engine(/*batched=*/64);
   // Only generated tokens are steered: the first token comes from the clean prompt; the row of
   // that token (position 10) is blown up at the next step, so the request fails there.
-  const auto outs = run(*e, {greedy(10, 8, blow_up(0, TokenScope::kGenerated)), greedy(10, 8)});
+  const auto outs = run_together(*e, {greedy(10, 8, blow_up(0, TokenScope::kGenerated)), greedy(10, 8)});
   EXPECT_EQ(outs[0].tokens.size(), 1u);
   EXPECT_EQ(outs[0].finish, FinishReason::kError);
   EXPECT_EQ(outs[0].code, EngineErrorCode::kNonFinite);
@@ -124,7 +94,7 @@ TEST_P(NonFinite, FailureAfterTokensWereSentIsStillAnError) {
   EXPECT_EQ(outs[1].finish, FinishReason::kLength);
   EXPECT_EQ(outs[1].tokens.size(), 8u);
   // The engine keeps serving: the same plain request again gives the same tokens.
-  EXPECT_EQ(run(*e, {greedy(10, 8)})[0].tokens, outs[1].tokens);
+  EXPECT_EQ(run_together(*e, {greedy(10, 8)})[0].tokens, outs[1].tokens);
 }
 
 TEST(NonFiniteCheck, AllFiniteFindsNaNAndInfOnly) {

@@ -2,29 +2,11 @@
 // on decode steps of a plain and a steered, observed sequence, performs no heap allocation (the
 // events the engine then pushes into channels are the only allocation per token). The forward
 // pass alone is checked in tests/model/alloc_test.
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-
 #include <gtest/gtest.h>
 
-#include <atomic>
-#include <cstdlib>
-#include <new>
-
 #include "engine/model_runner.h"
+#include "support/alloc_counter.h"
 #include "support/test_support.h"
-
-namespace {
-std::atomic<bool> g_counting{false};
-std::atomic<long> g_allocs{0};
-}  // namespace
-
-void* operator new(size_t n) {
-  if (g_counting.load(std::memory_order_relaxed)) g_allocs.fetch_add(1, std::memory_order_relaxed);
-  if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
-  throw std::bad_alloc();
-}
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete(void* p, size_t) noexcept { std::free(p); }
 
 namespace gb {
 namespace {
@@ -84,13 +66,12 @@ TEST(StepAllocation, WarmDecodeStepsDoNotAllocate) {
       return true;
     };
     for (int i = 0; i < 3; ++i) ASSERT_TRUE(step());  // prompts, then decode: scratch buffers grow once
-    g_allocs = 0;
-    g_counting = true;
+    test::AllocCounter count;
     bool ok = true;
     for (int i = 0; i < 30; ++i) ok &= step();  // crosses block boundaries, the capture positions and monitor steps
-    g_counting = false;
+    const long allocs = count.stop();
     EXPECT_TRUE(ok);
-    EXPECT_EQ(g_allocs.load(), 0);
+    EXPECT_EQ(allocs, 0);
     EXPECT_TRUE(scheduler.running()[1]->glass->report().captures[1].filled);
     EXPECT_EQ(scheduler.running()[0]->tokens.size(), 43u);
   }

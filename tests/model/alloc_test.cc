@@ -1,31 +1,11 @@
 // "Nothing allocates in the layer loop": a warmed-up forward step (decode and prefill, hooks off,
 // and with an observer that keeps nothing) performs no heap allocation at all.
-// Replacing the global operator new/delete pair with malloc/free is correct; GCC 12's heuristic
-// flags the pairing wherever the replaced delete is inlined into std::allocator.
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-
 #include <gtest/gtest.h>
-
-#include <atomic>
-#include <cstdlib>
-#include <new>
 
 #include "glass/glass.h"
 #include "model/model.h"
+#include "support/alloc_counter.h"
 #include "support/test_support.h"
-
-namespace {
-std::atomic<bool> g_counting{false};
-std::atomic<long> g_allocs{0};
-}  // namespace
-
-void* operator new(size_t n) {
-  if (g_counting.load(std::memory_order_relaxed)) g_allocs.fetch_add(1, std::memory_order_relaxed);
-  if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
-  throw std::bad_alloc();
-}
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete(void* p, size_t) noexcept { std::free(p); }
 
 namespace gb {
 namespace {
@@ -109,19 +89,18 @@ TEST(Allocation, WarmForwardStepsDoNotAllocate) {
       ASSERT_TRUE(step(20, 1, nullptr).is_ok());
       ASSERT_TRUE(glass_step(21, 1).is_ok());
       ASSERT_TRUE(glass_step(0, 20).is_ok());
-      g_allocs = 0;
-      g_counting = true;
+      test::AllocCounter count;
       // Positions continue where the sequence left off (a hybrid model's recurrent state requires it).
       Status a = step(20, 1, nullptr);   // decode, hooks off
       Status b = step(21, 1, &hooks);    // decode, an observer on
       Status c = step(22, 20, nullptr);  // a prefill chunk
       Status d = glass_step(42, 1);      // decode with the glass box on
       Status e = glass_step(0, 20);      // prefill with the glass box on (a fresh start)
-      g_counting = false;
+      const long allocs = count.stop();
       EXPECT_TRUE(a.is_ok() && b.is_ok() && c.is_ok() && d.is_ok() && e.is_ok());
       EXPECT_GT(acc.report().stats[0].n_tokens, 0);
       EXPECT_TRUE(acc.report().captures[0].filled);
-      EXPECT_EQ(g_allocs.load(), 0);
+      EXPECT_EQ(allocs, 0);
       EXPECT_GT(obs.rows, 0);
     }
   }

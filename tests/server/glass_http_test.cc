@@ -309,16 +309,37 @@ TEST_F(GlassHttpTest, StopOnRepetitionEndsALoop) {
   ASSERT_EQ(res->status, 200) << res->body;
   const json r = json::parse(res->body);
   EXPECT_EQ(r["choices"][0]["finish_reason"], "stop");
-  EXPECT_EQ(r["choices"][0]["glassbox"]["stopped_by"], "repetition");
   EXPECT_LT(r["usage"]["completion_tokens"].get<int>(), 40);
-  EXPECT_GT(r["choices"][0]["glassbox"]["repetition_rate"].get<double>(), 0.0);
+  // Issue 11.8: the choice says the stop was the repetition rule, with its figures.
+  json g = r["choices"][0]["glassbox"];
+  EXPECT_EQ(g["stopped_by"], "repetition");
+  EXPECT_GT(g["repetition_rate"].get<double>(), 0.0);
+  EXPECT_EQ(g["stopped"]["by"], "repetition");
+  EXPECT_GT(g["stopped"]["window_rate"].get<double>(), 0.5);
+  EXPECT_EQ(g["stopped"]["max_rate"], 0.5);
+  EXPECT_EQ(g["stopped"]["window"], 8);
   EXPECT_TRUE(engine_->wait_cancelled(1, 2000ms));
+  // Streamed: the last chunk before [DONE] says the same.
+  body["stream"] = true;
+  int status = 0;
+  const auto payloads = sse_payloads(post_stream("/v1/completions", body, 0, &status));
+  ASSERT_EQ(status, 200);
+  ASSERT_GE(payloads.size(), 2u);
+  g = json::parse(payloads[payloads.size() - 2])["choices"][0]["glassbox"];
+  EXPECT_EQ(g["stopped_by"], "repetition");
+  EXPECT_GT(g["stopped"]["window_rate"].get<double>(), 0.5);
   // Without the option the same request runs to max_tokens, and the rate lands in /metrics.
+  body.erase("stream");
   body.erase("glassbox");
   res = post("/v1/completions", body);
   EXPECT_EQ(json::parse(res->body)["usage"]["completion_tokens"], 200);
   const std::string m = client()->Get("/metrics")->body;
   EXPECT_NE(m.find("glassbox_request_repetition_rate_count"), std::string::npos);
+  // A natural end under the option has no "stopped".
+  body["glassbox"] = {{"stop_on_repetition", {{"ngram", 4}, {"window", 8}, {"max_rate", 0.5}}}};
+  body["ignore_eos"] = false;
+  res = post("/v1/completions", body);
+  EXPECT_FALSE(json::parse(res->body)["choices"][0]["glassbox"].contains("stopped"));
 }
 
 // Issue 11.4: no steered token leaves the server before a durable row for that request exists.
@@ -746,34 +767,6 @@ TEST_F(GlassHardeningTest, MessagesAndAuditRowsAreBounded) {
 }
 
 // The repetition stop is visible in the choice's glassbox object, streaming or not.
-TEST_F(GlassHardeningTest, RepetitionStopIsReportedWithItsRate) {
-  start(glass_config());
-  json body = {{"prompt", "x"},
-               {"max_tokens", 200},
-               {"ignore_eos", true},
-               {"glassbox", {{"stop_on_repetition", {{"ngram", 4}, {"window", 8}, {"max_rate", 0.5}}}}}};
-  auto res = post("/v1/completions", body);
-  ASSERT_EQ(res->status, 200) << res->body;
-  json g = json::parse(res->body)["choices"][0]["glassbox"];
-  EXPECT_EQ(g["stopped"]["by"], "repetition");
-  EXPECT_GT(g["stopped"]["window_rate"].get<double>(), 0.5);
-  EXPECT_EQ(g["stopped"]["max_rate"], 0.5);
-  EXPECT_EQ(g["stopped"]["window"], 8);
-  body["stream"] = true;
-  int status = 0;
-  const auto payloads = sse_payloads(post_stream("/v1/completions", body, 0, &status));
-  ASSERT_EQ(status, 200);
-  ASSERT_GE(payloads.size(), 2u);
-  g = json::parse(payloads[payloads.size() - 2])["choices"][0]["glassbox"];
-  EXPECT_EQ(g["stopped_by"], "repetition");
-  EXPECT_GT(g["stopped"]["window_rate"].get<double>(), 0.5);
-  // A natural end has no "stopped".
-  body.erase("stream");
-  body["ignore_eos"] = false;
-  res = post("/v1/completions", body);
-  EXPECT_FALSE(json::parse(res->body)["choices"][0]["glassbox"].contains("stopped"));
-}
-
 // Issue 11.6: NaN/Inf activations answer 400 naming where when the request's interventions did it
 // (500 without interventions: HardeningTest.EngineErrorCodesMapToStatuses).
 TEST_F(GlassHttpTest, NonFiniteUnderInterventionsIsTheRequestsError) {
