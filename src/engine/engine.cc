@@ -77,7 +77,12 @@ Status Engine::validate(const GenerationRequest& request) const {
     if (t < 0 || t >= vocab)
       return Status::error("prompt token id " + std::to_string(t) + " is outside the vocabulary");
   }
-  if (request.max_tokens <= 0) return Status::error("max_tokens must be positive");
+  if (request.max_tokens < 0 || (request.max_tokens == 0 && request.prompt_logprobs < 0))
+    return Status::error("max_tokens must be positive (0 only with prompt_logprobs: scoring the prompt)");
+  if (request.prompt_logprobs < -1 || request.prompt_logprobs > vocab)
+    return Status::error("prompt_logprobs must be -1 (off) or 0.." + std::to_string(vocab));
+  if (request.top_logprobs < -1 || request.top_logprobs > vocab)
+    return Status::error("top_logprobs must be -1 (off) or 0.." + std::to_string(vocab));
   const int64_t total = static_cast<int64_t>(request.prompt.size()) + request.max_tokens;
   if (total > config_.max_model_len) {
     return Status::error("prompt (" + std::to_string(request.prompt.size()) + " tokens) + max_tokens (" +
@@ -119,7 +124,8 @@ Status Engine::submit(GenerationRequest request, std::shared_ptr<RequestChannel>
   }
   auto seq = std::make_unique<Sequence>();
   seq->glass = std::move(glass);
-  seq->skip_prefix_lookup = skip_prefix_lookup;
+  // Prompt logprobs need every prompt row computed, not taken from the prefix cache.
+  seq->skip_prefix_lookup = skip_prefix_lookup || request.prompt_logprobs >= 0;
   seq->sampler = std::make_unique<Sampler>(request.sampling, vocab);
   seq->sampler->set_prompt(request.prompt);
   seq->tokens = request.prompt;
@@ -255,35 +261,60 @@ void Engine::post_process(const std::vector<ScheduledSeq>& scheduled, const Stat
     for (const Done& d : done) finish(d.seq, d.reason, d.code, forward.message());
     return;
   }
-  // Sample where a sequence reached the end of its known tokens, in output-row order.
+  // Per sequence: its prompt logprobs, then a sample where it reached the end of its known tokens.
   const int32_t vocab = model_->config().vocab;
   int32_t row = 0;
   bool non_finite = false;
-  for (const ScheduledSeq& s : scheduled) {
-    if (!s.samples) continue;
+  for (size_t i = 0; i < scheduled.size(); ++i) {
+    const ScheduledSeq& s = scheduled[i];
     Sequence* seq = s.seq;
+    GenerationEvent ev;
+    const PromptLogprobRange pr = prompt_logprob_range(*seq, s.start, s.n_tokens);
+    bool failed = false;
+    for (int32_t j = 0; j < pr.size() && !failed; ++j) {
+      const float* logits = runner_.prompt_logits(static_cast<int32_t>(i), j);
+      failed = !all_finite(logits, vocab);
+      if (failed) break;
+      const int32_t target = seq->tokens[static_cast<size_t>(pr.begin + j + 1)];
+      log_softmax(std::span<const float>(logits, static_cast<size_t>(vocab)), logprobs_);
+      GeneratedToken t{target, logprobs_[static_cast<size_t>(target)], {}};
+      top_logprobs(logprobs_, seq->request.prompt_logprobs, &t.top);
+      ev.prompt_logprobs.push_back(std::move(t));
+    }
+    if (pr.size() > 0 && !failed) seq->next_prompt_logprob = pr.end + 1;
+    if (!s.samples || failed) {
+      if (failed) {
+        done.push_back({seq, FinishReason::kError, EngineErrorCode::kNonFinite});
+        non_finite = true;
+      } else if (!ev.prompt_logprobs.empty()) {
+        seq->channel->push(std::move(ev));
+      }
+      if (s.samples) ++row;
+      continue;
+    }
     float* logits = runner_.logits(row++);
-    if (!all_finite(logits, vocab)) {
+    FinishReason reason = FinishReason::kNone;
+    if (seq->request.max_tokens == 0) {
+      reason = FinishReason::kLength;  // scoring only: the prompt is done
+    } else if (!all_finite(logits, vocab)) {
       // Never a token sampled from NaN: the request fails (where it happened is found below).
       done.push_back({seq, FinishReason::kError, EngineErrorCode::kNonFinite});
       non_finite = true;
       continue;
+    } else {
+      GeneratedToken gen = seq->sampler->sample(logits, seq->request.top_logprobs, logprobs_);
+      seq->tokens.push_back(gen.token);
+      if (seq->n_generated() == 1) seq->first_token_time = Clock::now();
+      const auto& stop_ids = seq->request.stop_token_ids;
+      if ((!seq->request.ignore_eos && std::find(eos_ids_.begin(), eos_ids_.end(), gen.token) != eos_ids_.end()) ||
+          std::find(stop_ids.begin(), stop_ids.end(), gen.token) != stop_ids.end()) {
+        reason = FinishReason::kStop;
+      } else if (seq->n_generated() >= seq->request.max_tokens ||
+                 static_cast<int32_t>(seq->tokens.size()) >= config_.max_model_len) {
+        reason = FinishReason::kLength;
+      }
+      ev.tokens.push_back(std::move(gen));
     }
-    GeneratedToken gen = seq->sampler->sample(logits, seq->request.top_logprobs, logprobs_);
-    seq->tokens.push_back(gen.token);
-    if (seq->n_generated() == 1) seq->first_token_time = Clock::now();
-
-    FinishReason reason = FinishReason::kNone;
-    const auto& stop_ids = seq->request.stop_token_ids;
-    if ((!seq->request.ignore_eos && std::find(eos_ids_.begin(), eos_ids_.end(), gen.token) != eos_ids_.end()) ||
-        std::find(stop_ids.begin(), stop_ids.end(), gen.token) != stop_ids.end()) {
-      reason = FinishReason::kStop;
-    } else if (seq->n_generated() >= seq->request.max_tokens ||
-               static_cast<int32_t>(seq->tokens.size()) >= config_.max_model_len) {
-      reason = FinishReason::kLength;
-    }
-    GenerationEvent ev;
-    ev.tokens.push_back(std::move(gen));
     ev.prompt_tokens = seq->n_prompt;
     ev.cached_prompt_tokens = seq->n_cached_prompt;
     seq->channel->push(std::move(ev));

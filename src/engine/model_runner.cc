@@ -50,6 +50,7 @@ ModelRunner::ModelRunner(Model* model, std::unique_ptr<KvCache> cache, int32_t m
       monitor_config_(monitor) {
   monitor_step_.reset(model->config().n_layers);
   sample_rows_.reserve(static_cast<size_t>(max_num_seqs));
+  prompt_rows_.reserve(static_cast<size_t>(max_num_seqs));
   out_positions_.reserve(static_cast<size_t>(model->max_batch_tokens()));
 }
 
@@ -62,6 +63,7 @@ Status ModelRunner::run(const std::vector<ScheduledSeq>& scheduled) {
   batch_.clear();
   glass_step_.clear();
   sample_rows_.clear();
+  prompt_rows_.clear();
   bool glass = false;
   for (const ScheduledSeq& s : scheduled) {
     const int32_t row0 = static_cast<int32_t>(batch_.n_tokens());
@@ -71,15 +73,25 @@ Status ModelRunner::run(const std::vector<ScheduledSeq>& scheduled) {
       s.seq->glass->output_positions(s.start, s.n_tokens, &out_positions_);
       glass = true;
     }
+    // Prompt logprobs: the rows of the chunk that score prompt tokens, merged with the captures'.
+    const PromptLogprobRange pr = prompt_logprob_range(*s.seq, s.start, s.n_tokens);
+    if (pr.size() > 0) {
+      for (int32_t p = pr.begin; p < pr.end; ++p) out_positions_.push_back(p);
+      std::sort(out_positions_.begin(), out_positions_.end());
+      out_positions_.erase(std::unique(out_positions_.begin(), out_positions_.end()), out_positions_.end());
+    }
     const std::span<const int32_t> ids(s.seq->tokens.data() + s.start, s.n_tokens);
     batch_.add_sequence(ids, s.start, s.seq->block_table, block_size_, /*all_logits=*/false, s.seq->state_slot);
     // add_sequence asked for the last row's logits: kept when the sequence samples (a prefill chunk
-    // short of the end has none), after the rows its final_norm / logits captures need.
+    // short of the end has none), after the rows its captures and prompt logprobs need.
     batch_.output_rows.pop_back();
     const int32_t last_pos = s.start + s.n_tokens - 1;
+    int32_t prompt_row = static_cast<int32_t>(batch_.output_rows.size());
     for (int32_t p : out_positions_) {
+      if (p == pr.begin) prompt_row = static_cast<int32_t>(batch_.output_rows.size());
       if (p != last_pos || !s.samples) batch_.output_rows.push_back(row0 + (p - s.start));
     }
+    prompt_rows_.push_back(prompt_row);
     if (s.samples) {
       batch_.output_rows.push_back(row0 + s.n_tokens - 1);
       sample_rows_.push_back(static_cast<int32_t>(batch_.output_rows.size()) - 1);

@@ -36,6 +36,11 @@ class ModelRunner {
   // After run: logits [vocab] f32 of the i-th sequence that samples, in scheduled order. The
   // sampler may edit them.
   float* logits(int32_t i) { return logits_.data() + static_cast<size_t>(sample_rows_[i]) * model_->config().vocab; }
+  // After run: the logits [vocab] of the j-th prompt-logprob row of the i-th scheduled sequence
+  // (its row at position prompt_logprob_range(...).begin + j, which scores the prompt token after it).
+  float* prompt_logits(int32_t i, int32_t j) {
+    return logits_.data() + static_cast<size_t>(prompt_rows_[i] + j) * model_->config().vocab;
+  }
   // Whether the last run sampled the monitor, and what it saw.
   bool monitored() const { return monitored_; }
   const MonitorStep& monitor_step() const { return monitor_step_; }
@@ -60,6 +65,7 @@ class ModelRunner {
   // final_norm / logits captures ask for (grown on demand, only when such captures run).
   std::vector<float> logits_;
   std::vector<int32_t> sample_rows_;    // [i]: logits row of the i-th sampling sequence
+  std::vector<int32_t> prompt_rows_;    // [i]: logits row of the i-th scheduled sequence's first prompt-logprob row
   std::vector<int32_t> out_positions_;  // scratch: one sequence's captured output positions
   GlassStep glass_step_;                // this step's glass table (rebuilt every step, grow-only buffers)
   Hooks hooks_;                         // no observers; carries glass_step_ into the forward pass

@@ -70,11 +70,15 @@ struct GenerationRequest {
   std::string id;               // unique; used in logs and metrics, never the prompt
   std::vector<int32_t> prompt;  // token ids, already templated and tokenized
   SamplingParams sampling;
-  int32_t max_tokens = 16;  // > 0; prompt + max_tokens <= max model length (checked by the server)
+  int32_t max_tokens = 16;  // > 0 (0 with prompt_logprobs: score the prompt only); prompt + max_tokens <= max model len
   bool ignore_eos = false;
   std::vector<int32_t> stop_token_ids;  // stop on these besides the model's EOS ids
   int32_t top_logprobs = -1;            // -1: no logprobs; k >= 0: sampled token's logprob + k alternatives
-  uint64_t cache_salt = 0;              // mixed into prefix-cache block hashes (the engine mixes in the glass spec's)
+  // -1: none; k >= 0: the logprob of every prompt token after the first given the ones before it,
+  // + k alternatives (vLLM's prompt_logprobs; scoring a text). Every prompt row is computed: no
+  // prefix-cache hits for it.
+  int32_t prompt_logprobs = -1;
+  uint64_t cache_salt = 0;  // mixed into prefix-cache block hashes (the engine mixes in the glass spec's)
   Clock::time_point deadline = Clock::time_point::max();  // cancelled with kTimeout when passed
   // The glass box for this request (observation + interventions), made by resolve_glass_spec
   // against this engine's model; null: none (the request runs exactly as a plain one). Shared and
@@ -84,7 +88,10 @@ struct GenerationRequest {
 
 // One message from the engine thread to the request's consumer.
 struct GenerationEvent {
-  std::vector<GeneratedToken> tokens;                   // new tokens since the previous event
+  std::vector<GeneratedToken> tokens;  // new tokens since the previous event
+  // With prompt_logprobs: prompt tokens 1, 2, ... (token = the prompt token, its logprob given the
+  // tokens before it, top alternatives), continuing across events, all before the first token.
+  std::vector<GeneratedToken> prompt_logprobs;
   FinishReason finish = FinishReason::kNone;            // set on the last event only
   std::string error;                                    // with kError: what went wrong
   EngineErrorCode error_code = EngineErrorCode::kNone;  // on the last event: why it ended, unless kStop / kLength

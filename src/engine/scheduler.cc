@@ -29,16 +29,46 @@ void Scheduler::preempt_last() {
   waiting_.push_front(std::move(victim));
 }
 
+PromptLogprobRange prompt_logprob_range(const Sequence& seq, int32_t start, int32_t n) {
+  if (seq.request.prompt_logprobs < 0) return {};
+  const int32_t begin = std::max(start, seq.next_prompt_logprob - 1);
+  const int32_t end = std::min(start + n, seq.n_prompt - 1);
+  return begin < end ? PromptLogprobRange{begin, end} : PromptLogprobRange{begin, begin};
+}
+
+namespace {
+
+// Cuts a chunk [start, start + n) so that its prompt-logprob rows fit in *rows_left (which it
+// then takes); 0 when none fit and the chunk would need some.
+int32_t fit_prompt_logprob_rows(const Sequence& seq, int32_t start, int32_t n, int64_t* rows_left) {
+  const PromptLogprobRange r = prompt_logprob_range(seq, start, n);
+  if (r.size() <= *rows_left) {
+    *rows_left -= r.size();
+    return n;
+  }
+  const int32_t cut = r.begin + static_cast<int32_t>(*rows_left) - start;
+  *rows_left = 0;
+  return cut;
+}
+
+}  // namespace
+
 const std::vector<ScheduledSeq>& Scheduler::schedule() {
   scheduled_.clear();
   int64_t budget = config_.max_num_batched_tokens;
+  int64_t logprob_rows = config_.max_prompt_logprob_rows;
 
   // Running sequences, oldest first. A sequence that cannot get blocks preempts the newest
   // running sequence (possibly itself) until it fits.
   for (size_t i = 0; i < running_.size() && budget > 0;) {
     Sequence* seq = running_[i].get();
     const int32_t remaining = static_cast<int32_t>(seq->tokens.size()) - seq->n_computed;
-    const int32_t n = static_cast<int32_t>(std::min<int64_t>(remaining, budget));
+    const int32_t n = fit_prompt_logprob_rows(
+        *seq, seq->n_computed, static_cast<int32_t>(std::min<int64_t>(remaining, budget)), &logprob_rows);
+    if (n == 0) {  // a scoring prefill waits for next step's prompt-logprob rows
+      ++i;
+      continue;
+    }
     bool self_preempted = false;
     while (!blocks_->grow(&seq->block_table, int64_t{seq->n_computed} + n)) {
       const bool is_last = running_.back().get() == seq;
@@ -73,8 +103,10 @@ const std::vector<ScheduledSeq>& Scheduler::schedule() {
             ? 0
             : blocks_->acquire_prefix(seq->tokens, seq->request.cache_salt, max_hit_blocks, &table, &hashes);
     const int32_t cached = hits * blocks_->block_size();
-    const int32_t n = static_cast<int32_t>(std::min<int64_t>(len - cached, budget));
-    if (!blocks_->grow(&table, int64_t{cached} + n)) {
+    int64_t rows_left = logprob_rows;
+    const int32_t n = fit_prompt_logprob_rows(
+        *seq, cached, static_cast<int32_t>(std::min<int64_t>(len - cached, budget)), &rows_left);
+    if (n == 0 || !blocks_->grow(&table, int64_t{cached} + n)) {
       blocks_->release(&table);
       break;
     }
@@ -95,6 +127,7 @@ const std::vector<ScheduledSeq>& Scheduler::schedule() {
     seq->n_computed = cached;
     scheduled_.push_back({seq, cached, n, cached + n == len, first});
     budget -= n;
+    logprob_rows = rows_left;
     running_.push_back(std::move(waiting_.front()));
     waiting_.pop_front();
   }

@@ -34,6 +34,7 @@ struct Sequence {
   int32_t state_slot = -1;             // hybrid models: recurrent-state slot while running, else -1
   std::vector<uint64_t> block_hashes;  // chained hashes of the leading full blocks published so far
   int32_t n_cached_prompt = 0;         // prompt tokens served by the prefix cache (first admission)
+  int32_t next_prompt_logprob = 1;     // with request.prompt_logprobs: the next prompt token to score
   bool admitted_once = false;
 
   Clock::time_point arrival;
@@ -47,7 +48,18 @@ struct SchedulerConfig {
   // The model has recurrent (linear-attention) layers: every running sequence holds one of the
   // block manager's state slots (it has at least max_num_seqs), and prefix caching is off.
   bool recurrent_state = false;
+  // Logits rows per step for prompt logprobs (each a vocab-wide row): a scoring sequence's prefill
+  // chunks are cut to fit, so the runner's logits buffer stays bounded.
+  int32_t max_prompt_logprob_rows = 64;
 };
+
+// The prompt positions [begin, end) of a chunk [start, start + n) whose rows give prompt logprobs
+// (the row at position p scores prompt token p + 1); empty without prompt_logprobs.
+struct PromptLogprobRange {
+  int32_t begin = 0, end = 0;
+  int32_t size() const { return end - begin; }
+};
+PromptLogprobRange prompt_logprob_range(const Sequence& seq, int32_t start, int32_t n);
 
 struct ScheduledSeq {
   Sequence* seq;

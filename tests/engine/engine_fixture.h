@@ -24,6 +24,8 @@ struct Output {
   std::string error;
   int32_t cached = 0;
   std::shared_ptr<const GlassReport> glass;
+  std::vector<GeneratedToken> prompt_logprobs;
+  bool prompt_logprobs_after_token = false;  // a prompt logprob arrived after a generated token (never should)
 };
 
 // Drains a channel: every token with its logprob, the prefix-cache hits, the finish with its code,
@@ -32,6 +34,8 @@ inline Output collect(RequestChannel& ch) {
   Output out;
   GenerationEvent ev;
   while (ch.pop(&ev, std::chrono::milliseconds(0))) {
+    if (!ev.prompt_logprobs.empty() && !out.tokens.empty()) out.prompt_logprobs_after_token = true;
+    for (auto& t : ev.prompt_logprobs) out.prompt_logprobs.push_back(std::move(t));
     for (const auto& t : ev.tokens) {
       out.tokens.push_back(t.token);
       out.logprobs.push_back(t.logprob);
