@@ -277,7 +277,8 @@ void Engine::post_process(const std::vector<ScheduledSeq>& scheduled, const Stat
       if (failed) break;
       const int32_t target = seq->tokens[static_cast<size_t>(pr.begin + j + 1)];
       log_softmax(std::span<const float>(logits, static_cast<size_t>(vocab)), logprobs_);
-      GeneratedToken t{target, logprobs_[static_cast<size_t>(target)], {}};
+      GeneratedToken t{target, logprobs_[static_cast<size_t>(target)], {}, 1};
+      for (float lp : logprobs_) t.rank += lp > t.logprob;
       top_logprobs(logprobs_, seq->request.prompt_logprobs, &t.top);
       ev.prompt_logprobs.push_back(std::move(t));
     }

@@ -23,6 +23,7 @@ struct GeneratedToken {
   int32_t token;
   float logprob = 0.0f;           // of the sampled token under the model's distribution
   std::vector<TokenLogprob> top;  // top_logprobs alternatives, most likely first
+  int32_t rank = 0;               // prompt logprobs: 1 + the number of tokens more likely than it (0: not computed)
 };
 
 struct SamplingParams {

@@ -156,6 +156,9 @@ std::optional<Server::Refusal> Server::submit_choices(Generation* g) {
     r.max_tokens = g->req.prompts[c.prompt_index].max_tokens;
     r.ignore_eos = g->req.ignore_eos;
     r.top_logprobs = g->req.top_logprobs;
+    // The engine scores the prompt with as many alternatives as echo's logprobs or
+    // prompt_logprobs ask for; each answer takes its own share.
+    r.prompt_logprobs = std::max(g->req.prompt_logprobs, g->req.echo ? g->req.top_logprobs : -1);
     r.glass = g->glass.spec;
     r.deadline = g->deadline;
     // The engine's code says why it refused (queue full: 429, draining: 503, else invalid: 400).

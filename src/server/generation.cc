@@ -98,6 +98,7 @@ void Generation::on_event(size_t i, GenerationEvent& ev, Clock::time_point now,
     c.last_token = now;
   }
   if (ev.glass) c.glass_report = ev.glass;
+  for (GeneratedToken& t : ev.prompt_logprobs) c.prompt_logprobs.push_back(std::move(t));
   ChoiceDelta d = c.text.on_event(ev);
   for (const GeneratedToken& t : d.tokens) c.repetition.push(t.token);
   if (glass.stop_on_repetition && !c.text.finished() && c.repetition.ngrams() >= c.repetition.window() &&
@@ -220,6 +221,61 @@ void Generation::poll(std::chrono::milliseconds wait, std::vector<std::pair<size
     if (choices[first_unfinished].channel->pop(&ev, left)) on_event(first_unfinished, ev, Clock::now(), out);
     if (!out->empty()) return;
   }
+}
+
+Generation::PromptPart Generation::prompt_part(ChoiceState& c) {
+  PromptPart out;
+  const bool echo_lp = req.echo && req.top_logprobs >= 0;
+  if (!req.echo && req.prompt_logprobs < 0) return out;
+  const std::vector<int32_t>& ids = req.prompts[c.prompt_index].tokens;
+  std::unique_ptr<StreamDetokenizer> detok = server->codec_->stream({});
+  std::vector<GeneratedToken> toks;
+  std::vector<TokenText> texts;
+  json vllm = json::array();
+  for (size_t p = 0; p < ids.size(); ++p) {
+    const GeneratedToken* lp = p >= 1 && p - 1 < c.prompt_logprobs.size() ? &c.prompt_logprobs[p - 1] : nullptr;
+    TokenText tt;
+    json entry = nullptr;
+    if (lp != nullptr) {
+      entry = json::object();
+      const size_t k_echo = std::min(lp->top.size(), static_cast<size_t>(std::max(req.top_logprobs, 0)));
+      const size_t k_prompt = std::min(lp->top.size(), static_cast<size_t>(std::max(req.prompt_logprobs, 0)));
+      for (size_t k = 0; k < lp->top.size(); ++k) {
+        const std::string alt = detok->peek(lp->top[k].token);
+        if (k < k_echo) tt.top.push_back(alt);
+        if (k < k_prompt) {
+          entry[std::to_string(lp->top[k].token)] = {
+              {"logprob", lp->top[k].logprob}, {"rank", k + 1}, {"decoded_token", valid_utf8(alt)}};
+        }
+      }
+      entry[std::to_string(ids[p])] = {
+          {"logprob", lp->logprob}, {"rank", lp->rank}, {"decoded_token", valid_utf8(detok->peek(ids[p]))}};
+      GeneratedToken t = *lp;
+      t.top.resize(k_echo);
+      toks.push_back(std::move(t));
+    } else {
+      toks.push_back({ids[p], 0.0f, {}, 0});
+    }
+    tt.text = detok->push(ids[p]);
+    out.text += tt.text;
+    texts.push_back(std::move(tt));
+    vllm.push_back(std::move(entry));
+  }
+  const std::string tail = detok->flush();
+  out.text += tail;
+  if (!texts.empty()) texts.back().text += tail;
+  if (req.prompt_logprobs >= 0) out.prompt_logprobs = std::move(vllm);
+  if (!req.echo) {
+    out.text.clear();
+  } else if (echo_lp) {
+    out.logprobs = logprobs_json(req.endpoint, toks, texts, &c.text_offset);
+    // The first token has no logprob: nothing came before it.
+    if (!toks.empty()) {
+      out.logprobs["token_logprobs"][0] = nullptr;
+      out.logprobs["top_logprobs"][0] = nullptr;
+    }
+  }
+  return out;
 }
 
 nlohmann::json Generation::logprobs_for(ChoiceState& c, const std::vector<GeneratedToken>& tokens,

@@ -36,6 +36,8 @@ struct ChoiceState {
   bool queue_observed = false;
   Clock::time_point last_token;
   std::shared_ptr<const GlassReport> glass_report;  // from the engine's last event (glass-box requests)
+  std::vector<GeneratedToken> prompt_logprobs;      // the engine's scores of prompt tokens 1, 2, ...
+  bool prompt_sent = false;                         // streaming: the echo / prompt_logprobs chunk went out
   RepetitionTracker repetition;                     // n-gram repetition of the generated tokens
 
   ChoiceState(int32_t idx, size_t prompt, std::unique_ptr<StreamDetokenizer> detok, std::vector<std::string> stops,
@@ -91,6 +93,16 @@ struct Generation {
   void poll(std::chrono::milliseconds wait, std::vector<std::pair<size_t, ChoiceDelta>>* out);
   nlohmann::json logprobs_for(ChoiceState& c, const std::vector<GeneratedToken>& tokens,
                               const std::vector<TokenText>& texts);
+  // The prompt as the choice's answer shows it: with echo its text (the prompt tokens' texts,
+  // decoded from the start) and, with logprobs, its tokens' entries (the first token's logprob
+  // null; advances the choice's text_offset); with prompt_logprobs vLLM's list (null, then per
+  // token {id: {logprob, rank, decoded_token}} for the token and its alternatives).
+  struct PromptPart {
+    std::string text;
+    nlohmann::json logprobs;         // completions shape; null unless echo and logprobs
+    nlohmann::json prompt_logprobs;  // null unless prompt_logprobs
+  };
+  PromptPart prompt_part(ChoiceState& c);
   int64_t prompt_tokens() const;
   int64_t completion_tokens() const;
   // Each prompt counts once (n choices share it), with the cache hits of its first choice.

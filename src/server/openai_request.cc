@@ -361,8 +361,7 @@ std::optional<ApiError> parse_request(Endpoint endpoint, const nlohmann::json& b
   std::optional<int64_t> max_tokens;
   int64_t i = 0;
   if (endpoint == Endpoint::kCompletions) {
-    if (const json* echo = f.find("echo"); echo && !(echo->is_boolean() && !echo->get<bool>()))
-      return invalid_field("echo", "echo: not supported");
+    GB_TRY(f.boolean("echo", &out->echo));
     if (const json* suffix = f.find("suffix"); suffix && !(suffix->is_string() && suffix->get<std::string>().empty()))
       return invalid_field("suffix", "suffix: not supported");
     if (f.find("best_of")) {
@@ -373,8 +372,9 @@ std::optional<ApiError> parse_request(Endpoint endpoint, const nlohmann::json& b
       GB_TRY(f.integer("logprobs", 0, limits.max_logprobs, &i));
       out->top_logprobs = static_cast<int32_t>(i);
     }
+    // With echo, max_tokens 0 scores the prompt without generating (OpenAI's legacy recipe).
     if (f.find("max_tokens")) {
-      GB_TRY(f.integer("max_tokens", 1, std::numeric_limits<int32_t>::max(), &i));
+      GB_TRY(f.integer("max_tokens", out->echo ? 0 : 1, std::numeric_limits<int32_t>::max(), &i));
       max_tokens = i;
     }
     GB_TRY(parse_prompt(body, codec, out));
@@ -404,6 +404,11 @@ std::optional<ApiError> parse_request(Endpoint endpoint, const nlohmann::json& b
       max_tokens = i;
     }
     GB_TRY(parse_messages(body, codec, out));
+  }
+
+  if (f.find("prompt_logprobs")) {
+    GB_TRY(f.integer("prompt_logprobs", 0, limits.max_logprobs, &i));
+    out->prompt_logprobs = static_cast<int32_t>(i);
   }
 
   const int64_t ctx = limits.max_model_len;

@@ -51,7 +51,9 @@ struct ParsedRequest {
   SamplingParams sampling;  // seed applies to choice 0; choice i gets seed + i
   std::vector<std::string> stop;
   bool ignore_eos = false;
-  int32_t top_logprobs = -1;  // -1: no logprobs; else alternatives per token
+  int32_t top_logprobs = -1;     // -1: no logprobs; else alternatives per token
+  bool echo = false;             // completions: the answer's text (and logprobs) start with the prompt
+  int32_t prompt_logprobs = -1;  // vLLM's prompt_logprobs: -1 none; else alternatives per prompt token
   bool stream = false;
   bool include_usage = false;
   std::string user;

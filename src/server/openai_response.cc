@@ -33,12 +33,6 @@ json bytes_of(const std::string& s) {
   return b;
 }
 
-// JSON needs valid UTF-8. A token's text is whole characters (the detokenizer holds a split
-// character back), but an alternative's may end mid-character; bad bytes become U+FFFD.
-std::string valid_utf8(const std::string& s) {
-  return json::parse(json(s).dump(-1, ' ', false, json::error_handler_t::replace)).get<std::string>();
-}
-
 // Characters (code points) of valid UTF-8 text: the bytes that do not continue a character.
 int64_t code_points(const std::string& s) {
   int64_t n = 0;
@@ -47,6 +41,10 @@ int64_t code_points(const std::string& s) {
 }
 
 }  // namespace
+
+std::string valid_utf8(const std::string& s) {
+  return json::parse(json(s).dump(-1, ' ', false, json::error_handler_t::replace)).get<std::string>();
+}
 
 json logprobs_json(Endpoint endpoint, const std::vector<GeneratedToken>& tokens, const std::vector<TokenText>& texts,
                    int64_t* text_offset) {
@@ -99,6 +97,7 @@ json full_response(const ResponseMeta& meta, const std::vector<ChoiceOut>& choic
           {{"index", c.index}, {"text", c.text}, {"logprobs", c.logprobs}, {"finish_reason", c.finish_reason}});
     }
     if (!c.glassbox.is_null()) out_choices.back()["glassbox"] = c.glassbox;
+    if (!c.prompt_logprobs.is_null()) out_choices.back()["prompt_logprobs"] = c.prompt_logprobs;
   }
   return {
       {"id", meta.id},           {"object", meta.endpoint == Endpoint::kChat ? "chat.completion" : "text_completion"},

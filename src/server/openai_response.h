@@ -23,6 +23,10 @@ struct ResponseMeta {
 // {"error": {"message", "type", "param", "code"}}; empty param / code are null.
 nlohmann::json error_body(const ApiError& e);
 
+// JSON needs valid UTF-8. A token's text is whole characters (the detokenizer holds a split
+// character back), but an alternative's may end mid-character; bad bytes become U+FFFD.
+std::string valid_utf8(const std::string& s);
+
 // One server-sent event: "data: <json>\n\n".
 std::string sse_data(const nlohmann::json& payload);
 inline constexpr const char* kSseDone = "data: [DONE]\n\n";
@@ -41,7 +45,8 @@ struct ChoiceOut {
   std::string text;
   nlohmann::json logprobs;  // null when not requested
   std::string finish_reason;
-  nlohmann::json glassbox = nullptr;  // the choice's glass-box report; null: omitted
+  nlohmann::json glassbox = nullptr;         // the choice's glass-box report; null: omitted
+  nlohmann::json prompt_logprobs = nullptr;  // vLLM's prompt_logprobs; null: omitted
 };
 
 // Token counts of a response. cached_prompt: prompt tokens served from the prefix cache

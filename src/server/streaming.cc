@@ -52,6 +52,16 @@ bool Generation::stream_step(httplib::DataSink& sink) {
   }
   for (auto& [i, d] : deltas) {
     ChoiceState& c = choices[i];
+    // The prompt part first (its scores all arrive before the first token): the echoed prompt
+    // and its logprobs, vLLM's prompt_logprobs.
+    if (!c.prompt_sent && (req.echo || req.prompt_logprobs >= 0) &&
+        (!d.text.empty() || !d.tokens.empty() || d.finished)) {
+      c.prompt_sent = true;
+      PromptPart pp = prompt_part(c);
+      json chunk = stream_chunk(meta, c.index, false, pp.text, pp.logprobs, "", req.include_usage);
+      if (!pp.prompt_logprobs.is_null()) chunk["choices"][0]["prompt_logprobs"] = std::move(pp.prompt_logprobs);
+      buf += sse_data(chunk);
+    }
     json lp = d.tokens.empty() ? json(nullptr) : logprobs_for(c, d.tokens, d.token_texts);
     if (!d.text.empty() || !lp.is_null())
       buf += sse_data(stream_chunk(meta, c.index, false, d.text, lp, "", req.include_usage));
@@ -109,8 +119,16 @@ void Generation::answer_whole(httplib::Response& res) {
     audit();
     std::vector<ChoiceOut> out;
     for (ChoiceState& c : choices) {
-      out.push_back({c.index, c.out_text, logprobs_for(c, c.out_tokens, c.out_token_texts),
-                     finish_reason_name(c.text.finish_reason()), glass_json(c)});
+      PromptPart pp = prompt_part(c);  // first: it advances the text offsets
+      json lp = logprobs_for(c, c.out_tokens, c.out_token_texts);
+      if (!pp.logprobs.is_null()) {
+        for (const char* k : {"tokens", "token_logprobs", "top_logprobs", "text_offset"}) {
+          for (json& v : lp[k]) pp.logprobs[k].push_back(std::move(v));
+        }
+        lp = std::move(pp.logprobs);
+      }
+      out.push_back({c.index, pp.text + c.out_text, std::move(lp), finish_reason_name(c.text.finish_reason()),
+                     glass_json(c), std::move(pp.prompt_logprobs)});
     }
     res.set_content(full_response(meta, out, usage()).dump(-1, ' ', false, json::error_handler_t::replace),
                     "application/json");

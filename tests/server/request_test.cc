@@ -140,7 +140,9 @@ TEST_F(RequestTest, InvalidCompletionFieldsAre400NamingTheField) {
       {{{"prompt", {999}}}, "prompt", "outside the vocabulary [0, 259)"},
       {{{"prompt", 5}}, "prompt", "expected a string"},
       {{{"prompt", nullptr}}, "prompt", "required"},
-      {{{"echo", true}}, "echo", "not supported"},
+      {{{"echo", "yes"}}, "echo", "expected a boolean"},
+      {{{"echo", true}, {"max_tokens", -1}}, "max_tokens", "must be in [0,"},
+      {{{"prompt_logprobs", 21}}, "prompt_logprobs", "must be in [0,"},
       {{{"suffix", "x"}}, "suffix", "not supported"},
       {{{"best_of", 3}}, "best_of", "equal to n"},
       {{{"model", 7}}, "model", "expected a string"},
@@ -153,6 +155,19 @@ TEST_F(RequestTest, InvalidCompletionFieldsAre400NamingTheField) {
     EXPECT_EQ(err->param, c.param) << c.extra.dump() << " -> " << err->message;
     EXPECT_NE(err->message.find(c.message_part), std::string::npos) << c.extra.dump() << " -> " << err->message;
   }
+}
+
+TEST_F(RequestTest, EchoAndPromptLogprobs) {
+  ASSERT_FALSE(completion({{"echo", true}, {"max_tokens", 0}, {"logprobs", 3}, {"prompt_logprobs", 1}}));
+  EXPECT_TRUE(out_.echo);
+  EXPECT_EQ(out_.prompts[0].max_tokens, 0);  // scoring only
+  EXPECT_EQ(out_.top_logprobs, 3);
+  EXPECT_EQ(out_.prompt_logprobs, 1);
+  ASSERT_FALSE(chat({{"prompt_logprobs", 0}}));
+  EXPECT_EQ(out_.prompt_logprobs, 0);
+  ASSERT_FALSE(completion({}));
+  EXPECT_FALSE(out_.echo);
+  EXPECT_EQ(out_.prompt_logprobs, -1);
 }
 
 TEST_F(RequestTest, ChatMessagesAndLogprobs) {
