@@ -3,14 +3,17 @@
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "cli/commands.h"
 #include "cli/common_flags.h"
+#include "cli/glass_flags.h"
 #include "core/mapped_file.h"
 #include "core/progress.h"
 #include "engine/chat_prompt.h"
 #include "engine/engine.h"
+#include "glass/repetition.h"
 #include "tokenizer/tokenizer.h"
 
 namespace gb::cli {
@@ -21,6 +24,8 @@ struct GenerateOptions {
   bool chat = false, ignore_eos = false, show_ids = false, convert_q8 = false;
   int max_tokens = 128, threads = 0;
   SamplingFlags sampling;
+  GlassFlags glass;
+  std::string glass_report;  // --glassbox-report FILE (default: stderr)
 };
 
 int fail(const std::string& msg) {
@@ -89,6 +94,14 @@ int run_generate(const GenerateOptions& o) {
     req.sampling.has_seed = true;
   }
   if (req.prompt.empty()) return fail("the prompt encodes to no tokens");
+  auto glass = load_glass_flags(o.glass, m.config());
+  if (!glass.is_ok()) return fail(glass.message());
+  req.glass = glass->spec;
+  std::optional<RepetitionTracker> repetition;
+  if (glass->stop_on_repetition)
+    repetition.emplace(glass->stop_on_repetition->ngram, glass->stop_on_repetition->window);
+  std::shared_ptr<const GlassReport> report;
+  bool stopped_by_repetition = false;
 
   EngineConfig ec;
   ec.scheduler.max_num_seqs = 1;
@@ -114,14 +127,22 @@ int run_generate(const GenerateOptions& o) {
     if (!worked.is_ok()) return fail(worked.message());
     GenerationEvent ev;
     while (channel->pop(&ev, std::chrono::milliseconds(0))) {
+      if (ev.glass != nullptr) report = ev.glass;
       for (const auto& t : ev.tokens) {
+        if (repetition && !stopped_by_repetition) {
+          repetition->push(t.token);
+          if (repetition->should_stop(*glass->stop_on_repetition)) {
+            stopped_by_repetition = true;
+            channel->cancel();  // the engine ends the sequence at its next step
+          }
+        }
         if (n_gen++ == 0) t_first = clock::now();
         const std::string piece = o.show_ids ? "[" + std::to_string(t.token) + "]" : decoder.push(t.token);
         std::fwrite(piece.data(), 1, piece.size(), stdout);
         std::fflush(stdout);
       }
       if (ev.finish != FinishReason::kNone) {
-        finish = ev.finish;
+        finish = stopped_by_repetition ? FinishReason::kStop : ev.finish;
         if (finish == FinishReason::kError) return fail(ev.error);
       }
     }
@@ -129,6 +150,20 @@ int run_generate(const GenerateOptions& o) {
   const std::string rest = o.show_ids ? "" : decoder.flush();
   std::fwrite(rest.data(), 1, rest.size(), stdout);
   std::printf("\n");
+  std::fflush(stdout);
+  if (report != nullptr) {
+    nlohmann::json g = glass_report_json(*report, glass->stats);
+    if (stopped_by_repetition) g["stopped_by"] = "repetition";
+    const std::string text = g.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+    if (o.glass_report.empty()) {
+      std::fprintf(stderr, "glassbox: %s", text.c_str());
+    } else if (FILE* f = std::fopen(o.glass_report.c_str(), "w"); f != nullptr) {
+      std::fwrite(text.data(), 1, text.size(), f);
+      std::fclose(f);
+    } else {
+      return fail("cannot write " + o.glass_report);
+    }
+  }
   const auto t_end = clock::now();
   const double prefill_s = std::chrono::duration<double>(t_first - t0).count();
   const double decode_s = std::chrono::duration<double>(t_end - t_first).count();
@@ -147,6 +182,8 @@ void register_generate(CLI::App& app, Action* action) {
   add_model_flag(*cmd, &o->model)->required();
   cmd->add_option("--prompt,-p", o->prompt, "prompt text")->required();
   add_tokenizer_flag(*cmd, &o->tokenizer, " (default: the model's own)");
+  add_glass_flags(*cmd, &o->glass);
+  cmd->add_option("--glassbox-report", o->glass_report, "write the glass-box report (JSON) here (default: stderr)");
   cmd->add_flag("--chat", o->chat, "render the prompt as a user message with the model's chat template");
   cmd->add_option("--system", o->system, "system message (with --chat)");
   cmd->add_option("--chat-template", o->chat_template_file, "Jinja chat template file overriding the model's");

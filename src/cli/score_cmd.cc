@@ -10,6 +10,7 @@
 
 #include "cli/commands.h"
 #include "cli/common_flags.h"
+#include "cli/glass_flags.h"
 #include "core/mapped_file.h"
 #include "engine/engine.h"
 #include "tokenizer/tokenizer.h"
@@ -21,6 +22,7 @@ struct ScoreOptions {
   std::string model, tokenizer, text, file;
   int threads = 0, top = 0;
   bool tokens = false, json = false;
+  GlassFlags glass;
 };
 
 int fail(const std::string& msg) {
@@ -44,6 +46,11 @@ int run_score(const ScoreOptions& o) {
   const std::vector<int32_t> ids = (*tok)->encode(text, /*add_special=*/true);
   if (ids.size() < 2) return fail("the text encodes to " + std::to_string(ids.size()) + " token(s): nothing to score");
 
+  auto glass = load_glass_flags(o.glass, m.config());
+  if (!glass.is_ok()) return fail(glass.message());
+  if (glass->spec != nullptr && glass->spec->observe.enabled)
+    return fail("--glassbox: score applies interventions only (observe with generate or dump)");
+
   const int32_t window = m.config().max_pos;
   EngineConfig ec;
   ec.scheduler.max_num_seqs = 1;
@@ -62,6 +69,7 @@ int run_score(const ScoreOptions& o) {
                     ids.begin() + static_cast<std::ptrdiff_t>(std::min(ids.size(), w + static_cast<size_t>(window))));
     r.max_tokens = 0;
     r.prompt_logprobs = o.top;
+    r.glass = glass->spec;
     auto channel = std::make_shared<RequestChannel>();
     if (Status st = (*engine)->submit(std::move(r), channel); !st) return fail(st.message());
     if (Status st = (*engine)->run_until_idle(); !st) return fail(st.message());
@@ -137,6 +145,7 @@ void register_score(CLI::App& app, Action* action) {
   cmd->add_option("--file,-f", o->file, "a file whose contents to score")->check(CLI::ExistingFile);
   add_tokenizer_flag(*cmd, &o->tokenizer, " (default: the model's own)");
   add_threads_flag(*cmd, &o->threads);
+  add_glass_flags(*cmd, &o->glass);
   cmd->add_flag("--tokens", o->tokens, "list every token with its logprob and rank");
   cmd->add_option("--top", o->top, "alternatives per token (with --tokens --json)")->check(CLI::Range(0, 100));
   cmd->add_flag("--json", o->json, "print one JSON object");

@@ -657,6 +657,27 @@ std::string json_brief(const json& v) {
   }
 }
 
+Result<LocalGlass> parse_local_glass(const json& ext, const ModelConfig& m,
+                                     const std::map<std::string, std::shared_ptr<const ControlVector>>* vectors) {
+  ParseContext ctx;
+  ctx.model = &m;
+  ctx.catalog.vectors = vectors;
+  GlassRequestParts parts;
+  if (auto e = parse_glass_request(
+          ext, ctx, [](GlassUse) { return std::optional<GlassError>(); }, &parts))
+    return Status::error(e->message);
+  LocalGlass out;
+  out.stats = std::move(parts.stats);
+  out.stop_on_repetition = parts.stop_on_repetition;
+  if (!parts.observes && parts.interventions.interventions.empty()) return out;
+  GlassSpec spec;
+  spec.observe = std::move(parts.observe);
+  spec.massive = parts.massive;
+  spec.interventions = std::move(parts.interventions.interventions);
+  out.spec = seal_resolved_spec(std::move(spec), m);
+  return out;
+}
+
 json glass_report_json(const GlassReport& r, const std::vector<std::string>& stats) {
   auto want = [&](const char* s) { return stats.empty() || std::find(stats.begin(), stats.end(), s) != stats.end(); };
   json report = json::array();

@@ -87,6 +87,18 @@ using GlassGate = std::function<std::optional<GlassError>(GlassUse)>;
 std::optional<GlassError> parse_glass_request(const nlohmann::json& ext, const ParseContext& ctx, const GlassGate& gate,
                                               GlassRequestParts* out);
 
+// A `glassbox` object for a local tool (`glassbox generate`, `score`: the researcher's own
+// process): the same syntax and resolution as a request, with no policy — no caps beyond the
+// request syntax's, no roles, no presets; `vectors` names the control vectors it may use (may be
+// null). The spec is sealed for m; stats and stop_on_repetition as parsed.
+struct LocalGlass {
+  std::shared_ptr<const GlassSpec> spec;  // null when the object asks for nothing
+  std::vector<std::string> stats;
+  std::optional<RepetitionStop> stop_on_repetition;
+};
+Result<LocalGlass> parse_local_glass(const nlohmann::json& ext, const ModelConfig& m,
+                                     const std::map<std::string, std::shared_ptr<const ControlVector>>* vectors);
+
 // The per-choice report: stats per layer and point, events, captures and applied. stats filters
 // the report's fields (empty: all).
 nlohmann::json glass_report_json(const GlassReport& r, const std::vector<std::string>& stats);
