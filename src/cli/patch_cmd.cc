@@ -35,7 +35,9 @@ std::string shape_str(const std::vector<int64_t>& s) {
 std::string detail(const patch::Edit& e) {
   char buf[96];
   switch (e.kind) {
-    case patch::EditKind::kLowRank: std::snprintf(buf, sizeof buf, "rank %lld, scale %g", (long long)e.rank, e.scale); break;
+    case patch::EditKind::kLowRank:
+      std::snprintf(buf, sizeof buf, "rank %lld, scale %g", (long long)e.rank, e.scale);
+      break;
     case patch::EditKind::kColumns: std::snprintf(buf, sizeof buf, "%zu columns", e.indices.size()); break;
     case patch::EditKind::kRows: std::snprintf(buf, sizeof buf, "%zu rows", e.indices.size()); break;
     case patch::EditKind::kSparse: std::snprintf(buf, sizeof buf, "%zu elements", e.indices.size()); break;
@@ -56,8 +58,8 @@ void print_info(const patch::Patch& p) {
               (long long)p.stored_bytes());
   std::vector<std::vector<std::string>> cells = {{"tensor", "kind", "shape", "what", "bytes"}};
   for (const auto& e : p.edits) {
-    cells.push_back({e.tensor, patch::edit_kind_name(e.kind), shape_str(e.shape), detail(e),
-                     std::to_string(e.stored_bytes())});
+    cells.push_back(
+        {e.tensor, patch::edit_kind_name(e.kind), shape_str(e.shape), detail(e), std::to_string(e.stored_bytes())});
   }
   std::vector<size_t> width(5, 0);
   for (const auto& row : cells) {
@@ -78,7 +80,8 @@ int run_diff(const PatchOptions& o) {
   auto st = patch::diff_checkpoints(o.base, o.edited, o.out, o.diff);
   if (!st.is_ok()) return fail("diff", st.message());
   for (const auto& f : st->other_files_differing) {
-    std::fprintf(stderr, "glassbox patch diff: warning: %s differs between the checkpoints and is not part of the patch\n",
+    std::fprintf(stderr,
+                 "glassbox patch diff: warning: %s differs between the checkpoints and is not part of the patch\n",
                  f.c_str());
   }
   std::printf("%lld of %lld tensors changed, %lld weights, %lld bytes stored; applying it reproduces %s (%.2f s)\n",
@@ -127,7 +130,8 @@ void register_patch(CLI::App& app, Action* action) {
 
   CLI::App* diff = cmd->add_subcommand("diff", "Store what changed between two checkpoints as a patch");
   diff->add_option("--base", o->base, "Base Hugging Face checkpoint directory")->required();
-  diff->add_option("--edited", o->edited, "Edited checkpoint directory (same tensors, some values changed)")->required();
+  diff->add_option("--edited", o->edited, "Edited checkpoint directory (same tensors, some values changed)")
+      ->required();
   diff->add_option("-o,--out", o->out, "Patch directory to write (new or empty)")->required();
   diff->add_option("--name", o->diff.name, "Patch name (default: the edited directory's name)");
   diff->add_option("--version", o->diff.version, "Patch version (default 1)");

@@ -60,8 +60,8 @@ Result<std::vector<float>> factor_f32(const TensorView& t, const std::string& wh
 // Checks A [r, in] and B [out, r] and fills the low-rank edit.
 Status fill_low_rank(const std::string& where, const std::string& tensor, const TensorView& A, const TensorView& B,
                      Edit* e) {
-  if (A.shape.size() != 2 || B.shape.size() != 2 || A.shape[0] != B.shape[1] || A.shape[0] <= 0 ||
-      A.shape[1] <= 0 || B.shape[0] <= 0) {
+  if (A.shape.size() != 2 || B.shape.size() != 2 || A.shape[0] != B.shape[1] || A.shape[0] <= 0 || A.shape[1] <= 0 ||
+      B.shape[0] <= 0) {
     return Status::error(where + ": LoRA factors of '" + tensor + "' have shapes A " + A.shape_str() + " and B " +
                          B.shape_str() + "; expected A [r, in] and B [out, r] with the same r");
   }
@@ -183,8 +183,8 @@ Result<Patch> load_peft_adapter(const std::string& dir) {
       if (module_matches(module, key)) ma = v.get<double>();
     }
     if (mr != e.rank) {
-      return Status::error(wpath + ": '" + module + "' has rank " + std::to_string(e.rank) + ", adapter_config.json says " +
-                           std::to_string(mr));
+      return Status::error(wpath + ": '" + module + "' has rank " + std::to_string(e.rank) +
+                           ", adapter_config.json says " + std::to_string(mr));
     }
     e.scale = static_cast<float>(rslora ? ma / std::sqrt(static_cast<double>(mr)) : ma / static_cast<double>(mr));
     e.file = "adapter_model.safetensors";
@@ -221,7 +221,8 @@ Result<Patch> load_gguf_lora(const std::string& path) {
   std::map<std::string, Pair> modules;
   for (const TensorView& t : g.tensors) {
     const bool is_a = t.name.ends_with(".lora_a"), is_b = t.name.ends_with(".lora_b");
-    if (!is_a && !is_b) return Status::error(path + ": tensor '" + t.name + "' is not a LoRA factor (.lora_a / .lora_b)");
+    if (!is_a && !is_b)
+      return Status::error(path + ": tensor '" + t.name + "' is not a LoRA factor (.lora_a / .lora_b)");
     const std::string base = t.name.substr(0, t.name.size() - 7);
     (is_a ? modules[base].a : modules[base].b) = &t;
   }

@@ -105,8 +105,9 @@ Status read_edit_file(const std::string& path, Edit* e) {
   for (const auto& v : st.tensors) t[v.name] = &v;
   auto need = [&](const char* name) -> Result<const TensorView*> {
     auto it = t.find(name);
-    if (it == t.end()) return Status::error(path + ": no tensor '" + std::string(name) + "' (a " +
-                                            edit_kind_name(e->kind) + " edit needs it)");
+    if (it == t.end())
+      return Status::error(path + ": no tensor '" + std::string(name) + "' (a " + edit_kind_name(e->kind) +
+                           " edit needs it)");
     return it->second;
   };
   const int64_t es = dtype_info(e->dtype).block_bytes;
@@ -117,8 +118,8 @@ Status read_edit_file(const std::string& path, Edit* e) {
     if (A->shape.size() != 2 || B->shape.size() != 2 || A->shape[1] != cols || B->shape[0] != rows ||
         A->shape[0] != B->shape[1] || A->shape[0] <= 0 || A->shape[0] != e->rank) {
       return Status::error(path + ": lora_A " + A->shape_str() + " and lora_B " + B->shape_str() +
-                           " do not make a rank-" + std::to_string(e->rank) + " delta of a " +
-                           shape_string(e->shape) + " tensor (A [r, cols], B [rows, r])");
+                           " do not make a rank-" + std::to_string(e->rank) + " delta of a " + shape_string(e->shape) +
+                           " tensor (A [r, cols], B [rows, r])");
     }
     if (A->dtype != B->dtype) return Status::error(path + ": lora_A and lora_B have different dtypes");
     e->factor_dtype = A->dtype;
@@ -173,7 +174,8 @@ Result<Patch> load_artifact(const std::string& dir) {
   GB_ASSIGN_OR_RETURN(std::string text, read_file(mpath));
   json m = json::parse(text, nullptr, false);
   if (m.is_discarded()) return Status::error(mpath + ": not valid JSON");
-  if (json_nesting_exceeds(m)) return Status::error(mpath + ": nested deeper than " + std::to_string(kMaxJsonNesting) + " levels");
+  if (json_nesting_exceeds(m))
+    return Status::error(mpath + ": nested deeper than " + std::to_string(kMaxJsonNesting) + " levels");
   if (!m.is_object()) return Status::error(mpath + ": must be a JSON object");
   Fields F{mpath};
   Patch p;
@@ -181,7 +183,8 @@ Result<Patch> load_artifact(const std::string& dir) {
   p.path = dir;
   p.manifest_sha256 = sha256_hex(text.data(), text.size());
   GB_ASSIGN_OR_RETURN(std::string format, F.str(m, "format"));
-  if (format != kFormat) return Status::error(mpath + ": \"format\" is \"" + format + "\", expected \"" + kFormat + "\"");
+  if (format != kFormat)
+    return Status::error(mpath + ": \"format\" is \"" + format + "\", expected \"" + kFormat + "\"");
   GB_ASSIGN_OR_RETURN(int64_t fv, F.int64(m, "format_version"));
   if (fv != kFormatVersion) {
     return Status::error(mpath + ": format_version " + std::to_string(fv) + " is not supported (this build reads " +
@@ -201,7 +204,8 @@ Result<Patch> load_artifact(const std::string& dir) {
   }
   for (const auto& [name, h] : bm["tensors"].items()) {
     if (!h.is_string() || !is_sha256(h.get<std::string>())) {
-      return Status::error(mpath + ": base_model.tensors[\"" + name + "\"] is not a SHA-256 (64 lower-case hex digits)");
+      return Status::error(mpath + ": base_model.tensors[\"" + name +
+                           "\"] is not a SHA-256 (64 lower-case hex digits)");
     }
     p.base_tensors[name] = h.get<std::string>();
   }
@@ -258,7 +262,8 @@ Result<Patch> load_artifact(const std::string& dir) {
     }
     if (e.kind == EditKind::kLowRank) {
       GB_ASSIGN_OR_RETURN(e.rank, E.int64(j, "rank"));
-      if (!j.contains("scale") || !j["scale"].is_number()) return Status::error(E.where + ": low_rank needs a number \"scale\"");
+      if (!j.contains("scale") || !j["scale"].is_number())
+        return Status::error(E.where + ": low_rank needs a number \"scale\"");
       e.scale = j["scale"].get<float>();
       if (!std::isfinite(e.scale)) return Status::error(E.where + ": \"scale\" is not finite");
       if (e.dtype != DType::kF32 && e.dtype != DType::kF16 && e.dtype != DType::kBF16) {
@@ -320,7 +325,8 @@ Edit make_edit(const TensorView& base, const TensorView& edited) {
   const int64_t kr = std::count(row_changed.begin(), row_changed.end(), 1);
   const int64_t kc = std::count(col_changed.begin(), col_changed.end(), 1);
   const int64_t full = n * es, sparse = e.weights_changed * (8 + es);
-  const int64_t by_cols = matrix ? kc * (8 + rows * es) : INT64_MAX, by_rows = matrix ? kr * (8 + cols * es) : INT64_MAX;
+  const int64_t by_cols = matrix ? kc * (8 + rows * es) : INT64_MAX,
+                by_rows = matrix ? kr * (8 + cols * es) : INT64_MAX;
   const int64_t best = std::min({full, sparse, by_cols, by_rows});
   if (by_cols == best) {
     e.kind = EditKind::kColumns;
@@ -345,7 +351,8 @@ Edit make_edit(const TensorView& base, const TensorView& edited) {
     e.kind = EditKind::kSparse;
     e.indices = changed;
     e.values.resize(changed.size() * es);
-    for (size_t i = 0; i < changed.size(); ++i) std::memcpy(e.values.data() + i * es, edited.data + changed[i] * es, es);
+    for (size_t i = 0; i < changed.size(); ++i)
+      std::memcpy(e.values.data() + i * es, edited.data + changed[i] * es, es);
   } else {
     e.kind = EditKind::kFull;
     e.values.assign(edited.data, edited.data + edited.nbytes);
@@ -366,7 +373,8 @@ Status write_edit_file(const std::string& path, const Edit& e) {
   }
   if (e.kind != EditKind::kFull) entries.push_back({"indices", DType::kI64, {k}, e.indices.data()});
   entries.push_back({"values", e.dtype, vshape, e.values.data()});
-  return write_safetensors(path, entries, {{"format", kFormat}, {"kind", edit_kind_name(e.kind)}, {"tensor", e.tensor}});
+  return write_safetensors(path, entries,
+                           {{"format", kFormat}, {"kind", edit_kind_name(e.kind)}, {"tensor", e.tensor}});
 }
 
 }  // namespace
@@ -447,8 +455,8 @@ Result<DiffStats> diff_checkpoints(const std::string& base_dir, const std::strin
     json f = {{"name", bf.name}, {"sha256", sha256_hex(ef.map->data(), ef.map->size())}, {"header", nullptr}};
     if (bf.header_end != ef.header_end || std::memcmp(bf.map->data(), ef.map->data(), bf.header_end) != 0) {
       const std::string hname = "header-" + std::to_string(fi) + ".json";
-      GB_RETURN_IF_ERROR(write_text(out_dir + "/" + hname, std::string(reinterpret_cast<const char*>(ef.map->data()) + 8,
-                                                                       ef.header_end - 8)));
+      GB_RETURN_IF_ERROR(write_text(out_dir + "/" + hname,
+                                    std::string(reinterpret_cast<const char*>(ef.map->data()) + 8, ef.header_end - 8)));
       f["header"] = hname;
     }
     files.push_back(f);

@@ -67,7 +67,7 @@ int64_t Patch::stored_bytes() const {
 namespace {
 
 struct NamePair {
-  const char* hf;  // after "layers.N."
+  const char* hf;    // after "layers.N."
   const char* gguf;  // after "blk.N."
   Proj proj;
 };
@@ -386,8 +386,9 @@ Status emit_file(const CheckpointFile& f, const std::string& header, const std::
   for (const auto& [name, v] : h.items()) {
     if (name == "__metadata__") continue;
     auto it = by_name.find(name);
-    if (it == by_name.end()) return Status::error(f.name + ": the patch's header names tensor '" + name +
-                                                  "', which the base file does not have");
+    if (it == by_name.end())
+      return Status::error(f.name + ": the patch's header names tensor '" + name +
+                           "', which the base file does not have");
     if (!v.is_object() || !v.contains("data_offsets") || !v["data_offsets"].is_array() ||
         v["data_offsets"].size() != 2 || !v["data_offsets"][0].is_number_unsigned() ||
         !v["data_offsets"][1].is_number_unsigned()) {
@@ -458,7 +459,8 @@ Status verify_patch(const Patch& patch, const std::string& base_dir) {
   }
   for (const Edit& e : patch.edits) {
     const TensorView* t = ck.find(e.tensor);
-    if (t == nullptr) return Status::error(base_dir + ": the patch edits tensor '" + e.tensor + "', which the base lacks");
+    if (t == nullptr)
+      return Status::error(base_dir + ": the patch edits tensor '" + e.tensor + "', which the base lacks");
     // An adapter's delta takes the base tensor's dtype; an artifact says which dtype it stores.
     const bool dtype_ok = patch.source != PatchSource::kArtifact || t->dtype == e.dtype;
     if (!dtype_ok || t->shape != e.shape) {
@@ -505,7 +507,8 @@ Status apply_patch(const std::string& base_dir, const Patch& patch, const std::s
     Sha256 hash;
     Status st = emit_file(f, of ? of->header : std::string(), edits, [&](const uint8_t* p, size_t n) -> Status {
       hash.update(p, n);
-      if (n > 0 && std::fwrite(p, 1, n, out) != n) return Status::error("cannot write " + path + ": " + std::strerror(errno));
+      if (n > 0 && std::fwrite(p, 1, n, out) != n)
+        return Status::error("cannot write " + path + ": " + std::strerror(errno));
       return Status::ok();
     });
     if (std::fclose(out) != 0 && st.is_ok()) st = Status::error("cannot write " + path + ": " + std::strerror(errno));

@@ -32,7 +32,7 @@ enum class EditKind { kLowRank, kColumns, kRows, kSparse, kFull };
 const char* edit_kind_name(EditKind k);  // "low_rank", "columns", "rows", "sparse", "full"
 
 struct Edit {
-  std::string tensor;          // the checkpoint's tensor name (Hugging Face naming)
+  std::string tensor;  // the checkpoint's tensor name (Hugging Face naming)
   EditKind kind = EditKind::kFull;
   DType dtype = DType::kF32;   // the tensor's dtype; values (not low-rank factors) are stored in it
   std::vector<int64_t> shape;  // the whole tensor's shape; 2-D for columns / rows / low_rank
@@ -49,8 +49,8 @@ struct Edit {
   // llama.cpp's converter permutes a llama model's q/k rows for its rope; a GGUF LoRA's B rows of
   // attn_q / attn_k are in that order, like a GGUF base's weights (not an HF base's).
   bool gguf_rope_permuted = false;
-  std::string file;    // where the edit came from (a file in the patch, the adapter file)
-  std::string sha256;  // that file's SHA-256
+  std::string file;             // where the edit came from (a file in the patch, the adapter file)
+  std::string sha256;           // that file's SHA-256
   int64_t weights_changed = 0;  // elements replaced (columns/rows/sparse/full); 0 for low_rank
 
   int64_t rows() const { return shape.size() == 2 ? shape[0] : 0; }
@@ -61,10 +61,10 @@ struct Edit {
 
 // A checkpoint file the patch reproduces (artifacts made by `patch diff`).
 struct OutputFile {
-  std::string name;           // e.g. "model.safetensors"
-  std::string sha256;         // of the edited file
-  std::string header_file;    // empty: the base file's header; else a file in the patch
-  std::string header;         // its bytes (the JSON header, padded), when header_file is set
+  std::string name;         // e.g. "model.safetensors"
+  std::string sha256;       // of the edited file
+  std::string header_file;  // empty: the base file's header; else a file in the patch
+  std::string header;       // its bytes (the JSON header, padded), when header_file is set
 };
 
 enum class PatchSource { kArtifact, kPeft, kGgufLora };
@@ -74,7 +74,7 @@ struct Patch {
   PatchSource source = PatchSource::kArtifact;
   std::string path;
   std::string name, version, description;
-  std::string base_model;                          // a name, for people
+  std::string base_model;                           // a name, for people
   std::map<std::string, std::string> base_tensors;  // tensor -> SHA-256 of its bytes in the base
   std::vector<OutputFile> files;
   std::vector<Edit> edits;

@@ -40,7 +40,7 @@ struct CheckpointFile {
 
 struct Checkpoint {
   std::string dir;
-  std::vector<CheckpointFile> files;                                  // the safetensors files
+  std::vector<CheckpointFile> files;                                    // the safetensors files
   std::map<std::string, std::pair<size_t, const TensorView*>> tensors;  // name -> (file, view)
 
   const TensorView* find(const std::string& name) const {
