@@ -52,10 +52,13 @@ void print_info(const patch::Patch& p) {
   if (!p.description.empty()) std::printf("description: %s\n", p.description.c_str());
   std::printf("base model: %s\n", p.base_model.empty() ? "-" : p.base_model.c_str());
   if (!p.manifest_sha256.empty()) std::printf("manifest sha256: %s\n", p.manifest_sha256.c_str());
-  int64_t weights = 0;
-  for (const auto& e : p.edits) weights += e.weights_changed;
-  std::printf("%zu edits, %lld weights replaced, %lld bytes stored\n", p.edits.size(), (long long)weights,
-              (long long)p.stored_bytes());
+  int64_t weights = 0, low_rank = 0;
+  for (const auto& e : p.edits) {
+    weights += e.weights_changed;
+    low_rank += e.kind == patch::EditKind::kLowRank;
+  }
+  std::printf("%zu edits (%lld low-rank), %lld weights replaced, %lld bytes stored\n", p.edits.size(),
+              (long long)low_rank, (long long)weights, (long long)p.stored_bytes());
   std::vector<std::vector<std::string>> cells = {{"tensor", "kind", "shape", "what", "bytes"}};
   for (const auto& e : p.edits) {
     cells.push_back(

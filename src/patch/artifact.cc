@@ -300,7 +300,9 @@ Status write_text(const std::string& path, const std::string& text) {
   return Status::ok();
 }
 
-// The changed elements of two same-shape tensors, and the cheapest kind that holds them.
+// The changed elements of two same-shape tensors, stored in the kind with the fewest bytes.
+// The first pass only counts (changed elements, rows, columns), so a tensor that changed
+// everywhere never builds an index list.
 Edit make_edit(const TensorView& base, const TensorView& edited) {
   Edit e;
   e.tensor = base.name;
@@ -309,22 +311,25 @@ Edit make_edit(const TensorView& base, const TensorView& edited) {
   const int64_t es = dtype_info(base.dtype).block_bytes;
   const int64_t n = base.numel();
   const bool matrix = base.shape.size() == 2;
-  const int64_t rows = matrix ? base.shape[0] : 0, cols = matrix ? base.shape[1] : 0;
+  const int64_t rows = matrix ? base.shape[0] : 1, cols = matrix ? base.shape[1] : n;
+  auto differs = [&](int64_t i) { return std::memcmp(base.data + i * es, edited.data + i * es, es) != 0; };
   std::vector<char> row_changed(rows, 0), col_changed(cols, 0);
-  std::vector<int64_t> changed;
-  for (int64_t i = 0; i < n; ++i) {
-    if (std::memcmp(base.data + i * es, edited.data + i * es, es) != 0) {
-      changed.push_back(i);
-      if (matrix) {
-        row_changed[i / cols] = 1;
-        col_changed[i % cols] = 1;
+  int64_t n_changed = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t off = r * cols * es;
+    if (std::memcmp(base.data + off, edited.data + off, cols * es) == 0) continue;
+    row_changed[r] = 1;
+    for (int64_t c = 0; c < cols; ++c) {
+      if (differs(r * cols + c)) {
+        ++n_changed;
+        col_changed[c] = 1;
       }
     }
   }
-  e.weights_changed = static_cast<int64_t>(changed.size());
+  e.weights_changed = n_changed;
   const int64_t kr = std::count(row_changed.begin(), row_changed.end(), 1);
   const int64_t kc = std::count(col_changed.begin(), col_changed.end(), 1);
-  const int64_t full = n * es, sparse = e.weights_changed * (8 + es);
+  const int64_t full = n * es, sparse = n_changed * (8 + es);
   const int64_t by_cols = matrix ? kc * (8 + rows * es) : INT64_MAX,
                 by_rows = matrix ? kr * (8 + cols * es) : INT64_MAX;
   const int64_t best = std::min({full, sparse, by_cols, by_rows});
@@ -349,10 +354,17 @@ Edit make_edit(const TensorView& base, const TensorView& edited) {
     }
   } else if (sparse == best) {
     e.kind = EditKind::kSparse;
-    e.indices = changed;
-    e.values.resize(changed.size() * es);
-    for (size_t i = 0; i < changed.size(); ++i)
-      std::memcpy(e.values.data() + i * es, edited.data + changed[i] * es, es);
+    e.indices.reserve(n_changed);
+    e.values.reserve(n_changed * es);
+    for (int64_t r = 0; r < rows; ++r) {
+      if (!row_changed[r]) continue;
+      for (int64_t c = 0; c < cols; ++c) {
+        const int64_t i = r * cols + c;
+        if (!differs(i)) continue;
+        e.indices.push_back(i);
+        e.values.insert(e.values.end(), edited.data + i * es, edited.data + (i + 1) * es);
+      }
+    }
   } else {
     e.kind = EditKind::kFull;
     e.values.assign(edited.data, edited.data + edited.nbytes);

@@ -181,15 +181,26 @@ TEST(PatchArtifact, MalformedManifestsAreClearErrors) {
       {"absolute path", [](json& m) { m["edits"][0]["file"] = "/etc/passwd"; }, "not a file name"},
       {"bad sha", [](json& m) { m["edits"][0]["sha256"] = "xyz"; }, "sha256"},
       {"missing file", [](json& m) { m["edits"][0]["file"] = "nope.safetensors"; }, "nope.safetensors"},
-      {"shape mismatch", [](json& m) { m["edits"][0]["shape"] = {64, 100}; }, "out of range"},
+      {"shape mismatch",
+       [](json& m) {
+         m["edits"][0]["shape"] = {64, 100};
+       },
+       "out of range"},
       {"shape 1-D for columns", [](json& m) { m["edits"][0]["shape"] = {8192}; }, "2-D"},
-      {"negative dim", [](json& m) { m["edits"][0]["shape"] = {-1, 128}; }, "positive"},
-      {"huge dims", [](json& m) { m["edits"][0]["shape"] = {int64_t{1} << 40, int64_t{1} << 40}; }, "too large"},
+      {"negative dim",
+       [](json& m) {
+         m["edits"][0]["shape"] = {-1, 128};
+       },
+       "positive"},
+      {"huge dims",
+       [](json& m) {
+         m["edits"][0]["shape"] = {int64_t{1} << 40, int64_t{1} << 40};
+       },
+       "too large"},
       {"bad dtype", [](json& m) { m["edits"][0]["dtype"] = "f8"; }, "f8"},
       {"dtype mismatch", [](json& m) { m["edits"][0]["dtype"] = "bf16"; }, "tensor's dtype"},
       {"twice", [](json& m) { m["edits"][1] = m["edits"][0]; }, "edited twice"},
-      {"no base hash",
-       [](json& m) { m["base_model"]["tensors"].erase(m["edits"][0]["tensor"].get<std::string>()); },
+      {"no base hash", [](json& m) { m["base_model"]["tensors"].erase(m["edits"][0]["tensor"].get<std::string>()); },
        "no SHA-256"},
       {"base hash not hex", [](json& m) { m["base_model"]["tensors"].begin().value() = "00"; }, "not a SHA-256"},
       {"no base_model", [](json& m) { m.erase("base_model"); }, "base_model"},
@@ -209,8 +220,8 @@ TEST(PatchArtifact, MalformedManifestsAreClearErrors) {
     EXPECT_NE(p.message().find(c.expect), std::string::npos) << c.what << ": " << p.message();
   }
   // Not JSON, not an object, nested 100,000 deep, empty.
-  for (const std::string& text : {std::string("{\"format\":"), std::string("[1, 2]"), std::string(100000, '['),
-                                  std::string()}) {
+  for (const std::string& text :
+       {std::string("{\"format\":"), std::string("[1, 2]"), std::string(100000, '['), std::string()}) {
     const std::string dir = test::temp_dir() + "/case";
     fs::remove_all(dir);
     copy_dir(good, dir);
@@ -244,19 +255,33 @@ TEST(PatchArtifact, MalformedEditFilesAreClearErrors) {
   std::swap(unsorted[1], unsorted[2]);
   std::vector<int32_t> idx32(32, 0);
   const std::vector<FileCase> cases = {
-      {"index out of range", st_file({{"indices", DType::kI64, {32}, bad_idx.data()}, {"values", DType::kF32, {64, 32}, vals.data()}}), "out of range"},
-      {"indices not increasing", st_file({{"indices", DType::kI64, {32}, unsorted.data()}, {"values", DType::kF32, {64, 32}, vals.data()}}), "not increasing"},
-      {"indices i32", st_file({{"indices", DType::kI32, {32}, idx32.data()}, {"values", DType::kF32, {64, 32}, vals.data()}}), "i64"},
-      {"values wrong shape", st_file({{"indices", DType::kI64, {32}, idx.data()}, {"values", DType::kF32, {32, 64}, vals.data()}}), "needs [64, 32]"},
+      {"index out of range",
+       st_file({{"indices", DType::kI64, {32}, bad_idx.data()}, {"values", DType::kF32, {64, 32}, vals.data()}}),
+       "out of range"},
+      {"indices not increasing",
+       st_file({{"indices", DType::kI64, {32}, unsorted.data()}, {"values", DType::kF32, {64, 32}, vals.data()}}),
+       "not increasing"},
+      {"indices i32",
+       st_file({{"indices", DType::kI32, {32}, idx32.data()}, {"values", DType::kF32, {64, 32}, vals.data()}}), "i64"},
+      {"values wrong shape",
+       st_file({{"indices", DType::kI64, {32}, idx.data()}, {"values", DType::kF32, {32, 64}, vals.data()}}),
+       "needs [64, 32]"},
       {"no values", st_file({{"indices", DType::kI64, {32}, idx.data()}}), "'values'"},
       {"no indices", st_file({{"values", DType::kF32, {64, 32}, vals.data()}}), "'indices'"},
-      {"truncated", [&](const std::string& path) {
+      {"truncated",
+       [&](const std::string& path) {
          std::string b = slurp(good + "/" + m0["edits"][0]["file"].get<std::string>());
          b.resize(b.size() / 2);
          spit(path, b);
          return b;
-       }, "safetensors"},
-      {"garbage", [&](const std::string& path) { spit(path, "not a safetensors file at all"); return std::string("not a safetensors file at all"); }, ""},
+       },
+       "safetensors"},
+      {"garbage",
+       [&](const std::string& path) {
+         spit(path, "not a safetensors file at all");
+         return std::string("not a safetensors file at all");
+       },
+       ""},
   };
   for (const auto& c : cases) {
     const std::string dir = test::temp_dir() + "/case";
@@ -268,7 +293,8 @@ TEST(PatchArtifact, MalformedEditFilesAreClearErrors) {
     spit(dir + "/manifest.json", m.dump());
     auto p = patch::load_artifact(dir);
     ASSERT_FALSE(p.is_ok()) << c.what;
-    EXPECT_NE(p.message().find(m0["edits"][0]["file"].get<std::string>()), std::string::npos) << c.what << ": " << p.message();
+    EXPECT_NE(p.message().find(m0["edits"][0]["file"].get<std::string>()), std::string::npos)
+        << c.what << ": " << p.message();
     EXPECT_NE(p.message().find(c.expect), std::string::npos) << c.what << ": " << p.message();
   }
 }
@@ -310,9 +336,9 @@ TEST(PatchDiff, ChoosesTheSmallestKindAndRoundTripsEveryDtype) {
   const std::string root = test::temp_dir();
   Synth b = synth_base(), e = b;
   for (int c = 0; c < 32; ++c) e.mat[5 * 32 + c] += 1.0f;  // one row -> rows
-  e.half[3] ^= 1;                                           // one element of a bf16 tensor -> sparse
+  e.half[3] ^= 1;                                          // one element of a bf16 tensor -> sparse
   e.half[200] ^= 1;
-  for (float& v : e.vec) v = -v;                            // every element of a 1-D tensor -> full
+  for (float& v : e.vec) v = -v;                                  // every element of a 1-D tensor -> full
   for (int r = 0; r < 50; ++r) e.cols_tensor[r * 20 + 7] = 0.0f;  // one column -> columns
   // d.wide unchanged.
   write_synth(root + "/base", b);
@@ -370,7 +396,8 @@ TEST(PatchDiff, RefusesCheckpointsThatDifferInShape) {
   Synth b = synth_base();
   write_synth(root + "/base", b);
   fs::create_directories(root + "/edited");
-  ASSERT_TRUE(write_safetensors(root + "/edited/model.safetensors", {{"a.mat", DType::kF32, {32, 16}, b.mat.data()}}).is_ok());
+  ASSERT_TRUE(
+      write_safetensors(root + "/edited/model.safetensors", {{"a.mat", DType::kF32, {32, 16}, b.mat.data()}}).is_ok());
   auto st = patch::diff_checkpoints(root + "/base", root + "/edited", root + "/patch", {});
   ASSERT_FALSE(st.is_ok());
   EXPECT_NE(st.message().find("a.mat"), std::string::npos) << st.message();
@@ -569,31 +596,39 @@ TEST(PatchLora, MalformedAdapterConfigsAndFilesAreClearErrors) {
   {  // A factor without its partner, a factor of the wrong shape, a tensor that is not a factor.
     const std::string dir = make_peft(c0, false);
     std::vector<float> a(4 * 64, 0.1f), b(128 * 4, 0.1f);
-    ASSERT_TRUE(write_safetensors(dir + "/adapter_model.safetensors",
-                                  {{"base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight", DType::kF32, {4, 64}, a.data()}})
-                    .is_ok());
+    ASSERT_TRUE(
+        write_safetensors(
+            dir + "/adapter_model.safetensors",
+            {{"base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight", DType::kF32, {4, 64}, a.data()}})
+            .is_ok());
     auto p = patch::load_patch(dir);
     ASSERT_FALSE(p.is_ok());
     EXPECT_NE(p.message().find("no lora_B"), std::string::npos) << p.message();
-    ASSERT_TRUE(write_safetensors(dir + "/adapter_model.safetensors",
-                                  {{"base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight", DType::kF32, {4, 64}, a.data()},
-                                   {"base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight", DType::kF32, {64, 8}, b.data()}})
-                    .is_ok());
+    ASSERT_TRUE(
+        write_safetensors(
+            dir + "/adapter_model.safetensors",
+            {{"base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight", DType::kF32, {4, 64}, a.data()},
+             {"base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight", DType::kF32, {64, 8}, b.data()}})
+            .is_ok());
     p = patch::load_patch(dir);
     ASSERT_FALSE(p.is_ok());
     EXPECT_NE(p.message().find("same r"), std::string::npos) << p.message();
-    ASSERT_TRUE(write_safetensors(dir + "/adapter_model.safetensors",
-                                  {{"base_model.model.model.layers.0.self_attn.q_proj.lora_magnitude_vector", DType::kF32, {128}, b.data()}})
-                    .is_ok());
+    ASSERT_TRUE(
+        write_safetensors(
+            dir + "/adapter_model.safetensors",
+            {{"base_model.model.model.layers.0.self_attn.q_proj.lora_magnitude_vector", DType::kF32, {128}, b.data()}})
+            .is_ok());
     p = patch::load_patch(dir);
     ASSERT_FALSE(p.is_ok());
     EXPECT_NE(p.message().find("not a LoRA factor"), std::string::npos) << p.message();
     // Shapes that fit no base tensor: refused when applied, naming the tensor.
     std::vector<float> a2(4 * 32, 0.1f), b2(128 * 4, 0.1f);
-    ASSERT_TRUE(write_safetensors(dir + "/adapter_model.safetensors",
-                                  {{"base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight", DType::kF32, {4, 32}, a2.data()},
-                                   {"base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight", DType::kF32, {128, 4}, b2.data()}})
-                    .is_ok());
+    ASSERT_TRUE(
+        write_safetensors(
+            dir + "/adapter_model.safetensors",
+            {{"base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight", DType::kF32, {4, 32}, a2.data()},
+             {"base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight", DType::kF32, {128, 4}, b2.data()}})
+            .is_ok());
     p = patch::load_patch(dir);
     ASSERT_TRUE(p.is_ok()) << p.message();
     Status st = patch::apply_patch(qwen3_base(), *p, test::temp_dir() + "/wrong-shape");
@@ -665,9 +700,10 @@ TEST(PatchArtifact, LowRankEditMergesLikeThePeftAdapter) {
   }
   const std::string dir = test::temp_dir() + "/lowrank";
   fs::create_directories(dir);
-  ASSERT_TRUE(write_safetensors(dir + "/edit-0000.safetensors", {{"lora_A", DType::kF32, {e.rank, e.cols()}, e.a.data()},
-                                                                  {"lora_B", DType::kF32, {e.rows(), e.rank}, e.b.data()}})
-                  .is_ok());
+  ASSERT_TRUE(
+      write_safetensors(dir + "/edit-0000.safetensors", {{"lora_A", DType::kF32, {e.rank, e.cols()}, e.a.data()},
+                                                         {"lora_B", DType::kF32, {e.rows(), e.rank}, e.b.data()}})
+          .is_ok());
   const std::string bytes = slurp(dir + "/edit-0000.safetensors");
   json m = {{"format", "glassbox-patch"},
             {"format_version", 1},
