@@ -229,6 +229,33 @@ Status apply_edit(const Edit& e, uint8_t* data, size_t nbytes) {
                          std::to_string(e.numel() * es));
   }
   const int64_t rows = e.rows(), cols = e.cols(), k = static_cast<int64_t>(e.indices.size());
+  // The loaders check all of this; an Edit built elsewhere gets an error, not a wild write.
+  const bool matrix_kind = e.kind == EditKind::kColumns || e.kind == EditKind::kRows || e.kind == EditKind::kLowRank;
+  if (matrix_kind && e.shape.size() != 2)
+    return Status::error(e.tensor + ": a " + edit_kind_name(e.kind) + " edit needs a 2-D tensor");
+  int64_t want_values = 0, limit = 0;
+  switch (e.kind) {
+    case EditKind::kFull: want_values = e.numel() * es; break;
+    case EditKind::kSparse: want_values = k * es, limit = e.numel(); break;
+    case EditKind::kRows: want_values = k * cols * es, limit = rows; break;
+    case EditKind::kColumns: want_values = rows * k * es, limit = cols; break;
+    case EditKind::kLowRank:
+      if (e.rank <= 0 || static_cast<int64_t>(e.a.size()) != e.rank * cols ||
+          static_cast<int64_t>(e.b.size()) != rows * e.rank) {
+        return Status::error(e.tensor + ": low-rank factors do not match rank " + std::to_string(e.rank) +
+                             " and shape " + shape_string(e.shape));
+      }
+      break;
+  }
+  if (e.kind != EditKind::kLowRank && static_cast<int64_t>(e.values.size()) != want_values) {
+    return Status::error(e.tensor + ": the edit has " + std::to_string(e.values.size()) +
+                         " bytes of values, expected " + std::to_string(want_values));
+  }
+  for (int64_t i = 0; e.kind != EditKind::kFull && e.kind != EditKind::kLowRank && i < k; ++i) {
+    if (e.indices[i] < 0 || e.indices[i] >= limit) {
+      return Status::error(e.tensor + ": index " + std::to_string(e.indices[i]) + " is out of range");
+    }
+  }
   switch (e.kind) {
     case EditKind::kFull: std::memcpy(data, e.values.data(), nbytes); break;
     case EditKind::kSparse:

@@ -747,6 +747,36 @@ TEST(PatchNames, HfAndGgufNamesMapBothWays) {
   EXPECT_EQ(t->proj, patch::Proj::kO);
 }
 
+// apply_edit is public (the serving path will call it): an inconsistent Edit is an error.
+TEST(PatchApplyEdit, InconsistentEditsAreErrorsNotWildWrites) {
+  std::vector<uint8_t> buf(4 * 6 * 4, 0);
+  patch::Edit e;
+  e.tensor = "t";
+  e.dtype = DType::kF32;
+  e.shape = {4, 6};
+  e.kind = EditKind::kColumns;
+  e.indices = {1, 9};
+  e.values.resize(4 * 2 * 4);
+  EXPECT_FALSE(patch::apply_edit(e, buf.data(), buf.size()).is_ok());  // column 9 of 6
+  e.indices = {1, 2};
+  e.values.resize(3);
+  EXPECT_FALSE(patch::apply_edit(e, buf.data(), buf.size()).is_ok());  // too few values
+  e.values.assign(4 * 2 * 4, 0x3f);
+  EXPECT_TRUE(patch::apply_edit(e, buf.data(), buf.size()).is_ok());
+  EXPECT_FALSE(patch::apply_edit(e, buf.data(), buf.size() - 4).is_ok());  // wrong tensor size
+  e.kind = EditKind::kLowRank;
+  e.rank = 2;
+  e.a.assign(2 * 6, 1.0f);
+  e.b.assign(3, 1.0f);
+  EXPECT_FALSE(patch::apply_edit(e, buf.data(), buf.size()).is_ok());  // B is not [4, 2]
+  e.shape = {24};
+  EXPECT_FALSE(patch::apply_edit(e, buf.data(), buf.size()).is_ok());  // low_rank of a 1-D tensor
+  e.kind = EditKind::kSparse;
+  e.indices = {24};
+  e.values.assign(4, 0);
+  EXPECT_FALSE(patch::apply_edit(e, buf.data(), buf.size()).is_ok());  // element 24 of 24
+}
+
 #ifdef GB_GLASSBOX_BIN
 // The CLI: a damaged patch is refused (exit 1) with the file and both hashes on stderr.
 TEST(PatchCli, VerifyRefusesADamagedPatch) {
