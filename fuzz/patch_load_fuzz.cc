@@ -48,14 +48,15 @@ struct Setup {
     std::vector<int64_t> idx = {1, 3};
     std::vector<float> cols(4 * 2, 0.5f), a(2 * 6, 0.25f), b(4 * 2, -1.0f);
     if (!gb::write_safetensors(artifact + "/edit-0000.safetensors", {{"indices", gb::DType::kI64, {2}, idx.data()},
-                                                                      {"values", gb::DType::kF32, {4, 2}, cols.data()}})
+                                                                     {"values", gb::DType::kF32, {4, 2}, cols.data()}})
              .is_ok() ||
-        !gb::write_safetensors(artifact + "/edit-0001.safetensors",
-                               {{"lora_A", gb::DType::kF32, {2, 6}, a.data()}, {"lora_B", gb::DType::kF32, {4, 2}, b.data()}})
+        !gb::write_safetensors(artifact + "/edit-0001.safetensors", {{"lora_A", gb::DType::kF32, {2, 6}, a.data()},
+                                                                     {"lora_B", gb::DType::kF32, {4, 2}, b.data()}})
              .is_ok() ||
-        !gb::write_safetensors(peft + "/adapter_model.safetensors",
-                               {{"base_model.model.model.layers.0.mlp.down_proj.lora_A.weight", gb::DType::kF32, {2, 6}, a.data()},
-                                {"base_model.model.model.layers.0.mlp.down_proj.lora_B.weight", gb::DType::kF32, {4, 2}, b.data()}})
+        !gb::write_safetensors(
+             peft + "/adapter_model.safetensors",
+             {{"base_model.model.model.layers.0.mlp.down_proj.lora_A.weight", gb::DType::kF32, {2, 6}, a.data()},
+              {"base_model.model.model.layers.0.mlp.down_proj.lora_B.weight", gb::DType::kF32, {4, 2}, b.data()}})
              .is_ok()) {
       std::abort();
     }
