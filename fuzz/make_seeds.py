@@ -8,6 +8,8 @@ OUT_DIR/tokenizer_gguf    fixture GGUFs cut to header + metadata (vocabulary-onl
 OUT_DIR/core_safetensors  each fixture's safetensors header with every tensor shrunk to 2 or 2x2,
                           plus one file with every dtype, a scalar and an empty tensor
 OUT_DIR/model_hf_config   config.json, and config.json NUL generation_config.json
+OUT_DIR/patch_load        a mode byte + a manifest, an edit file, an adapter config, adapter weights
+                          or a LoRA GGUF (fuzz/patch_load_fuzz.cc; from ../patches/qwen3-lora)
 """
 import json
 import os
@@ -92,7 +94,8 @@ def main():
     out = sys.argv[1]
     fixtures = sys.argv[2] if len(sys.argv) > 2 else os.path.join(os.path.dirname(__file__), '..', '..', 'shared',
                                                                     'testdata', 'reference')
-    dirs = {d: os.path.join(out, d) for d in ('model_gguf', 'tokenizer_gguf', 'core_safetensors', 'model_hf_config')}
+    dirs = {d: os.path.join(out, d) for d in ('model_gguf', 'tokenizer_gguf', 'core_safetensors', 'model_hf_config',
+                                              'patch_load')}
     for d in dirs.values():
         os.makedirs(d, exist_ok=True)
     for m in sorted(os.listdir(fixtures)):
@@ -116,6 +119,33 @@ def main():
         header[f't{i}'] = {'dtype': dtype, 'shape': shape, 'data_offsets': [offset, offset + count * size]}
         offset += count * size
     write_safetensors(os.path.join(dirs['core_safetensors'], 'all-dtypes.safetensors'), header, b'\x11' * offset)
+    write_patch_seeds(dirs['patch_load'], os.path.join(fixtures, '..', 'patches', 'qwen3-lora'))
+
+
+def write_patch_seeds(out, lora):
+    """Seeds for patch_load_fuzz: the first byte picks what the rest replaces (see the target)."""
+    def seed(name, mode, payload):
+        open(os.path.join(out, name), 'wb').write(bytes([mode]) + payload)
+    manifest = {'format': 'glassbox-patch', 'format_version': 1, 'name': 'fuzz', 'version': '1',
+                'base_model': {'name': 'x', 'tensors': {'a.weight': '0' * 64, 'b.weight': '0' * 64}},
+                'files': [{'name': 'model.safetensors', 'sha256': '0' * 64, 'header': None}],
+                'edits': [{'tensor': 'a.weight', 'kind': 'columns', 'file': 'edit-0000.safetensors',
+                           'sha256': '@SHA0@', 'dtype': 'f32', 'shape': [4, 6]},
+                          {'tensor': 'b.weight', 'kind': 'low_rank', 'file': 'edit-0001.safetensors',
+                           'sha256': '@SHA1@', 'dtype': 'f32', 'shape': [4, 6], 'rank': 2, 'scale': 2.0}]}
+    seed('manifest.bin', 0, json.dumps(manifest).encode())
+    edit = {'indices': {'dtype': 'I64', 'shape': [2], 'data_offsets': [0, 16]},
+            'values': {'dtype': 'F32', 'shape': [4, 2], 'data_offsets': [16, 48]}}
+    h = json.dumps(edit).encode()
+    seed('edit.bin', 1, struct.pack('<Q', len(h)) + h + struct.pack('<2q', 1, 3) + struct.pack('<8f', *([0.5] * 8)))
+    seed('config.bin', 2, open(os.path.join(lora, 'adapter', 'adapter_config.json'), 'rb').read())
+    peft = {'base_model.model.model.layers.0.mlp.down_proj.lora_A.weight':
+            {'dtype': 'F32', 'shape': [2, 6], 'data_offsets': [0, 48]},
+            'base_model.model.model.layers.0.mlp.down_proj.lora_B.weight':
+            {'dtype': 'F32', 'shape': [4, 2], 'data_offsets': [48, 80]}}
+    h = json.dumps(peft).encode()
+    seed('peft.bin', 3, struct.pack('<Q', len(h)) + h + struct.pack('<20f', *([0.25] * 20)))
+    seed('lora-gguf.bin', 4, open(os.path.join(lora, 'adapter.gguf'), 'rb').read())
 
 
 if __name__ == '__main__':

@@ -35,7 +35,9 @@ bool parse_st_dtype(const std::string& s, DType* out) {
 const char* st_dtype_name(DType t) {
   switch (t) {
     case DType::kF32: return "F32";
+    case DType::kI8: return "I8";
     case DType::kI32: return "I32";
+    case DType::kI64: return "I64";
     case DType::kF16: return "F16";
     case DType::kBF16: return "BF16";
     default: return nullptr;

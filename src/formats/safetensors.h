@@ -22,10 +22,10 @@ struct SafetensorsFile {
 Result<SafetensorsFile> read_safetensors(const std::string& path);
 Result<SafetensorsFile> parse_safetensors(std::shared_ptr<MappedFile> file);
 
-// Writes F32 / F16 / BF16 / I32 tensors (`glassbox dump`, benchmark models, tests).
+// Writes F32 / F16 / BF16 / I8 / I32 / I64 tensors (`glassbox dump`, benchmark models, patches, tests).
 struct SafetensorsEntry {
   std::string name;
-  DType dtype;  // kF32, kF16, kBF16 or kI32
+  DType dtype;  // kF32, kF16, kBF16, kI8, kI32 or kI64
   std::vector<int64_t> shape;
   const void* data;
 };
