@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/table.h"
 #include "server/audit.h"
 
 namespace gb::cli {
@@ -35,18 +36,7 @@ void print_table(const std::vector<server::AuditRecord>& rows) {
          r.kind == "request" ? std::to_string(r.prompt_tokens) + "+" + std::to_string(r.completion_tokens) : "-",
          r.spec_hash.substr(0, 12)});
   }
-  std::vector<size_t> width(head.size(), 0);
-  for (const auto& row : cells) {
-    for (size_t c = 0; c < row.size(); ++c) width[c] = std::max(width[c], row[c].size());
-  }
-  for (const auto& row : cells) {
-    std::string line;
-    for (size_t c = 0; c < row.size(); ++c) {
-      line += row[c];
-      if (c + 1 < row.size()) line += std::string(width[c] - row[c].size() + 2, ' ');
-    }
-    std::printf("%s\n", line.c_str());
-  }
+  print_columns(cells);
 }
 
 int run_audit(const AuditOptions& o) {

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "cli/table.h"
 #include "patch/patch.h"
 
 namespace gb::cli {
@@ -64,18 +65,7 @@ void print_info(const patch::Patch& p) {
     cells.push_back(
         {e.tensor, patch::edit_kind_name(e.kind), shape_str(e.shape), detail(e), std::to_string(e.stored_bytes())});
   }
-  std::vector<size_t> width(5, 0);
-  for (const auto& row : cells) {
-    for (size_t c = 0; c < row.size(); ++c) width[c] = std::max(width[c], row[c].size());
-  }
-  for (const auto& row : cells) {
-    std::string line;
-    for (size_t c = 0; c < row.size(); ++c) {
-      line += row[c];
-      if (c + 1 < row.size()) line += std::string(width[c] - row[c].size() + 2, ' ');
-    }
-    std::printf("  %s\n", line.c_str());
-  }
+  print_columns(cells, "  ");
 }
 
 int run_diff(const PatchOptions& o) {
