@@ -2,7 +2,7 @@
 // safetensors file (keys layers.{l}.{point}, embed, final_norm, logits; F32 [n_tokens, width]) —
 // the debugging tool and the basis of reference comparisons. --stats prints per-point statistics.
 // The prompt runs as one request through the engine step that `serve` runs, its tensors taken by
-// the glass box's captures (one per point, layer and token) and its statistics by ops::row_stats.
+// the glass box's captures (capture.h) and its statistics by ops::row_stats.
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
+#include "cli/capture.h"
 #include "cli/commands.h"
 #include "cli/common_flags.h"
-#include "engine/engine.h"
 #include "formats/safetensors.h"
 #include "ops/steer.h"
 
@@ -131,64 +131,17 @@ int run_dump(const DumpOptions& o) {
   std::set<int32_t> layers;
   if (Status st = parse_layers(o.layers, c.n_layers, &layers); !st) return fail(st);
 
-  // One capture per (point, layer, token): the glass box copies each row out as it is produced.
-  GlassSpec spec;
-  spec.observe.enabled = true;
-  spec.observe.layers = {0};
-  spec.observe.detect_massive = false;
-  const int32_t n = static_cast<int32_t>(ids.size());
+  std::vector<std::pair<HookPoint, int32_t>> keys;
   for (HookPoint p : points) {
-    std::vector<int32_t> point_layers =
-        is_layer_point(p) ? std::vector<int32_t>(layers.begin(), layers.end()) : std::vector<int32_t>{-1};
-    for (int32_t l : point_layers) {
-      for (int32_t pos = 0; pos < n; ++pos) spec.observe.captures.push_back({p, l, pos});
+    if (!is_layer_point(p)) keys.emplace_back(p, -1);
+    for (int32_t l : layers) {
+      if (is_layer_point(p)) keys.emplace_back(p, l);
     }
   }
-  spec.observe.max_capture_floats = INT64_MAX;  // a local tool: every requested row
-  auto resolved = resolve_glass_spec(std::move(spec), c);
-  if (!resolved.is_ok()) return fail(resolved.status());
-
-  EngineConfig ec;
-  ec.scheduler.max_num_seqs = 1;
-  ec.scheduler.max_num_batched_tokens = (*model)->max_batch_tokens();
-  ec.max_model_len = std::min(n + 1, c.max_pos);  // the prompt and the one token the engine samples after it
-  auto engine = Engine::create(model->get(), ec);
-  if (!engine.is_ok()) return fail(engine.status());
-  GenerationRequest request;
-  request.id = "dump";
-  request.prompt = ids;
-  request.max_tokens = 1;
-  request.sampling.temperature = 0;
-  request.ignore_eos = true;
-  request.glass = *resolved;
-  auto channel = std::make_shared<RequestChannel>();
-  if (Status st = (*engine)->submit(std::move(request), channel); !st) return fail(st);
-  if (Status st = (*engine)->run_until_idle(); !st) return fail(st);
-  std::shared_ptr<const GlassReport> report;
-  for (GenerationEvent ev; channel->pop(&ev, std::chrono::milliseconds(0));) {
-    if (ev.finish == FinishReason::kError) return fail(Status::error(ev.error));
-    if (ev.glass != nullptr) report = ev.glass;
-  }
-  if (report == nullptr) return fail(Status::error("the engine returned no glass report"));
-
-  // [n_tokens, width] per key, rows in position order.
-  struct Tensor {
-    HookPoint point;
-    int32_t layer;
-    int64_t width = 0;
-    std::vector<float> data;
-  };
-  std::map<std::string, Tensor> tensors;
-  for (const Capture& cap : report->captures) {
-    if (!cap.filled)
-      return fail(
-          Status::error("no " + hook_key(cap.point, cap.layer) + " row for token " + std::to_string(cap.position)));
-    Tensor& t = tensors[hook_key(cap.point, cap.layer)];
-    t.point = cap.point;
-    t.layer = cap.layer;
-    t.width = static_cast<int64_t>(cap.data.size());
-    t.data.insert(t.data.end(), cap.data.begin(), cap.data.end());  // captures are in position order per key
-  }
+  auto captured = capture_hidden_states(**model, ids, keys);
+  if (!captured.is_ok()) return fail(captured.status());
+  const std::map<std::string, CapturedTensor>& tensors = *captured;
+  const int32_t n = static_cast<int32_t>(ids.size());
   std::vector<SafetensorsEntry> entries;
   entries.push_back({"ids", DType::kI32, {static_cast<int64_t>(ids.size())}, ids.data()});
   for (const auto& [key, t] : tensors) entries.push_back({key, DType::kF32, {n, t.width}, t.data.data()});

@@ -48,6 +48,11 @@ class Model {
 
   Status validate_batch(const Batch& batch, const KvCache& cache) const;
 
+  // The model's output head — the final RMSNorm and lm_head, as forward applies them — on n
+  // residual-stream rows x[n, n_embd], into logits[n, vocab]: the logit lens on any layer's
+  // resid_post. Allocates its normed copy (a tool's call, not the serving path).
+  void output_head(const float* x, int64_t n, float* logits);
+
  private:
   // Hybrid models: checks state slots and per-sequence contiguity, and fills acts_.seq_first/count.
   Status prepare_recurrent(const Batch& batch, const KvCache& cache);
