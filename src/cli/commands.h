@@ -19,5 +19,6 @@ void register_audit(CLI::App& app, Action* action);
 void register_score(CLI::App& app, Action* action);
 void register_patch(CLI::App& app, Action* action);
 void register_lens(CLI::App& app, Action* action);
+void register_scan(CLI::App& app, Action* action);
 
 }  // namespace gb::cli

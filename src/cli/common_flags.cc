@@ -1,6 +1,10 @@
 // The shared flag declarations (common_flags.h).
 #include "cli/common_flags.h"
 
+#include <climits>
+#include <cstdlib>
+#include <sstream>
+
 namespace gb::cli {
 
 CLI::Option* add_model_flag(CLI::App& cmd, std::string* model) {
@@ -26,6 +30,25 @@ void add_sampling_flags(CLI::App& cmd, SamplingFlags* s) {
   cmd.add_option("--presence-penalty", s->presence_penalty, "0 = off (OpenAI rule)")->capture_default_str();
   cmd.add_option("--frequency-penalty", s->frequency_penalty, "0 = off (OpenAI rule)")->capture_default_str();
   cmd.add_option("--seed", s->seed, "random seed (same seed and settings: same tokens)");
+}
+
+Status parse_token_ids(const std::string& text, std::vector<int32_t>* ids) {
+  std::string s = text;
+  for (char& c : s) {
+    if (c == ',') c = ' ';
+  }
+  std::istringstream in(s);
+  std::string tok;
+  while (in >> tok) {
+    char* end = nullptr;
+    const long v = std::strtol(tok.c_str(), &end, 10);
+    if (end == tok.c_str() || *end != '\0' || v < 0 || v > INT32_MAX) {
+      return Status::error("--prompt-ids: '" + tok + "' is not a token id");
+    }
+    ids->push_back(static_cast<int32_t>(v));
+  }
+  if (ids->empty()) return Status::error("--prompt-ids: no ids given");
+  return Status::ok();
 }
 
 }  // namespace gb::cli

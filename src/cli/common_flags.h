@@ -7,6 +7,9 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
+
+#include "core/status.h"
 
 namespace gb::cli {
 
@@ -35,5 +38,8 @@ struct SamplingFlags {
 // --temperature, --top-k, --top-p, --min-p, --repetition-penalty, --presence-penalty,
 // --frequency-penalty, --seed.
 void add_sampling_flags(CLI::App& cmd, SamplingFlags* s);
+
+// --prompt-ids: token ids separated by spaces or commas ("1 2 3"); an error names a bad one.
+Status parse_token_ids(const std::string& text, std::vector<int32_t>* ids);
 
 }  // namespace gb::cli

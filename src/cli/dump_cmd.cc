@@ -37,25 +37,6 @@ struct DumpOptions {
   bool stats = false;
 };
 
-Status parse_ids(const std::string& text, std::vector<int32_t>* ids) {
-  std::string s = text;
-  for (char& c : s) {
-    if (c == ',') c = ' ';
-  }
-  std::istringstream in(s);
-  std::string tok;
-  while (in >> tok) {
-    char* end = nullptr;
-    const long v = std::strtol(tok.c_str(), &end, 10);
-    if (end == tok.c_str() || *end != '\0' || v < 0 || v > INT32_MAX) {
-      return Status::error("--prompt-ids: '" + tok + "' is not a token id");
-    }
-    ids->push_back(static_cast<int32_t>(v));
-  }
-  if (ids->empty()) return Status::error("--prompt-ids: no ids given");
-  return Status::ok();
-}
-
 // "all" or a comma list of hook point names.
 Status parse_points(const std::string& text, std::vector<HookPoint>* points) {
   if (text == "all") {
@@ -110,7 +91,7 @@ int fail(const Status& st) {
 int run_dump(const DumpOptions& o) {
   std::vector<int32_t> ids;
   if (!o.prompt_ids.empty()) {
-    if (Status st = parse_ids(o.prompt_ids, &ids); !st) return fail(st);
+    if (Status st = parse_token_ids(o.prompt_ids, &ids); !st) return fail(st);
   } else {
 #ifdef GB_DUMP_HAS_TOKENIZER
     auto tok = Tokenizer::load(o.model);

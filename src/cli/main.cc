@@ -34,6 +34,9 @@ int main(int argc, char** argv) {
 #ifdef GB_HAVE_CMD_LENS
   gb::cli::register_lens(app, &action);
 #endif
+#ifdef GB_HAVE_CMD_SCAN
+  gb::cli::register_scan(app, &action);
+#endif
   CLI11_PARSE(app, argc, argv);
   if (!action) {
     std::fprintf(stderr, "glassbox: no command chosen (see --help)\n");

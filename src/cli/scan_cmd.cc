@@ -1,0 +1,344 @@
+// `glassbox scan`: where massive activations appear (Sun et al. 2024). Runs prompts through the
+// engine with the glass box observing every layer at the chosen points (the server's `observe`:
+// the same accumulator, detector and rule) and reports per (layer, point) the largest |x| with
+// its dim and token, the mean per-token median |x|, the largest max/median ratio and the top
+// dims; then the massive-emergence layer — the first layer where a row passes the rule
+// (|x| > min_abs and > min_ratio × median|x| of that row) — with its dims and token positions.
+// Writes a table to stdout, and with --out DIR scan.json, scan.md and scan.svg (the top-3
+// magnitudes of resid_post per layer on a log scale).
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+#include "cli/common_flags.h"
+#include "core/mapped_file.h"
+#include "engine/engine.h"
+#include "tokenizer/tokenizer.h"
+
+namespace gb::cli {
+namespace {
+
+struct ScanOptions {
+  std::string model, prompt, prompt_ids, prompts_file, points = "resid_post", out;
+  int threads = 0, top_k = 3;
+  float min_abs = 100.0f, min_ratio = 1000.0f;
+  bool json = false;
+};
+
+int fail(const std::string& msg) {
+  std::fprintf(stderr, "glassbox scan: %s\n", msg.c_str());
+  return 1;
+}
+
+// One (layer, point) over every prompt.
+struct Row {
+  HookPoint point = HookPoint::kResidPost;
+  int32_t layer = 0;
+  float max_abs = 0;
+  int32_t max_dim = 0, max_prompt = 0, max_position = -1;
+  double median_sum = 0;  // Σ tokens · mean median (to average over prompts by tokens)
+  int64_t tokens = 0;
+  float max_ratio = 0;
+  std::map<int32_t, float> top;  // dim → largest |x| over prompts
+  int64_t events = 0;
+};
+
+std::string svg_top3(const std::vector<const Row*>& rows, int top_k, const std::string& title) {
+  const int w = 640, h = 360, left = 70, right = 20, top = 50, bottom = 50;
+  double lo = INFINITY, hi = 0;
+  std::vector<std::vector<float>> series(static_cast<size_t>(top_k));
+  for (const Row* r : rows) {
+    std::vector<float> v;
+    for (const auto& [d, a] : r->top) v.push_back(a);
+    std::sort(v.rbegin(), v.rend());
+    for (int k = 0; k < top_k; ++k) {
+      const float a = k < static_cast<int>(v.size()) ? v[static_cast<size_t>(k)] : 0.0f;
+      series[static_cast<size_t>(k)].push_back(a);
+      if (a > 0) lo = std::min(lo, static_cast<double>(a)), hi = std::max(hi, static_cast<double>(a));
+    }
+  }
+  if (!(hi > 0)) lo = 0.1, hi = 1;
+  const double l0 = std::floor(std::log10(lo)), l1 = std::max(l0 + 1, std::ceil(std::log10(hi)));
+  const int n = static_cast<int>(rows.size());
+  auto X = [&](int i) { return left + (n > 1 ? i * (w - left - right) / (n - 1) : (w - left - right) / 2); };
+  auto Y = [&](double a) {
+    const double t = (std::log10(std::max(a, lo)) - l0) / (l1 - l0);
+    return static_cast<int>(h - bottom - t * (h - top - bottom));
+  };
+  std::string s = "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + std::to_string(w) + "\" height=\"" +
+                  std::to_string(h) + "\" font-family=\"sans-serif\" font-size=\"11\">\n";
+  s += "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
+  s += "<text x=\"" + std::to_string(left) + "\" y=\"20\" font-size=\"14\">" + title + "</text>\n";
+  for (double e = l0; e <= l1; e += 1) {
+    const int y = Y(std::pow(10.0, e));
+    s += "<line x1=\"" + std::to_string(left) + "\" x2=\"" + std::to_string(w - right) + "\" y1=\"" +
+         std::to_string(y) + "\" y2=\"" + std::to_string(y) + "\" stroke=\"#ddd\"/>\n";
+    s += "<text x=\"" + std::to_string(left - 6) + "\" y=\"" + std::to_string(y + 4) + "\" text-anchor=\"end\">1e" +
+         std::to_string(static_cast<int>(e)) + "</text>\n";
+  }
+  for (int i = 0; i < n; ++i) {
+    s += "<text x=\"" + std::to_string(X(i)) + "\" y=\"" + std::to_string(h - bottom + 16) +
+         "\" text-anchor=\"middle\">" + std::to_string(rows[static_cast<size_t>(i)]->layer) + "</text>\n";
+  }
+  s += "<text x=\"" + std::to_string((left + w - right) / 2) + "\" y=\"" + std::to_string(h - 12) +
+       "\" text-anchor=\"middle\">layer (resid_post)</text>\n";
+  s += "<text x=\"16\" y=\"" + std::to_string((top + h - bottom) / 2) + "\" transform=\"rotate(-90 16 " +
+       std::to_string((top + h - bottom) / 2) + ")\" text-anchor=\"middle\">|x|, log scale</text>\n";
+  const char* colours[] = {"#d62728", "#1f77b4", "#2ca02c", "#9467bd", "#8c564b"};
+  for (int k = 0; k < top_k; ++k) {
+    std::string pts;
+    for (int i = 0; i < n; ++i)
+      pts +=
+          std::to_string(X(i)) + "," + std::to_string(Y(series[static_cast<size_t>(k)][static_cast<size_t>(i)])) + " ";
+    const char* c = colours[k % 5];
+    s += std::string("<polyline fill=\"none\" stroke=\"") + c + "\" stroke-width=\"2\" points=\"" + pts + "\"/>\n";
+    s += std::string("<text x=\"") + std::to_string(w - right - 60) + "\" y=\"" + std::to_string(top + 14 * k) +
+         "\" fill=\"" + c + "\">top " + std::to_string(k + 1) + "</text>\n";
+  }
+  return s + "</svg>\n";
+}
+
+int run_scan(const ScanOptions& o) {
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<std::string> texts;
+  std::unique_ptr<Tokenizer> tok;
+  if (!o.prompt_ids.empty()) {
+    std::vector<int32_t> ids;
+    if (Status st = parse_token_ids(o.prompt_ids, &ids); !st) return fail(st.message());
+    prompts.push_back(std::move(ids));
+    texts.push_back(o.prompt_ids);
+  } else {
+    auto t = Tokenizer::load(o.model);
+    if (!t.is_ok()) return fail(t.message());
+    tok = std::move(*t);
+    if (!o.prompt.empty()) texts.push_back(o.prompt);
+    if (!o.prompts_file.empty()) {
+      auto content = read_file(o.prompts_file);
+      if (!content.is_ok()) return fail(content.message());
+      std::istringstream in(*content);
+      for (std::string line; std::getline(in, line);) {
+        if (!line.empty()) texts.push_back(line);
+      }
+    }
+    if (texts.empty()) return fail("give a prompt: --prompt, --prompts FILE or --prompt-ids");
+    for (const std::string& t : texts) prompts.push_back(tok->encode(t, /*add_special=*/true));
+  }
+  auto model = load_model(o.model, {.n_threads = o.threads});
+  if (!model.is_ok()) return fail(model.message());
+  Model& m = **model;
+  const ModelConfig& c = m.config();
+
+  GlassSpec spec;
+  spec.observe.enabled = true;
+  std::istringstream pin(o.points);
+  for (std::string name; std::getline(pin, name, ',');) {
+    auto p = parse_hook_point(name);
+    if (!p || !is_layer_point(*p))
+      return fail("--points: '" + name +
+                  "' is not a per-layer point (resid_pre, attn_out, resid_mid, mlp_act, mlp_out, "
+                  "resid_post)");
+    spec.observe.points.push_back(*p);
+  }
+  spec.observe.top_k = o.top_k;
+  spec.observe.detect_massive = true;
+  spec.massive = {o.min_abs, o.min_ratio};
+  auto resolved = resolve_glass_spec(std::move(spec), c);
+  if (!resolved.is_ok()) return fail(resolved.message());
+
+  int64_t longest = 0;
+  for (const auto& p : prompts) longest = std::max<int64_t>(longest, static_cast<int64_t>(p.size()));
+  if (longest + 1 > c.max_pos) return fail("a prompt does not fit the model's context");
+  EngineConfig ec;
+  ec.scheduler.max_num_seqs = static_cast<int32_t>(std::min<size_t>(prompts.size(), 16));
+  ec.scheduler.max_num_batched_tokens = m.max_batch_tokens();
+  ec.max_model_len = static_cast<int32_t>(longest + 1);
+  auto engine = Engine::create(&m, ec);
+  if (!engine.is_ok()) return fail(engine.message());
+  std::vector<std::shared_ptr<RequestChannel>> channels;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    GenerationRequest r;
+    r.id = "scan-" + std::to_string(i);
+    r.prompt = prompts[i];
+    r.max_tokens = 1;  // the prompt is what is scanned; one sampled token ends it
+    r.sampling.temperature = 0;
+    r.ignore_eos = true;
+    r.glass = *resolved;
+    channels.push_back(std::make_shared<RequestChannel>());
+    if (Status st = (*engine)->submit(std::move(r), channels.back()); !st) return fail(st.message());
+  }
+  if (Status st = (*engine)->run_until_idle(); !st) return fail(st.message());
+
+  std::map<std::pair<int32_t, int>, Row> rows;  // (layer, point)
+  struct Event {
+    int32_t prompt;
+    MassiveEvent e;
+  };
+  std::vector<Event> events;
+  int64_t dropped = 0;
+  for (size_t i = 0; i < channels.size(); ++i) {
+    std::shared_ptr<const GlassReport> rep;
+    for (GenerationEvent ev; channels[i]->pop(&ev, std::chrono::milliseconds(0));) {
+      if (ev.finish == FinishReason::kError) return fail(ev.error);
+      if (ev.glass != nullptr) rep = ev.glass;
+    }
+    if (rep == nullptr) return fail("the engine returned no glass report");
+    // Only prompt rows count: the one sampled token is never computed (max_tokens 1).
+    for (const PointStats& s : rep->stats) {
+      Row& r = rows[{s.layer, static_cast<int>(s.point)}];
+      r.point = s.point;
+      r.layer = s.layer;
+      if (s.max_abs > r.max_abs || r.max_position < 0) {
+        r.max_abs = s.max_abs, r.max_dim = s.max_dim, r.max_position = s.max_position;
+        r.max_prompt = static_cast<int32_t>(i);
+      }
+      r.median_sum += static_cast<double>(s.median_abs) * static_cast<double>(s.n_tokens);
+      r.tokens += s.n_tokens;
+      r.max_ratio = std::max(r.max_ratio, s.max_ratio);
+      for (const TopDim& t : s.top) r.top[t.dim] = std::max(r.top[t.dim], t.abs);
+    }
+    for (const MassiveEvent& e : rep->events) {
+      events.push_back({static_cast<int32_t>(i), e});
+      ++rows.at({e.layer, static_cast<int>(e.point)}).events;
+    }
+    dropped += rep->events_dropped;
+  }
+  auto piece = [&](int32_t prompt, int32_t position) -> std::string {
+    if (tok == nullptr || position < 0) return "";
+    const int32_t id = prompts[static_cast<size_t>(prompt)][static_cast<size_t>(position)];
+    return tok->decode(std::span<const int32_t>(&id, 1), /*skip_special=*/false);
+  };
+  // The emergence layer: the first layer with an event (any scanned point).
+  int32_t emergence = -1;
+  for (const Event& ev : events) emergence = emergence < 0 ? ev.e.layer : std::min(emergence, ev.e.layer);
+  std::set<int32_t> dims;
+  std::set<std::pair<int32_t, int32_t>> where;  // (prompt, position)
+  for (const Event& ev : events) {
+    if (ev.e.layer != emergence) continue;
+    dims.insert(ev.e.dim);
+    where.insert({ev.prompt, ev.e.position});
+  }
+
+  nlohmann::json j = {{"model", o.model},
+                      {"rule", {{"min_abs", o.min_abs}, {"min_ratio", o.min_ratio}}},
+                      {"prompts", texts},
+                      {"events", events.size() + static_cast<size_t>(dropped)}};
+  j["layers"] = nlohmann::json::array();
+  std::string md =
+      "| layer | point | max \\|x\\| | dim | token | mean median \\|x\\| | max ratio | top dims | events |\n"
+      "| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n";
+  std::vector<const Row*> resid;
+  for (const auto& [key, r] : rows) {
+    std::vector<std::pair<float, int32_t>> top;
+    for (const auto& [d, a] : r.top) top.push_back({a, d});
+    std::sort(top.rbegin(), top.rend());
+    if (top.size() > static_cast<size_t>(o.top_k)) top.resize(static_cast<size_t>(o.top_k));
+    nlohmann::json top_json = nlohmann::json::array();
+    std::string top_md;
+    for (const auto& [a, d] : top) {
+      top_json.push_back({{"dim", d}, {"abs", a}});
+      char buf[48];
+      std::snprintf(buf, sizeof(buf), "%s%d (%.3g)", top_md.empty() ? "" : ", ", d, a);
+      top_md += buf;
+    }
+    const double median = r.tokens > 0 ? r.median_sum / static_cast<double>(r.tokens) : 0.0;
+    const std::string pname(hook_point_name(r.point));
+    j["layers"].push_back({{"layer", r.layer},
+                           {"point", pname},
+                           {"max_abs", r.max_abs},
+                           {"max_dim", r.max_dim},
+                           {"max_prompt", r.max_prompt},
+                           {"max_position", r.max_position},
+                           {"max_token", piece(r.max_prompt, r.max_position)},
+                           {"median_abs", median},
+                           {"max_ratio", r.max_ratio},
+                           {"top", top_json},
+                           {"events", r.events}});
+    char line[512];
+    std::snprintf(line, sizeof(line), "| %d | %s | %.4g | %d | %d %s | %.4g | %.4g | %s | %lld |\n", r.layer,
+                  pname.c_str(), r.max_abs, r.max_dim, r.max_position,
+                  nlohmann::json(piece(r.max_prompt, r.max_position))
+                      .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
+                      .c_str(),
+                  median, r.max_ratio, top_md.c_str(), static_cast<long long>(r.events));
+    md += line;
+    if (r.point == HookPoint::kResidPost) resid.push_back(&r);
+  }
+  std::string verdict;
+  if (emergence < 0) {
+    char rule[96];
+    std::snprintf(rule, sizeof(rule), "|x| > %g and > %g × its median |x|", o.min_abs, o.min_ratio);
+    verdict = std::string("no massive activations: no row passes ") + rule;
+    j["emergence_layer"] = nullptr;
+  } else {
+    verdict = "massive-emergence layer: " + std::to_string(emergence) + " (dims";
+    for (int32_t d : dims) verdict += " " + std::to_string(d);
+    verdict += "; tokens";
+    for (const auto& [p, pos] : where) {
+      verdict += " " + std::to_string(pos);
+      if (tok != nullptr)
+        verdict += " " + nlohmann::json(piece(p, pos)).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    }
+    verdict += ")";
+    j["emergence_layer"] = {{"layer", emergence}, {"dims", dims}, {"positions", nlohmann::json::array()}};
+    for (const auto& [p, pos] : where) j["emergence_layer"]["positions"].push_back({{"prompt", p}, {"position", pos}});
+  }
+  const auto dump = [](const nlohmann::json& v) {
+    return v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  };
+  if (o.json) {
+    std::printf("%s\n", dump(j).c_str());
+  } else {
+    std::printf("%s\n%zu prompt(s); %s\n\n%s", m.describe().c_str(), prompts.size(), verdict.c_str(), md.c_str());
+  }
+  if (!o.out.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(o.out, ec);
+    if (ec) return fail("cannot create " + o.out + ": " + ec.message());
+    const std::filesystem::path dir(o.out);
+    std::ofstream(dir / "scan.json") << dump(j) << "\n";
+    std::ofstream(dir / "scan.md") << "# Massive-activation scan: " << m.describe() << "\n\n"
+                                   << verdict << "\n\n"
+                                   << md;
+    if (!resid.empty()) std::ofstream(dir / "scan.svg") << svg_top3(resid, std::min(o.top_k, 5), "Top |x| per layer");
+    if (!std::filesystem::exists(dir / "scan.json")) return fail("cannot write into " + o.out);
+    std::fflush(stdout);
+    std::fprintf(stderr, "glassbox scan: wrote %s/scan.{json,md%s}\n", o.out.c_str(), resid.empty() ? "" : ",svg");
+  }
+  return 0;
+}
+
+}  // namespace
+
+void register_scan(CLI::App& app, Action* action) {
+  auto o = std::make_shared<ScanOptions>();
+  CLI::App* cmd =
+      app.add_subcommand("scan", "Massive activations: per-layer magnitudes and the layer where they emerge");
+  add_model_flag(*cmd, &o->model)->required();
+  auto* text = cmd->add_option("--prompt,-p", o->prompt, "prompt text");
+  auto* file =
+      cmd->add_option("--prompts", o->prompts_file, "a file of prompts, one per line")->check(CLI::ExistingFile);
+  auto* ids = cmd->add_option("--prompt-ids", o->prompt_ids, "token ids, e.g. \"1 2 3\" (no tokenizer needed)");
+  ids->excludes(text)->excludes(file);
+  cmd->add_option("--points", o->points, "comma list of per-layer points")->capture_default_str();
+  cmd->add_option("--top-k,-k", o->top_k, "top dims per (layer, point)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 16));
+  cmd->add_option("--min-abs", o->min_abs, "the rule: |x| above this ...")->capture_default_str();
+  cmd->add_option("--min-ratio", o->min_ratio, "... and above this × the row's median |x|")->capture_default_str();
+  cmd->add_option("--out,-o", o->out, "directory for scan.json, scan.md and scan.svg");
+  add_threads_flag(*cmd, &o->threads);
+  cmd->add_flag("--json", o->json, "print the JSON instead of the table");
+  cmd->callback([action, o] { *action = [o] { return run_scan(*o); }; });
+}
+
+}  // namespace gb::cli
