@@ -1,0 +1,204 @@
+// `glassbox depth`: what each layer contributes (ShortGPT, Gromov et al. 2024, the curse-of-depth
+// update ratios), from the hidden states of one engine request (capture.h):
+//   Block Influence BI_l = 1 − mean_t cos(resid_pre_l, resid_post_l)
+//   update ratios        mean_t ‖attn_out_l‖ / ‖resid_pre_l‖ and mean_t ‖mlp_out_l‖ / ‖resid_mid_l‖
+//   angular distance     d(l, n) = mean_t arccos(cos(resid_pre_l, resid_post_{l+n−1})) / π, n = 1..L−l
+// (means over the prompt's tokens t). The smallest d(l, n) for each n names the block of n layers
+// that changes the stream least — the first candidate to drop. Writes a table to stdout, and with
+// --out DIR depth.json, depth.md and depth.svg (the d(l, n) heat map, Gromov's picture).
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "cli/capture.h"
+#include "cli/commands.h"
+#include "cli/common_flags.h"
+#include "tokenizer/tokenizer.h"
+
+namespace gb::cli {
+namespace {
+
+struct DepthOptions {
+  std::string model, prompt, prompt_ids, out;
+  int threads = 0;
+  bool json = false;
+};
+
+int fail(const std::string& msg) {
+  std::fprintf(stderr, "glassbox depth: %s\n", msg.c_str());
+  return 1;
+}
+
+double dot(const float* a, const float* b, int64_t n) {
+  double s = 0;
+  for (int64_t i = 0; i < n; ++i) s += static_cast<double>(a[i]) * static_cast<double>(b[i]);
+  return s;
+}
+double norm(const float* a, int64_t n) { return std::sqrt(dot(a, a, n)); }
+double cosine(const float* a, const float* b, int64_t n) {
+  const double d = norm(a, n) * norm(b, n);
+  return d > 0 ? std::clamp(dot(a, b, n) / d, -1.0, 1.0) : 1.0;
+}
+
+std::string svg_heat(const std::vector<std::vector<double>>& d, const std::string& title) {
+  const int L = static_cast<int>(d.size()), cell = 36, left = 90, top = 50;
+  const int w = left + cell * L + 30, h = top + cell * L + 50;
+  std::string s = "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + std::to_string(w) + "\" height=\"" +
+                  std::to_string(h) + "\" font-family=\"sans-serif\" font-size=\"11\">\n";
+  s += "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
+  s += "<text x=\"" + std::to_string(left) + "\" y=\"20\" font-size=\"14\">" + title + "</text>\n";
+  s += "<text x=\"" + std::to_string(left) +
+       "\" y=\"36\" fill=\"#555\">angular distance d(l, n) between the input "
+       "of layer l and the output of layer l+n−1 (dark: 0)</text>\n";
+  for (int l = 0; l < L; ++l) {
+    s += "<text x=\"" + std::to_string(left - 6) + "\" y=\"" + std::to_string(top + l * cell + cell / 2 + 4) +
+         "\" text-anchor=\"end\">from layer " + std::to_string(l) + "</text>\n";
+    s += "<text x=\"" + std::to_string(left + l * cell + cell / 2) + "\" y=\"" + std::to_string(top + L * cell + 14) +
+         "\" text-anchor=\"middle\">n=" + std::to_string(l + 1) + "</text>\n";
+    for (int n = 1; n <= L - l; ++n) {
+      const double v = d[static_cast<size_t>(l)][static_cast<size_t>(n - 1)];
+      const int g = static_cast<int>(40 + std::min(1.0, v * 2) * 215);
+      char fill[16];
+      std::snprintf(fill, sizeof(fill), "#%02x%02x%02x", g, g, 255);
+      char txt[16];
+      std::snprintf(txt, sizeof(txt), "%.2f", v);
+      const int x = left + (n - 1) * cell, y = top + l * cell;
+      s += "<rect x=\"" + std::to_string(x) + "\" y=\"" + std::to_string(y) + "\" width=\"" + std::to_string(cell - 1) +
+           "\" height=\"" + std::to_string(cell - 1) + "\" fill=\"" + fill + "\"/>\n";
+      s += "<text x=\"" + std::to_string(x + cell / 2) + "\" y=\"" + std::to_string(y + cell / 2 + 4) +
+           "\" text-anchor=\"middle\" fill=\"" + (g < 140 ? "white" : "black") + "\">" + txt + "</text>\n";
+    }
+  }
+  s += "<text x=\"" + std::to_string(left) + "\" y=\"" + std::to_string(h - 10) +
+       "\" fill=\"#555\">n: the number of consecutive layers</text>\n";
+  return s + "</svg>\n";
+}
+
+int run_depth(const DepthOptions& o) {
+  std::vector<int32_t> ids;
+  if (!o.prompt_ids.empty()) {
+    if (Status st = parse_token_ids(o.prompt_ids, &ids); !st) return fail(st.message());
+  } else {
+    if (o.prompt.empty()) return fail("give a prompt: --prompt or --prompt-ids");
+    auto tok = Tokenizer::load(o.model);
+    if (!tok.is_ok()) return fail(tok.message());
+    ids = (*tok)->encode(o.prompt, /*add_special=*/true);
+  }
+  if (ids.empty()) return fail("the prompt encodes to no tokens");
+  auto model = load_model(
+      o.model, {.max_batch_tokens = static_cast<int32_t>(std::min<size_t>(ids.size(), 512)), .n_threads = o.threads});
+  if (!model.is_ok()) return fail(model.message());
+  Model& m = **model;
+  const ModelConfig& c = m.config();
+  if (static_cast<int64_t>(ids.size()) >= c.max_pos) return fail("the prompt does not fit the model's context");
+  std::vector<std::pair<HookPoint, int32_t>> keys;
+  for (HookPoint p :
+       {HookPoint::kResidPre, HookPoint::kAttnOut, HookPoint::kResidMid, HookPoint::kMlpOut, HookPoint::kResidPost}) {
+    for (int32_t l = 0; l < c.n_layers; ++l) keys.emplace_back(p, l);
+  }
+  auto captured = capture_hidden_states(m, ids, keys);
+  if (!captured.is_ok()) return fail(captured.message());
+  const int64_t n = static_cast<int64_t>(ids.size()), e = c.n_embd;
+  auto rows = [&](HookPoint p, int32_t l) { return captured->at(hook_key(p, l)).data.data(); };
+  auto mean_over_tokens = [&](auto f) {
+    double s = 0;
+    for (int64_t t = 0; t < n; ++t) s += f(t);
+    return s / static_cast<double>(n);
+  };
+  const int32_t L = c.n_layers;
+  std::vector<double> bi(L), attn_ratio(L), mlp_ratio(L);
+  std::vector<std::vector<double>> dist(static_cast<size_t>(L));
+  for (int32_t l = 0; l < L; ++l) {
+    const float *pre = rows(HookPoint::kResidPre, l), *post = rows(HookPoint::kResidPost, l),
+                *attn = rows(HookPoint::kAttnOut, l), *mid = rows(HookPoint::kResidMid, l),
+                *mlp = rows(HookPoint::kMlpOut, l);
+    bi[l] = 1.0 - mean_over_tokens([&](int64_t t) { return cosine(pre + t * e, post + t * e, e); });
+    attn_ratio[l] = mean_over_tokens([&](int64_t t) {
+      const double d = norm(pre + t * e, e);
+      return d > 0 ? norm(attn + t * e, e) / d : 0.0;
+    });
+    mlp_ratio[l] = mean_over_tokens([&](int64_t t) {
+      const double d = norm(mid + t * e, e);
+      return d > 0 ? norm(mlp + t * e, e) / d : 0.0;
+    });
+    for (int32_t k = l; k < L; ++k) {
+      const float* out = rows(HookPoint::kResidPost, k);
+      dist[l].push_back(
+          mean_over_tokens([&](int64_t t) { return std::acos(cosine(pre + t * e, out + t * e, e)) / M_PI; }));
+    }
+  }
+
+  nlohmann::json j = {{"model", o.model}, {"n_tokens", n}};
+  j["layers"] = nlohmann::json::array();
+  std::string md =
+      "| layer | block influence | ‖attn_out‖/‖resid_pre‖ | ‖mlp_out‖/‖resid_mid‖ | angular distance n=1 |\n"
+      "| --- | --- | --- | --- | --- |\n";
+  for (int32_t l = 0; l < L; ++l) {
+    j["layers"].push_back({{"layer", l},
+                           {"block_influence", bi[l]},
+                           {"attn_update_ratio", attn_ratio[l]},
+                           {"mlp_update_ratio", mlp_ratio[l]},
+                           {"angular_distance", dist[l]}});
+    char line[256];
+    std::snprintf(line, sizeof(line), "| %d | %.5f | %.4f | %.4f | %.5f |\n", l, bi[l], attn_ratio[l], mlp_ratio[l],
+                  dist[l][0]);
+    md += line;
+  }
+  // For each block length n, the start layer whose block changes the stream least.
+  md += "\n| n layers | least-change block | angular distance |\n| --- | --- | --- |\n";
+  j["best_blocks"] = nlohmann::json::array();
+  for (int32_t len = 1; len <= L; ++len) {
+    int32_t best = 0;
+    for (int32_t l = 0; l + len <= L; ++l) {
+      if (dist[l][len - 1] < dist[best][len - 1]) best = l;
+    }
+    j["best_blocks"].push_back({{"n", len}, {"first_layer", best}, {"angular_distance", dist[best][len - 1]}});
+    char line[128];
+    std::snprintf(line, sizeof(line), "| %d | %d–%d | %.5f |\n", len, best, best + len - 1, dist[best][len - 1]);
+    md += line;
+  }
+  const auto dump = [](const nlohmann::json& v) {
+    return v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  };
+  if (o.json) {
+    std::printf("%s\n", dump(j).c_str());
+  } else {
+    std::printf("%s, %lld tokens\n\n%s", m.describe().c_str(), static_cast<long long>(n), md.c_str());
+  }
+  if (!o.out.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(o.out, ec);
+    if (ec) return fail("cannot create " + o.out + ": " + ec.message());
+    const std::filesystem::path dir(o.out);
+    std::ofstream(dir / "depth.json") << dump(j) << "\n";
+    std::ofstream(dir / "depth.md") << "# Layer contributions: " << m.describe() << "\n\n" << md;
+    std::ofstream(dir / "depth.svg") << svg_heat(dist, "Angular distance between layers");
+    if (!std::filesystem::exists(dir / "depth.svg")) return fail("cannot write into " + o.out);
+    std::fflush(stdout);
+    std::fprintf(stderr, "glassbox depth: wrote %s/depth.{json,md,svg}\n", o.out.c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+
+void register_depth(CLI::App& app, Action* action) {
+  auto o = std::make_shared<DepthOptions>();
+  CLI::App* cmd =
+      app.add_subcommand("depth", "What each layer contributes: block influence, update ratios, angular distances");
+  add_model_flag(*cmd, &o->model)->required();
+  auto* text = cmd->add_option("--prompt,-p", o->prompt, "prompt text");
+  cmd->add_option("--prompt-ids", o->prompt_ids, "token ids, e.g. \"1 2 3\" (no tokenizer needed)")->excludes(text);
+  cmd->add_option("--out,-o", o->out, "directory for depth.json, depth.md and depth.svg");
+  add_threads_flag(*cmd, &o->threads);
+  cmd->add_flag("--json", o->json, "print the JSON instead of the tables");
+  cmd->callback([action, o] { *action = [o] { return run_depth(*o); }; });
+}
+
+}  // namespace gb::cli
