@@ -21,5 +21,6 @@ void register_patch(CLI::App& app, Action* action);
 void register_lens(CLI::App& app, Action* action);
 void register_scan(CLI::App& app, Action* action);
 void register_depth(CLI::App& app, Action* action);
+void register_sweep(CLI::App& app, Action* action);
 
 }  // namespace gb::cli

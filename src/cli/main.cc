@@ -40,6 +40,9 @@ int main(int argc, char** argv) {
 #ifdef GB_HAVE_CMD_DEPTH
   gb::cli::register_depth(app, &action);
 #endif
+#ifdef GB_HAVE_CMD_SWEEP
+  gb::cli::register_sweep(app, &action);
+#endif
   CLI11_PARSE(app, argc, argv);
   if (!action) {
     std::fprintf(stderr, "glassbox: no command chosen (see --help)\n");
