@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "server/http_fixture.h"
+#include "support/test_support.h"
 #ifndef GB_BASE_CHECK  // defined only to run these tests against the code before the fixes
 #include "server/json_input.h"
 #endif
@@ -300,6 +301,31 @@ TEST_F(HardeningTest, SecondServerOnTheSamePortRefuses) {
   ASSERT_FALSE(st.is_ok());
   EXPECT_NE(st.message().find("in use"), std::string::npos) << st.message();
   expect_alive();
+}
+
+// Issue 11.7: a FIFO as a control-vector path blocked an admin worker forever (opening a FIFO for
+// reading waits for a writer). It must be a 400 naming the path at once, and the server must go on.
+TEST_F(HardeningTest, FifoAsAVectorPathIsRefusedAtOnce) {
+  start();
+  const std::string fifo = gb::test::temp_dir() + "/vector.gguf";
+  ASSERT_TRUE(gb::test::make_fifo(fifo));
+  std::optional<httplib::Result> res;
+  const auto t0 = std::chrono::steady_clock::now();
+  const bool returned = gb::test::returns_within(
+      [&] {
+        res.emplace(client()->Put("/admin/glassbox/vectors/pipe", auth(kAdminKey), json{{"path", fifo}}.dump(),
+                                  "application/json"));
+      },
+      5000ms, fifo);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_TRUE(returned) << "PUT of a FIFO vector path blocked";
+  EXPECT_LT(seconds, 2.0);
+  ASSERT_TRUE(res.has_value() && *res);
+  expect_error(*res, 400, "invalid_request_error", fifo);
+  EXPECT_NE(json::parse((*res)->body)["error"]["message"].get<std::string>().find("FIFO"), std::string::npos)
+      << (*res)->body;
+  expect_alive();
+  EXPECT_EQ(client()->Get("/admin/glassbox", auth(kAdminKey))->status, 200);
 }
 
 // Issue 11.7: a flat list of more than 256 token ids is one prompt, not "more than 256 prompts".
