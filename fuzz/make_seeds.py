@@ -119,7 +119,7 @@ REQUEST_SEEDS = [
     {'messages': [{'role': 'user', 'content': [{'type': 'text', 'text': 'Tell a story'}]},
                   {'role': 'assistant', 'content': 'Once'}, {'role': 'user', 'content': 'more'}],
      'max_tokens': 6, 'presence_penalty': 0.5, 'frequency_penalty': 0.5, 'stream': True,
-     'glassbox': {'interventions': [{'op': 'ablate', 'point': 'attn_out', 'layer': 0, 'dims': [1, 2, 3],
+     'glassbox': {'interventions': [{'op': 'ablate', 'point': 'resid_post', 'layer': 2, 'vector': 'v',
                                      'strength': 1}], 'observe': {'tokens': 'first', 'stats': ['mean']}}},
 ]
 
@@ -148,7 +148,7 @@ def admin_record(op, name, body):
 
 def admin_seeds():
     scale = {'op': 'scale', 'point': 'mlp_act', 'layer': 2, 'dims': [5], 'strength': 0.5}
-    ablate = {'op': 'ablate', 'point': 'attn_out', 'layer': 1, 'dims': [0], 'strength': 1}
+    ablate = {'op': 'ablate', 'point': 'resid_post', 'layer': 1, 'vector': 'v', 'strength': 1}
     add_v = {'op': 'add', 'point': 'resid_post', 'layer': 1, 'vector': 'v', 'strength': 2}
     policy = {'intervention_roles': ['researcher', 'admin'], 'observe_roles': ['user', 'admin'],
               'caps': {'scale': 10, 'add': 50, 'clamp': 100}, 'allowed_layers': [1, 2, 3],

@@ -14,8 +14,8 @@
 #include <string_view>
 
 #include "fuzz_file.h"
-#include "server_world.h"
 #include "server/openai_response.h"
+#include "server_world.h"
 
 namespace {
 

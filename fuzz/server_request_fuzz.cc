@@ -11,9 +11,9 @@
 #include <cstdint>
 #include <string_view>
 
-#include "server_world.h"
 #include "glass/accumulator.h"
 #include "server/openai_response.h"
+#include "server_world.h"
 
 namespace {
 
@@ -38,8 +38,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);
   json body;
   if (auto e = gb::server::parse_json_body(text, &body)) return touch(*e), 0;
-  const auto endpoint = body.is_object() && body.contains("messages") ? gb::server::Endpoint::kChat
-                                                                       : gb::server::Endpoint::kCompletions;
+  const auto endpoint =
+      body.is_object() && body.contains("messages") ? gb::server::Endpoint::kChat : gb::server::Endpoint::kCompletions;
   gb::server::RequestLimits limits;
   limits.served_model_name = w.cfg.served_model_name;
   limits.max_model_len = w.model.max_pos;

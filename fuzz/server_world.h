@@ -106,21 +106,19 @@ inline std::unique_ptr<server::GlassService> make_glass(const server::ServerConf
     if (e) die(std::string(what) + ": " + e->message);
   };
   must(g->put_vector("v", {{"directions", directions}}, &change), "vector");
-  must(g->put_preset(
-           "p", nlohmann::json::parse(R"({"interventions": [{"op": "scale", "point": "mlp_act", "layer": 2,
+  must(g->put_preset("p", nlohmann::json::parse(R"({"interventions": [{"op": "scale", "point": "mlp_act", "layer": 2,
                                                              "dims": [5], "strength": 0.5}]})"),
-           &change),
+                     &change),
        "preset");
-  must(g->put_session(
-           "s", nlohmann::json::parse(R"({"interventions": [{"op": "add", "point": "resid_post", "layer": 1,
+  must(g->put_session("s", nlohmann::json::parse(R"({"interventions": [{"op": "add", "point": "resid_post", "layer": 1,
                                                               "vector": "v", "strength": 2}]})"),
-           &change),
+                      &change),
        "session s");
   must(g->put_session("locked", nlohmann::json::parse(R"({"interventions": [{"preset": "p"}], "roles": ["admin"]})"),
                       &change),
        "session locked");
-  must(g->put_default(nlohmann::json::parse(R"({"interventions": [{"op": "ablate", "point": "attn_out", "layer": 3,
-                                                                    "dims": [1, 2], "strength": 1}]})"),
+  must(g->put_default(nlohmann::json::parse(R"({"interventions": [{"op": "ablate", "point": "resid_post", "layer": 3,
+                                                                    "vector": "v", "strength": 1}]})"),
                       &change),
        "default set");
   return g;

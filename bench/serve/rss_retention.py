@@ -67,7 +67,8 @@ def main():
         k, v = kv.split('=', 1)
         env[k] = v
     cmd = shlex.split(a.server) + ['--config', cfg, '--host', '127.0.0.1', '--port', '0']
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, text=True)
+    requests_log = open(os.path.join(d, 'requests.jsonl'), 'w')
+    proc = subprocess.Popen(cmd, stdout=requests_log, stderr=subprocess.PIPE, env=env, text=True)
     port = None
     for line in proc.stderr:
         m = re.search(r'ready: serving .* on [\d.]+:(\d+)', line)
@@ -76,7 +77,8 @@ def main():
             break
     if port is None:
         sys.exit('the server did not start: ' + ' '.join(cmd))
-    threading.Thread(target=lambda: [None for _ in proc.stderr], daemon=True).start()
+    log = open(os.path.join(d, 'server.log'), 'w')
+    threading.Thread(target=lambda: [log.write(line) for line in proc.stderr], daemon=True).start()
 
     body = request_body()
     errors = [0]
@@ -127,7 +129,7 @@ def main():
     proc.wait(timeout=60)
     print(json.dumps({'label': a.label, 'before_mib': round(before, 1), 'peak_mib': round(peak[0], 1),
                       'after_round_mib': after_round, 'idle_mib': round(idle, 1), 'requests': done[0],
-                      'errors': errors[0]}))
+                      'errors': errors[0], 'server_log': log.name}))
 
 
 if __name__ == '__main__':

@@ -9,9 +9,9 @@
 #include <span>
 
 #include "chat/chat_template.h"
-#include "core/mapped_file.h"
 #include "cli/commands.h"
 #include "cli/common_flags.h"
+#include "core/mapped_file.h"
 #include "engine/engine.h"
 #include "model/model.h"
 #include "server/config.h"

@@ -243,11 +243,11 @@ TEST(Files, FifoAndDirectoryAreRefusedWithoutBlocking) {
   ASSERT_TRUE(test::make_fifo(fifo));
   std::string read_message, map_message, gguf_message, st_message;
   ASSERT_TRUE(test::returns_within([&] { read_message = read_file(fifo).message(); }, std::chrono::seconds(5), fifo));
-  ASSERT_TRUE(test::returns_within([&] { map_message = MappedFile::open(fifo).message(); }, std::chrono::seconds(5),
-                                   fifo));
+  ASSERT_TRUE(
+      test::returns_within([&] { map_message = MappedFile::open(fifo).message(); }, std::chrono::seconds(5), fifo));
   ASSERT_TRUE(test::returns_within([&] { gguf_message = read_gguf(fifo).message(); }, std::chrono::seconds(5), fifo));
-  ASSERT_TRUE(test::returns_within([&] { st_message = read_safetensors(fifo).message(); }, std::chrono::seconds(5),
-                                   fifo));
+  ASSERT_TRUE(
+      test::returns_within([&] { st_message = read_safetensors(fifo).message(); }, std::chrono::seconds(5), fifo));
   for (const std::string& m : {read_message, map_message, gguf_message, st_message}) {
     EXPECT_NE(m.find(fifo), std::string::npos) << m;
     EXPECT_NE(m.find("is not a regular file (it is a FIFO)"), std::string::npos) << m;

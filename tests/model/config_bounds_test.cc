@@ -95,11 +95,10 @@ TEST(ConfigBounds, HfConfigWithABillionLayersIsRefusedBeforeAllocating) {
 }
 
 TEST(ConfigBounds, EveryHfSizeIsBoundedAndNamed) {
-  for (const char* key : {"hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
-                          "vocab_size", "head_dim"}) {
+  for (const char* key :
+       {"hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "vocab_size", "head_dim"}) {
     SCOPED_TRACE(key);
-    expect_refused_small(hf_with([&](json& c) { c[key] = 2000000000; }),
-                         {std::string("'") + key + "' = 2000000000"});
+    expect_refused_small(hf_with([&](json& c) { c[key] = 2000000000; }), {std::string("'") + key + "' = 2000000000"});
   }
   // head_dim sizes the rope tables before validate(): linear and llama3 scaling build one entry per
   // rotary pair.

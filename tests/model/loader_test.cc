@@ -276,17 +276,17 @@ TEST(BadHf, FifoInsteadOfAFileIsRefusedAtOnce) {
     fs::remove(dir + "/" + name);
     ASSERT_TRUE(test::make_fifo(dir + "/" + name));
     std::string message;
-    ASSERT_TRUE(test::returns_within(
-        [&] { message = load_model(dir, {.max_batch_tokens = 16, .n_threads = 1}).message(); },
-        std::chrono::seconds(5), dir + "/" + name));
+    ASSERT_TRUE(
+        test::returns_within([&] { message = load_model(dir, {.max_batch_tokens = 16, .n_threads = 1}).message(); },
+                             std::chrono::seconds(5), dir + "/" + name));
     EXPECT_NE(message.find(dir + "/" + name + " is not a regular file (it is a FIFO)"), std::string::npos) << message;
   }
   const std::string gguf = test::temp_dir() + "/model.gguf";
   ASSERT_TRUE(test::make_fifo(gguf));
   std::string message;
-  ASSERT_TRUE(test::returns_within(
-      [&] { message = load_model(gguf, {.max_batch_tokens = 16, .n_threads = 1}).message(); },
-      std::chrono::seconds(5), gguf));
+  ASSERT_TRUE(
+      test::returns_within([&] { message = load_model(gguf, {.max_batch_tokens = 16, .n_threads = 1}).message(); },
+                           std::chrono::seconds(5), gguf));
   EXPECT_NE(message.find(gguf + " is not a regular file (it is a FIFO)"), std::string::npos) << message;
 }
 

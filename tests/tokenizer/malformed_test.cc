@@ -47,8 +47,7 @@ TEST(MalformedFiles, FifoInsteadOfTokenizerJsonIsRefusedAtOnce) {
     const std::string fifo = dir + "/" + name;
     ASSERT_TRUE(test::make_fifo(fifo));
     std::string message;
-    ASSERT_TRUE(test::returns_within([&] { message = Tokenizer::load(dir).message(); }, std::chrono::seconds(5),
-                                     fifo));
+    ASSERT_TRUE(test::returns_within([&] { message = Tokenizer::load(dir).message(); }, std::chrono::seconds(5), fifo));
     EXPECT_NE(message.find(fifo + " is not a regular file (it is a FIFO)"), std::string::npos) << message;
   }
 }
