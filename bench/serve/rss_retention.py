@@ -11,7 +11,7 @@ capturing resid_post and mlp_act at every layer for 200 token positions plus eve
 (a ~3 MB response), and waits for all of them. RSS (VmRSS of /proc/PID/status) is read before the
 first round, every 50 ms during the rounds (the peak), after each round, and --idle seconds after
 the last round. Prints one JSON line: {label, before_mib, peak_mib, after_round_mib: [...],
-idle_mib, requests, errors}. --env sets variables for the server only (e.g. MALLOC_ARENA_MAX=8),
+idle_mib, rounds_s (the rounds' wall time), requests, errors, server_log}. --env sets variables for the server only (e.g. MALLOC_ARENA_MAX=8),
 so variants can be compared interleaved:
   for i in 1 2 3; do for v in A B; do bench/serve/rss_retention.py --server "$BIN_$v ..."; done; done
 """
@@ -113,6 +113,7 @@ def main():
     sampler = threading.Thread(target=sample)
     sampler.start()
     after_round = []
+    t0 = time.time()
     for _ in range(a.rounds):
         ts = [threading.Thread(target=one) for _ in range(a.concurrency)]
         for t in ts:
@@ -121,6 +122,7 @@ def main():
             t.join()
         time.sleep(0.5)
         after_round.append(round(rss_mib(proc.pid), 1))
+    rounds_s = time.time() - t0 - 0.5 * a.rounds
     running[0] = False
     sampler.join()
     time.sleep(a.idle)
@@ -128,7 +130,7 @@ def main():
     proc.terminate()
     proc.wait(timeout=60)
     print(json.dumps({'label': a.label, 'before_mib': round(before, 1), 'peak_mib': round(peak[0], 1),
-                      'after_round_mib': after_round, 'idle_mib': round(idle, 1), 'requests': done[0],
+                      'after_round_mib': after_round, 'idle_mib': round(idle, 1), 'rounds_s': round(rounds_s, 1), 'requests': done[0],
                       'errors': errors[0], 'server_log': log.name}))
 
 

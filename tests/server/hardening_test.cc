@@ -133,6 +133,29 @@ TEST_F(HardeningTest, InvalidUtf8IsA400) {
   expect_alive();
 }
 
+// Found by server_request_fuzz and server_admin_fuzz: a number literal beyond a double (1e400)
+// made the body parser throw out_of_range, answered 500 "internal error" (and the exception would
+// have quoted the whole literal). It is a 400 that quotes nothing, on every route with a body.
+TEST_F(HardeningTest, NumberBeyondADoubleIsA400) {
+  start(big_body_config());
+  const std::string digits(5000, '7');
+  for (const std::string& number : {std::string("1e400"), std::string("-4444488e444488"), digits + "e" + digits}) {
+    SCOPED_TRACE(number.substr(0, 20));
+    const std::string body = R"({"prompt": "x", "max_tokens": 1, "temperature": )" + number + "}";
+    for (const char* path : {"/v1/completions", "/v1/chat/completions"}) {
+      auto res = client()->Post(path, auth(), body, "application/json");
+      ASSERT_TRUE(res) << path;
+      expect_error(res, 400, "invalid_request_error", "number too large");
+      EXPECT_EQ(res->body.find("7777777777"), std::string::npos) << res->body.substr(0, 300);
+    }
+    auto res = client()->Put("/admin/glassbox/presets/p", auth(kAdminKey),
+                             R"({"interventions": [{"op": "scale", "strength": )" + number + "}]}", "application/json");
+    ASSERT_TRUE(res);
+    expect_error(res, 400, "invalid_request_error", "number too large");
+  }
+  expect_alive();
+}
+
 // Issue 11.2: a chunked body was read whole (200 MB, RSS +235 MB) before auth or max_body_bytes
 // applied. Now a request without a key is answered 401 with its body unread, and the server
 // stops reading after a moment; with a key, reading stops at max_body_bytes (413).
