@@ -1,5 +1,6 @@
-// libFuzzer target: a sequence of admin API changes on a fresh GlassService (the stories260K
-// shape, with a vector, a preset, two sessions and a default set), each through the function its
+// libFuzzer target: a sequence of admin API changes on a GlassService in its initial state (the
+// stories260K shape, with a vector, a preset, two sessions and a default set; restored before
+// each input), each through the function its
 // route calls after parse_json_body, as handle_admin_glass does. The input is records of
 //   op (1 byte), name (1 byte), body length (2 bytes, little-endian), body
 // op % 11: 0 PUT policy, 1 PATCH policy, 2 PUT preset, 3 DELETE preset, 4 PUT vector (JSON
@@ -28,6 +29,9 @@ struct World {
   gb::server::ServerConfig cfg = gb::fuzz::fuzz_server_config();
   json probe = json::parse(R"({"interventions": [{"preset": "p"}, {"control_vector": "v", "strength": 0.5}],
                                "observe": {"points": ["resid_post"], "layers": [1, 2], "tokens": "first"}})");
+  // The service every input starts from: made once, its state put back before each input.
+  std::unique_ptr<gb::server::GlassService> glass = gb::fuzz::make_glass(cfg, model);
+  std::shared_ptr<const gb::server::GlassState> initial = glass->state();
 };
 
 void touch(const std::optional<ApiError>& e) {
@@ -40,7 +44,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const World w;
   static gb::fuzz::MemFile file;
   if (size > 256 * 1024) return 0;
-  std::unique_ptr<gb::server::GlassService> glass = gb::fuzz::make_glass(w.cfg, w.model);
+  gb::server::GlassService* glass = w.glass.get();
+  glass->restore(w.initial);
   static const char* kNames[] = {"p", "q", "v", "w", "s", "locked", "bad name!", ""};
   size_t pos = 0;
   for (int record = 0; record < 8 && pos + 4 <= size; ++record) {

@@ -28,7 +28,8 @@ int64_t resident_bytes() {
 void configure_allocator() {
 #if defined(__GLIBC__)
   if (std::getenv("MALLOC_ARENA_MAX") != nullptr) return;
-  if (const char* t = std::getenv("GLIBC_TUNABLES"); t != nullptr && std::strstr(t, "glibc.malloc.arena_max") != nullptr)
+  if (const char* t = std::getenv("GLIBC_TUNABLES");
+      t != nullptr && std::strstr(t, "glibc.malloc.arena_max") != nullptr)
     return;
   mallopt(M_ARENA_MAX, kMallocArenaMax);
 #endif
