@@ -66,8 +66,9 @@ std::string hf_with(const std::function<void(json&)>& edit) {
   return dir;
 }
 
-std::string gguf_with(const std::function<void(std::map<std::string, json>&)>& edit) {
-  auto g = read_gguf(test::shared_path("testdata/reference/llama-gqa/gguf/model-f32.gguf"));
+std::string gguf_with(const std::function<void(std::map<std::string, json>&)>& edit,
+                      const std::string& rel = "testdata/reference/llama-gqa/gguf/model-f32.gguf") {
+  auto g = read_gguf(test::shared_path(rel));
   EXPECT_TRUE(g.is_ok()) << g.message();
   edit(g->metadata);
   GgufWriter w;
@@ -121,6 +122,11 @@ TEST(ConfigBounds, GgufWithAHugeBlockCountIsRefusedBeforeAllocating) {
     expect_refused_small(gguf_with([&](auto& md) { md[key] = 2000000000; }),
                          {std::string("'") + key + "' = 2000000000"});
   }
+  // The 175 KB model_gguf_fuzz input that took 20 s under ASan: the Qwen3.5 seed with a block_count
+  // of 1e9 (1 GB of layer kinds, then a loop over a billion layers, before validate()).
+  expect_refused_small(gguf_with([](auto& md) { md["qwen35.block_count"] = 1000000000; },
+                                 "testdata/reference/qwen35-hybrid/gguf/model-q8_0.gguf"),
+                       {"'qwen35.block_count' = 1000000000"});
   // rope.dimension_count sizes linear scaling's divisors before validate().
   expect_refused_small(gguf_with([](auto& md) {
                          md["llama.rope.dimension_count"] = 2000000000;
