@@ -156,6 +156,24 @@ TEST_F(HardeningTest, NumberBeyondADoubleIsA400) {
   expect_alive();
 }
 
+// Found by server_request_fuzz: a content part's or response_format's "type" that is not a string
+// threw from json::value(), answered 500. Both are a 400 naming the field.
+TEST_F(HardeningTest, NonStringTypeFieldsAreA400) {
+  start();
+  for (const json& type : {json(true), json(5), json::array(), json::object(), json(nullptr)}) {
+    SCOPED_TRACE(type.dump());
+    json part = {{"type", type}, {"text", "hi"}};
+    expect_error(post("/v1/chat/completions",
+                      {{"messages", {{{"role", "user"}, {"content", json::array({part})}}}}, {"max_tokens", 1}}),
+                 400, "invalid_request_error", "messages[0].content[0].type");
+    expect_error(post("/v1/chat/completions", {{"messages", {{{"role", "user"}, {"content", "hi"}}}},
+                                               {"max_tokens", 1},
+                                               {"response_format", {{"type", type}}}}),
+                 400, "invalid_request_error", "response_format");
+  }
+  expect_alive();
+}
+
 // Issue 11.2: a chunked body was read whole (200 MB, RSS +235 MB) before auth or max_body_bytes
 // applied. Now a request without a key is answered 401 with its body unread, and the server
 // stops reading after a moment; with a key, reading stops at max_body_bytes (413).
