@@ -10,6 +10,10 @@ OUT_DIR/core_safetensors  each fixture's safetensors header with every tensor sh
 OUT_DIR/model_hf_config   config.json, and config.json NUL generation_config.json
 OUT_DIR/patch_load        a mode byte + a manifest, an edit file, an adapter config, adapter weights
                           or a LoRA GGUF (fuzz/patch_load_fuzz.cc; from ../patches/qwen3-lora)
+OUT_DIR/server_request    completions and chat bodies with the glassbox extension, each padded to
+                          12 lengths (the target picks the caller's role and session by length)
+OUT_DIR/server_admin      sequences of admin changes (op, name, length, body records; see
+                          fuzz/server_admin_fuzz.cc), a control-vector GGUF among them
 """
 import json
 import os
@@ -90,6 +94,103 @@ def write_small_safetensors(src, out):
     write_safetensors(out, small, bytes(i % 256 for i in range(offset)))
 
 
+N_EMBD, N_LAYERS = 64, 5  # stories260K, the server targets' model
+
+REQUEST_SEEDS = [
+    {'prompt': 'Once upon a time', 'max_tokens': 8, 'model': 'stories260K', 'logit_bias': {'5': -100}, 'min_p': 0.05,
+     'repetition_penalty': 1.1, 'echo': False, 'best_of': 1},
+    {'messages': [{'role': 'system', 'content': 'Be brief.'}, {'role': 'user', 'content': 'Hi'}],
+     'max_completion_tokens': 4, 'logprobs': True, 'top_logprobs': 2},
+    {'prompt': 'x', 'max_tokens': 2, 'glassbox': {'observe': {
+        'points': ['resid_post', 'mlp_act'], 'layers': {'from': 1, 'to': 3}, 'tokens': 'all', 'top_k': 2,
+        'stats': ['max_abs', 'rms', 'top_k'], 'detect_massive': True,
+        'capture': [{'point': 'mlp_act', 'layer': 1, 'token': 0}, {'point': 'logits', 'layer': 0, 'token': 1}]}}},
+    {'prompt': [1, 2, 3], 'max_tokens': 3, 'n': 2, 'seed': 5, 'glassbox': {
+        'interventions': [
+            {'op': 'scale', 'point': 'mlp_act', 'layer': 2, 'dims': [5], 'strength': -0.98},
+            {'op': 'add', 'point': 'resid_post', 'layers': {'from': 1, 'to': 3}, 'vector': 'v', 'strength': 2},
+            {'op': 'add', 'point': 'resid_post', 'layer': 1, 'vector': [0.5] * N_EMBD, 'strength': 1},
+            {'control_vector': 'v', 'strength': 0.8}, {'preset': 'p'},
+            {'op': 'clamp', 'point': 'resid_post', 'layers': 'all', 'strength': 'inf'},
+            {'op': 'clip_massive', 'point': 'resid_post', 'layer': 2, 'threshold': 100, 'strength': 0}],
+        'massive': {'min_abs': 100, 'min_ratio': 1000},
+        'stop_on_repetition': {'ngram': 4, 'window': 64, 'max_rate': 0.6}}},
+    {'prompt': ['a', 'b'], 'stream': True, 'stream_options': {'include_usage': True}, 'stop': ['\n', 'end'],
+     'temperature': 0.7, 'top_p': 0.9, 'top_k': 40, 'max_tokens': 5, 'logprobs': 2, 'user': 'u',
+     'glassbox': {'observe': {'points': 'all', 'layers': 'all', 'tokens': 'generated'}}},
+    {'messages': [{'role': 'user', 'content': [{'type': 'text', 'text': 'Tell a story'}]},
+                  {'role': 'assistant', 'content': 'Once'}, {'role': 'user', 'content': 'more'}],
+     'max_tokens': 6, 'presence_penalty': 0.5, 'frequency_penalty': 0.5, 'stream': True,
+     'glassbox': {'interventions': [{'op': 'ablate', 'point': 'resid_post', 'layer': 2, 'vector': 'v',
+                                     'strength': 1}], 'observe': {'tokens': 'first', 'stats': ['mean']}}},
+]
+
+
+def gguf_string(b):
+    return struct.pack('<Q', len(b)) + b
+
+
+def control_vector_gguf(layers):
+    kv = gguf_string(b'general.architecture') + struct.pack('<I', 8) + gguf_string(b'controlvector')
+    kv += gguf_string(b'controlvector.model_hint') + struct.pack('<I', 8) + gguf_string(b'llama')
+    infos, data = b'', b''
+    for layer in layers:
+        infos += gguf_string(f'direction.{layer}'.encode()) + struct.pack('<IQIQ', 1, N_EMBD, 0, len(data))
+        data += struct.pack(f'<{N_EMBD}f', *[0.01 * (i % 7) for i in range(N_EMBD)])
+    head = struct.pack('<IIQQ', 0x46554747, 3, len(layers), 2) + kv + infos
+    head += b'\0' * ((32 - len(head) % 32) % 32)
+    return head + data
+
+
+def admin_record(op, name, body):
+    if not isinstance(body, bytes):
+        body = json.dumps(body).encode()
+    return struct.pack('<BBH', op, name, len(body)) + body
+
+
+def admin_seeds():
+    scale = {'op': 'scale', 'point': 'mlp_act', 'layer': 2, 'dims': [5], 'strength': 0.5}
+    ablate = {'op': 'ablate', 'point': 'resid_post', 'layer': 1, 'vector': 'v', 'strength': 1}
+    add_v = {'op': 'add', 'point': 'resid_post', 'layer': 1, 'vector': 'v', 'strength': 2}
+    policy = {'intervention_roles': ['researcher', 'admin'], 'observe_roles': ['user', 'admin'],
+              'caps': {'scale': 10, 'add': 50, 'clamp': 100}, 'allowed_layers': [1, 2, 3],
+              'allowed_points': ['resid_post', 'mlp_act', 'attn_out'], 'presets': {'p': [scale]},
+              'max_interventions': 64}
+    directions = {'directions': {str(layer): [0.25] * N_EMBD for layer in range(1, N_LAYERS)}}
+    # (op, name) of fuzz/server_admin_fuzz.cc; names: 0 p, 1 q, 2 v, 3 w, 4 s, 5 locked; | 0x80: commit fails
+    seeds = {
+        'policy-put': [admin_record(0, 0, policy)],
+        'policy-patch': [admin_record(1, 0, {'caps': {'add': None, 'scale': 5},
+                                             'presets': {'q': [ablate], 'p': None}, 'allowed_layers': None})],
+        'preset-put-delete': [admin_record(2, 1, {'interventions': [scale, ablate]}), admin_record(3, 1, b''),
+                              admin_record(3, 0, b'')],
+        'vector-json': [admin_record(4, 3, directions), admin_record(6, 2, b''), admin_record(6, 3, b'')],
+        'vector-file': [admin_record(5, 3, control_vector_gguf([1, 2, 4, 9]))],
+        'sessions': [admin_record(7, 4, {'interventions': [add_v, {'preset': 'p'}]}),
+                     admin_record(7, 5, {'interventions': [scale], 'roles': ['researcher'], 'keys': ['k']}),
+                     admin_record(8, 4, b'')],
+        'default-sets': [admin_record(9, 0, {'interventions': [ablate, {'preset': 'p'}]}),
+                         admin_record(9, 0, {'interventions': []}), admin_record(10, 0, b''),
+                         admin_record(10, 0, b''), admin_record(10, 0, b'')],
+        'commit-fails': [admin_record(0, 0x80, policy), admin_record(2, 0x81, {'interventions': [scale]}),
+                         admin_record(9, 0x80, {'interventions': [ablate]}), admin_record(3, 0x80, b'')],
+        'conflict': [admin_record(1, 0, {'caps': {'scale': 0.1}}), admin_record(0, 0, {'allowed_layers': [0]})],
+    }
+    return {k: b''.join(v) for k, v in seeds.items()}
+
+
+def write_server_seeds(out):
+    req_dir, admin_dir = os.path.join(out, 'server_request'), os.path.join(out, 'server_admin')
+    os.makedirs(req_dir, exist_ok=True)
+    os.makedirs(admin_dir, exist_ok=True)
+    for i, body in enumerate(REQUEST_SEEDS):
+        text = json.dumps(body)
+        for pad in range(12):
+            open(os.path.join(req_dir, f'request-{i}-{pad}.json'), 'w').write(text + ' ' * pad)
+    for name, data in admin_seeds().items():
+        open(os.path.join(admin_dir, name + '.bin'), 'wb').write(data)
+
+
 def main():
     out = sys.argv[1]
     fixtures = sys.argv[2] if len(sys.argv) > 2 else os.path.join(os.path.dirname(__file__), '..', '..', 'shared',
@@ -120,6 +221,7 @@ def main():
         offset += count * size
     write_safetensors(os.path.join(dirs['core_safetensors'], 'all-dtypes.safetensors'), header, b'\x11' * offset)
     write_patch_seeds(dirs['patch_load'], os.path.join(fixtures, '..', 'patches', 'qwen3-lora'))
+    write_server_seeds(out)
 
 
 def write_patch_seeds(out, lora):

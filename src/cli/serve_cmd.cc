@@ -5,14 +5,13 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
-#include <iterator>
 #include <memory>
 #include <span>
 
 #include "chat/chat_template.h"
 #include "cli/commands.h"
 #include "cli/common_flags.h"
+#include "core/mapped_file.h"
 #include "engine/engine.h"
 #include "model/model.h"
 #include "server/config.h"
@@ -67,9 +66,9 @@ Result<std::unique_ptr<server::TextCodec>> make_codec(const server::ServerConfig
   GB_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer, Tokenizer::load(cfg.model));
   std::string source;
   if (!cfg.chat_template.empty()) {
-    std::ifstream in(cfg.chat_template, std::ios::binary);
-    if (!in) return Status::error("chat_template: cannot read " + cfg.chat_template);
-    source.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    Result<std::string> text = read_file(cfg.chat_template);
+    if (!text.is_ok()) return Status::error("chat_template: " + text.message());
+    source = std::move(text).value();
   } else if (!tokenizer->chat_template().empty()) {
     source = tokenizer->chat_template();
   } else {

@@ -8,24 +8,43 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 
 namespace gb {
 
-Result<std::shared_ptr<MappedFile>> MappedFile::open(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+namespace {
+
+const char* file_kind(mode_t m) {
+  if (S_ISFIFO(m)) return "a FIFO";
+  if (S_ISDIR(m)) return "a directory";
+  if (S_ISCHR(m)) return "a character device";
+  if (S_ISBLK(m)) return "a block device";
+  if (S_ISSOCK(m)) return "a socket";
+  return "not a regular file";
+}
+
+}  // namespace
+
+Result<int> open_regular(const std::string& path, struct stat* st) {
+  // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer, forever. It does not
+  // change how a regular file reads.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return Status::error("cannot open " + path + ": " + std::strerror(errno));
-  struct stat st {};
-  if (fstat(fd, &st) != 0) {
-    int err = errno;
+  if (fstat(fd, st) != 0) {
+    const int err = errno;
     ::close(fd);
     return Status::error("cannot stat " + path + ": " + std::strerror(err));
   }
-  if (!S_ISREG(st.st_mode)) {
+  if (!S_ISREG(st->st_mode)) {
+    const char* kind = file_kind(st->st_mode);
     ::close(fd);
-    return Status::error(path + " is not a regular file");
+    return Status::error(path + " is not a regular file (it is " + std::string(kind) + "); give the path of a file");
   }
+  return fd;
+}
+
+Result<std::shared_ptr<MappedFile>> MappedFile::open(const std::string& path) {
+  struct stat st {};
+  GB_ASSIGN_OR_RETURN(int fd, open_regular(path, &st));
   std::shared_ptr<MappedFile> f(new MappedFile());
   f->path_ = path;
   f->size_ = static_cast<size_t>(st.st_size);
@@ -61,12 +80,24 @@ void MappedFile::prefetch(const std::function<void(size_t)>& on_chunk) const {
 }
 
 Result<std::string> read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::error("cannot open " + path + ": " + std::strerror(errno));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) return Status::error("cannot read " + path);
-  return ss.str();
+  struct stat st {};
+  GB_ASSIGN_OR_RETURN(int fd, open_regular(path, &st));
+  std::string out;
+  out.reserve(static_cast<size_t>(st.st_size));
+  char buf[1 << 16];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n == 0) break;
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      const int err = errno;
+      ::close(fd);
+      return Status::error("cannot read " + path + ": " + std::strerror(err));
+    }
+    out.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return out;
 }
 
 }  // namespace gb

@@ -1,6 +1,8 @@
 // A read-only memory-mapped file: model weights are used in place, never copied.
 #pragma once
 
+#include <sys/stat.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -33,7 +35,13 @@ class MappedFile {
   std::string path_;
 };
 
-// Reads a whole (small) file into a string.
+// Opens path for reading if it is a regular file, without blocking on a FIFO (O_NONBLOCK), and
+// fills *st; anything else (FIFO, directory, device, socket) is an error naming the path and what
+// it is. The caller closes the descriptor. Every loader of files named by a config or an admin
+// request opens through this (MappedFile::open, read_file).
+Result<int> open_regular(const std::string& path, struct stat* st);
+
+// Reads a whole (small) regular file into a string.
 Result<std::string> read_file(const std::string& path);
 
 }  // namespace gb

@@ -28,6 +28,28 @@ Status get_int(const json& j, const std::string& key, int64_t fallback, bool req
   return Status::ok();
 }
 
+// The sizes a config may declare. They are checked as each key is read, before anything is sized
+// by them (a 1e9-layer config would otherwise allocate per layer before validate() refused it),
+// and again by validate() for configs built in code.
+struct SizeBound {
+  int64_t lo, hi;
+};
+constexpr SizeBound kLayersBound{1, 4096}, kEmbdBound{1, 1 << 20}, kHeadsBound{1, 4096}, kHeadDimBound{2, 4096},
+    kFfBound{1, 1 << 22}, kVocabBound{1, 1 << 26};
+
+Status out_of_bound(const std::string& where, const std::string& key, int64_t v, SizeBound b) {
+  return Status::error(where + ": '" + key + "' = " + std::to_string(v) + " is out of range [" + std::to_string(b.lo) +
+                       ", " + std::to_string(b.hi) + "]");
+}
+
+// get_int for a size: also refused when outside b (the error names the key).
+Status get_size(const json& j, const std::string& key, int64_t fallback, bool required, SizeBound b, int64_t* out,
+                const std::string& where) {
+  GB_RETURN_IF_ERROR(get_int(j, key, fallback, required, out, where));
+  if (*out < b.lo || *out > b.hi) return out_of_bound(where, key, *out, b);
+  return Status::ok();
+}
+
 Status get_float(const json& j, const std::string& key, double fallback, double* out, const std::string& where) {
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) {
@@ -156,13 +178,13 @@ int32_t ModelConfig::n_layers_of(LayerKind k) const {
 
 Status ModelConfig::validate() const {
   const std::string where = "model config (" + arch_name + ")";
-  GB_RETURN_IF_ERROR(check_range(where, "layers", n_layers, 1, 4096));
-  GB_RETURN_IF_ERROR(check_range(where, "hidden size", n_embd, 1, 1 << 20));
-  GB_RETURN_IF_ERROR(check_range(where, "attention heads", n_heads, 1, 4096));
+  GB_RETURN_IF_ERROR(check_range(where, "layers", n_layers, kLayersBound.lo, kLayersBound.hi));
+  GB_RETURN_IF_ERROR(check_range(where, "hidden size", n_embd, kEmbdBound.lo, kEmbdBound.hi));
+  GB_RETURN_IF_ERROR(check_range(where, "attention heads", n_heads, kHeadsBound.lo, kHeadsBound.hi));
   GB_RETURN_IF_ERROR(check_range(where, "key/value heads", n_kv_heads, 1, n_heads));
-  GB_RETURN_IF_ERROR(check_range(where, "head_dim", head_dim, 2, 4096));
-  GB_RETURN_IF_ERROR(check_range(where, "intermediate size", n_ff, 1, 1 << 22));
-  GB_RETURN_IF_ERROR(check_range(where, "vocabulary size", vocab, 1, 1 << 26));
+  GB_RETURN_IF_ERROR(check_range(where, "head_dim", head_dim, kHeadDimBound.lo, kHeadDimBound.hi));
+  GB_RETURN_IF_ERROR(check_range(where, "intermediate size", n_ff, kFfBound.lo, kFfBound.hi));
+  GB_RETURN_IF_ERROR(check_range(where, "vocabulary size", vocab, kVocabBound.lo, kVocabBound.hi));
   GB_RETURN_IF_ERROR(check_range(where, "max positions", max_pos, 1, 1 << 26));
   GB_RETURN_IF_ERROR(check_range(where, "rotary dims", rope_dims, 2, head_dim));
   if (n_heads % n_kv_heads != 0) {
@@ -239,20 +261,20 @@ Status set_hf_arch(const std::string& a, const std::string& where, ModelConfig* 
 // Layer count, widths, heads, vocabulary, context (capped at a sliding window) and the norm eps.
 Status parse_hf_shape(const json& j, const std::string& where, ModelConfig* c) {
   int64_t v = 0;
-  GB_RETURN_IF_ERROR(get_int(j, "num_hidden_layers", 0, true, &v, where));
+  GB_RETURN_IF_ERROR(get_size(j, "num_hidden_layers", 0, true, kLayersBound, &v, where));
   c->n_layers = static_cast<int32_t>(v);
-  GB_RETURN_IF_ERROR(get_int(j, "hidden_size", 0, true, &v, where));
+  GB_RETURN_IF_ERROR(get_size(j, "hidden_size", 0, true, kEmbdBound, &v, where));
   c->n_embd = static_cast<int32_t>(v);
-  GB_RETURN_IF_ERROR(get_int(j, "intermediate_size", 0, true, &v, where));
+  GB_RETURN_IF_ERROR(get_size(j, "intermediate_size", 0, true, kFfBound, &v, where));
   c->n_ff = static_cast<int32_t>(v);
-  GB_RETURN_IF_ERROR(get_int(j, "num_attention_heads", 0, true, &v, where));
+  GB_RETURN_IF_ERROR(get_size(j, "num_attention_heads", 0, true, kHeadsBound, &v, where));
   c->n_heads = static_cast<int32_t>(v);
-  GB_RETURN_IF_ERROR(get_int(j, "num_key_value_heads", c->n_heads, false, &v, where));
+  GB_RETURN_IF_ERROR(get_size(j, "num_key_value_heads", c->n_heads, false, kHeadsBound, &v, where));
   c->n_kv_heads = static_cast<int32_t>(v);
-  if (c->n_heads <= 0) return Status::error(where + ": 'num_attention_heads' must be positive");
-  GB_RETURN_IF_ERROR(get_int(j, "head_dim", c->n_embd / c->n_heads, false, &v, where));
+  // head_dim sizes the rope tables (rotary dims / 2 entries).
+  GB_RETURN_IF_ERROR(get_size(j, "head_dim", c->n_embd / c->n_heads, false, kHeadDimBound, &v, where));
   c->head_dim = static_cast<int32_t>(v);
-  GB_RETURN_IF_ERROR(get_int(j, "vocab_size", 0, true, &v, where));
+  GB_RETURN_IF_ERROR(get_size(j, "vocab_size", 0, true, kVocabBound, &v, where));
   c->vocab = static_cast<int32_t>(v);
   GB_RETURN_IF_ERROR(get_int(j, "max_position_embeddings", 2048, false, &v, where));
   c->max_pos = static_cast<int32_t>(v);
@@ -418,6 +440,12 @@ struct GgufKeys {
   const std::string& arch;
   const std::string& where;
 
+  Status get_size(const std::string& key, int64_t fallback, bool required, SizeBound b, int64_t* out) const {
+    GB_RETURN_IF_ERROR(get(key, fallback, required, out));
+    if (*out < b.lo || *out > b.hi) return out_of_bound(where, arch + "." + key, *out, b);
+    return Status::ok();
+  }
+
   Status get(const std::string& key, int64_t fallback, bool required, int64_t* out) const {
     auto it = md.find(arch + "." + key);
     if (it == md.end()) {
@@ -467,18 +495,17 @@ Status set_gguf_arch(const std::string& a, const std::string& where, ModelConfig
 // Layer count, widths, heads (key and value lengths must agree), context, vocabulary, rotated dims.
 Status parse_gguf_shape(const GgufKeys& k, int64_t vocab_rows, ModelConfig* c) {
   int64_t v = 0;
-  GB_RETURN_IF_ERROR(k.get("block_count", 0, true, &v));
+  GB_RETURN_IF_ERROR(k.get_size("block_count", 0, true, kLayersBound, &v));
   c->n_layers = static_cast<int32_t>(v);
-  GB_RETURN_IF_ERROR(k.get("embedding_length", 0, true, &v));
+  GB_RETURN_IF_ERROR(k.get_size("embedding_length", 0, true, kEmbdBound, &v));
   c->n_embd = static_cast<int32_t>(v);
-  GB_RETURN_IF_ERROR(k.get("feed_forward_length", 0, true, &v));
+  GB_RETURN_IF_ERROR(k.get_size("feed_forward_length", 0, true, kFfBound, &v));
   c->n_ff = static_cast<int32_t>(v);
-  GB_RETURN_IF_ERROR(k.get("attention.head_count", 0, true, &v));
+  GB_RETURN_IF_ERROR(k.get_size("attention.head_count", 0, true, kHeadsBound, &v));
   c->n_heads = static_cast<int32_t>(v);
-  if (c->n_heads <= 0) return Status::error(k.where + ": '" + k.arch + ".attention.head_count' must be positive");
-  GB_RETURN_IF_ERROR(k.get("attention.head_count_kv", c->n_heads, false, &v));
+  GB_RETURN_IF_ERROR(k.get_size("attention.head_count_kv", c->n_heads, false, kHeadsBound, &v));
   c->n_kv_heads = static_cast<int32_t>(v);
-  GB_RETURN_IF_ERROR(k.get("attention.key_length", c->n_embd / c->n_heads, false, &v));
+  GB_RETURN_IF_ERROR(k.get_size("attention.key_length", c->n_embd / c->n_heads, false, kHeadDimBound, &v));
   c->head_dim = static_cast<int32_t>(v);
   int64_t value_length = 0;
   GB_RETURN_IF_ERROR(k.get("attention.value_length", c->head_dim, false, &value_length));
@@ -488,9 +515,10 @@ Status parse_gguf_shape(const GgufKeys& k, int64_t vocab_rows, ModelConfig* c) {
   }
   GB_RETURN_IF_ERROR(k.get("context_length", 2048, false, &v));
   c->max_pos = static_cast<int32_t>(v);
-  GB_RETURN_IF_ERROR(k.get("vocab_size", vocab_rows, false, &v));
+  GB_RETURN_IF_ERROR(k.get_size("vocab_size", vocab_rows, false, kVocabBound, &v));
   c->vocab = static_cast<int32_t>(v);
-  GB_RETURN_IF_ERROR(k.get("rope.dimension_count", c->head_dim, false, &v));
+  // Sizes the rope tables; validate() then bounds it by head_dim.
+  GB_RETURN_IF_ERROR(k.get_size("rope.dimension_count", c->head_dim, false, kHeadDimBound, &v));
   c->rope_dims = static_cast<int32_t>(v);
   return Status::ok();
 }

@@ -1,5 +1,8 @@
 // load_model: Hugging Face directories and GGUF files → ModelConfig + ModelWeights, with every
 // tensor's presence, shape and dtype checked before the model can run.
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -8,6 +11,7 @@
 #include <set>
 
 #include "core/fp16.h"
+#include "core/mapped_file.h"
 #include "formats/gguf.h"
 #include "formats/safetensors.h"
 #include "model/model.h"
@@ -351,12 +355,14 @@ Status load_gguf(const std::string& path, Loaded* out) {
   return Status::ok();
 }
 
-bool is_gguf_file(const std::string& path) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (f == nullptr) return false;
+// Whether path starts with the GGUF magic; an error when it is not a regular file (a FIFO would
+// block the read forever).
+Result<bool> is_gguf_file(const std::string& path) {
+  struct stat st {};
+  GB_ASSIGN_OR_RETURN(const int fd, open_regular(path, &st));
   char magic[4] = {};
-  const size_t n = std::fread(magic, 1, 4, f);
-  std::fclose(f);
+  const ssize_t n = ::read(fd, magic, 4);
+  ::close(fd);
   return n == 4 && std::memcmp(magic, "GGUF", 4) == 0;
 }
 
@@ -402,10 +408,15 @@ Result<std::unique_ptr<Model>> load_model(const std::string& path, const LoadOpt
   if (!fs::exists(path, ec)) return Status::error(path + ": no such file or directory");
   Loaded loaded;
   std::string format;
-  if (fs::is_directory(path, ec)) {
+  const bool directory = fs::is_directory(path, ec);
+  bool gguf = false;
+  if (!directory) {
+    GB_ASSIGN_OR_RETURN(gguf, is_gguf_file(path));
+  }
+  if (directory) {
     format = "hf";
     GB_RETURN_IF_ERROR(load_hf(path, &loaded));
-  } else if (is_gguf_file(path)) {
+  } else if (gguf) {
     format = "gguf";
     GB_RETURN_IF_ERROR(load_gguf(path, &loaded));
   } else if (path.size() > 12 && path.ends_with(".safetensors")) {

@@ -10,6 +10,8 @@
 #include <cstdlib>
 #include <set>
 
+#include "core/mapped_file.h"
+
 namespace gb::server {
 
 const char* role_name(Role role) {
@@ -393,14 +395,9 @@ Status validate_config(const EnvLookup& env, ServerConfig* cfg) {
 Result<ServerConfig> load_config(const std::string& config_file, const EnvLookup& env, const ConfigOverrides& flags) {
   ServerConfig cfg;
   if (!config_file.empty()) {
-    std::string text;
-    std::FILE* f = std::fopen(config_file.c_str(), "rb");
-    if (f == nullptr) return Status::error("cannot open config file " + config_file);
-    char buf[4096];
-    size_t n;
-    while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0) text.append(buf, n);
-    std::fclose(f);
-    GB_RETURN_IF_ERROR(apply_yaml(text, &cfg).with_context(config_file));
+    Result<std::string> text = read_file(config_file);  // a FIFO or a directory is refused, never waited on
+    if (!text.is_ok()) return Status::error("config file: " + text.message());
+    GB_RETURN_IF_ERROR(apply_yaml(*text, &cfg).with_context(config_file));
   }
   GB_RETURN_IF_ERROR(apply_env(env, &cfg));
   GB_RETURN_IF_ERROR(apply_overrides(flags, &cfg));

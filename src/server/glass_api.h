@@ -116,6 +116,12 @@ class GlassService {
   nlohmann::json describe() const;
 
   std::shared_ptr<const GlassState> state() const;
+  // Puts back a snapshot taken by state() (of this service or one made from the same config and
+  // model), unchecked and unaudited: for tests and fuzzing, never an admin route.
+  void restore(std::shared_ptr<const GlassState> snapshot) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    state_ = std::move(snapshot);
+  }
   bool available() const { return model_ != nullptr; }
   // Observation bytes held by the requests in flight (max_observation_bytes bounds it).
   int64_t observation_in_use() const { return observation_used_->load(); }

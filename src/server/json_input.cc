@@ -71,6 +71,11 @@ std::optional<ApiError> parse_json_body(std::string_view body, json* out) {
   } catch (const json::parse_error& e) {
     return invalid_field("", "the request body is not valid JSON: " + parse_error_reason(e) + " (at byte " +
                                  std::to_string(e.byte) + ")");
+  } catch (const json::out_of_range&) {
+    // 406: a number literal beyond a double (1e400); nlohmann's message would quote all of it.
+    return invalid_field("", "the request body has a number too large for a 64-bit float (beyond ±1.8e308)");
+  } catch (const json::exception&) {
+    return invalid_field("", "the request body is not valid JSON");
   }
   return std::nullopt;
 }

@@ -18,7 +18,8 @@ namespace gb::server {
 inline constexpr int kMaxJsonDepth = 64;
 
 // Parses a request body. Errors are a 400 that names the problem and its byte offset but never
-// quotes the body: not valid JSON (or not UTF-8), or nested deeper than kMaxJsonDepth.
+// quotes the body: not valid JSON (or not UTF-8), a number beyond a double, or nested deeper than
+// kMaxJsonDepth.
 std::optional<ApiError> parse_json_body(std::string_view body, nlohmann::json* out);
 
 // *out = v when v is an integer (or an integral float, as from a client that only has doubles)

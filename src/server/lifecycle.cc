@@ -7,6 +7,7 @@
 
 #include <cmath>
 
+#include "server/allocator.h"
 #include "server/server.h"
 
 namespace gb::server {
@@ -31,6 +32,7 @@ void block_shutdown_signals() {
 }
 
 int run_server(const ServerConfig& cfg, const BackendFactory& make_backend) {
+  configure_allocator();  // before the HTTP and engine threads exist
   // Diagnostics on stderr; stdout carries only the JSON request log, one line per request.
   spdlog::set_default_logger(spdlog::stderr_color_mt("glassbox"));
   spdlog::set_level(spdlog::level::from_str(cfg.log_level));

@@ -218,6 +218,13 @@ MaybeError parse_sampling(const Fields& f, const RequestLimits& limits, int32_t 
   return std::nullopt;
 }
 
+// Whether obj[key] is the string want. (json::value(key, "") throws when the key holds another
+// type: a 500 for `"type": true`, found by server_request_fuzz.)
+bool is_string_equal(const json& obj, const char* key, const char* want) {
+  auto it = obj.find(key);
+  return it != obj.end() && it->is_string() && it->get_ref<const std::string&>() == want;
+}
+
 // Chat message content: a string, or a list of {type: "text", text} parts (joined).
 MaybeError message_content(const json& msg, size_t index, std::string* out) {
   const std::string where = "messages[" + std::to_string(index) + "].content";
@@ -235,7 +242,7 @@ MaybeError message_content(const json& msg, size_t index, std::string* out) {
   for (size_t j = 0; j < it->size(); ++j) {
     const json& part = (*it)[j];
     const std::string pw = where + "[" + std::to_string(j) + "]";
-    if (!part.is_object() || part.value("type", "") != "text")
+    if (!part.is_object() || !is_string_equal(part, "type", "text"))
       return invalid_field(pw + ".type", pw + ".type: only text content parts are supported");
     auto text = part.find("text");
     if (text == part.end() || !text->is_string()) return invalid_field(pw + ".text", pw + ".text: expected a string");
@@ -383,7 +390,7 @@ std::optional<ApiError> parse_request(Endpoint endpoint, const nlohmann::json& b
       if (const json* v = f.find(name); v && !(v->is_array() && v->empty()))
         return invalid_field(name, std::string(name) + ": tool calling is not supported");
     }
-    if (const json* rf = f.find("response_format"); rf && !(rf->is_object() && rf->value("type", "") == "text"))
+    if (const json* rf = f.find("response_format"); rf && !(rf->is_object() && is_string_equal(*rf, "type", "text")))
       return invalid_field("response_format", "response_format: only {\"type\": \"text\"} is supported");
     bool logprobs = false;
     GB_TRY(f.boolean("logprobs", &logprobs));

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <random>
 
+#include "server/allocator.h"
 #include "server/generation.h"
 #include "server/http_transport.h"
 #include "server/server_internal.h"
@@ -109,7 +110,18 @@ Status Server::init_glass() { return glass_->init(); }
 
 void Server::monitor_loop() {
   std::unique_lock<std::mutex> lock(monitor_mutex_);
+  bool was_idle = false;
+  uint64_t trimmed_after = request_counter_.load();
   while (!monitor_wake_.wait_for(lock, std::chrono::milliseconds(500), [this] { return monitor_stop_; })) {
+    // Idle for a whole tick (so the last answers' buffers are freed) after new requests: give the
+    // heap's free pages back to the OS (allocator.h).
+    const bool idle = in_flight_.load() == 0;
+    if (idle && was_idle && request_counter_.load() != trimmed_after) {
+      trimmed_after = request_counter_.load();
+      if (const int64_t released = release_free_memory(); released > 0)
+        spdlog::debug("idle: returned {} KiB of free heap to the OS", released >> 10);
+    }
+    was_idle = idle;
     const MonitorSnapshot m = engine_->monitor();
     for (const MonitorSnapshot::Event& e : m.recent) {
       if (e.index <= monitor_logged_) continue;

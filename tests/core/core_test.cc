@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "core/fp16.h"
+#include "core/mapped_file.h"
 #include "core/thread_pool.h"
 #include "formats/gguf.h"
 #include "formats/safetensors.h"
@@ -233,6 +234,34 @@ TEST(GgufWriter, RoundTripsMetadataAndTensors) {
 
 // An array's element type holds every element, not just the first: [0, 0.5] is f32 (it was
 // written as i32, 0.5 truncated to 0), [1u, -1] is signed; mixed kinds are refused.
+// Issue 11.7: opening a FIFO for reading waits for a writer, so a FIFO named as a file (a control
+// vector, a model, a config) blocked its caller forever. Every reader refuses anything but a
+// regular file at once, naming the path and what it is.
+TEST(Files, FifoAndDirectoryAreRefusedWithoutBlocking) {
+  const std::string dir = test::temp_dir();
+  const std::string fifo = dir + "/pipe.gguf";
+  ASSERT_TRUE(test::make_fifo(fifo));
+  std::string read_message, map_message, gguf_message, st_message;
+  ASSERT_TRUE(test::returns_within([&] { read_message = read_file(fifo).message(); }, std::chrono::seconds(5), fifo));
+  ASSERT_TRUE(
+      test::returns_within([&] { map_message = MappedFile::open(fifo).message(); }, std::chrono::seconds(5), fifo));
+  ASSERT_TRUE(test::returns_within([&] { gguf_message = read_gguf(fifo).message(); }, std::chrono::seconds(5), fifo));
+  ASSERT_TRUE(
+      test::returns_within([&] { st_message = read_safetensors(fifo).message(); }, std::chrono::seconds(5), fifo));
+  for (const std::string& m : {read_message, map_message, gguf_message, st_message}) {
+    EXPECT_NE(m.find(fifo), std::string::npos) << m;
+    EXPECT_NE(m.find("is not a regular file (it is a FIFO)"), std::string::npos) << m;
+  }
+  EXPECT_NE(read_file(dir).message().find("it is a directory"), std::string::npos) << read_file(dir).message();
+  EXPECT_NE(MappedFile::open(dir).message().find("it is a directory"), std::string::npos);
+  // A regular file still reads whole.
+  const std::string path = write_bytes("plain.txt", std::string(100000, 'x') + "end");
+  auto text = read_file(path);
+  ASSERT_TRUE(text.is_ok()) << text.message();
+  EXPECT_EQ(text->size(), 100003u);
+  EXPECT_EQ(text->substr(100000), "end");
+}
+
 TEST(GgufWriter, ArrayTypeHoldsEveryElement) {
   GgufWriter w;
   w.set("x.floats", nlohmann::json::array({0, 0.5}));

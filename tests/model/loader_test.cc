@@ -267,6 +267,29 @@ TEST(BadHf, BadConfigKeys) {
   expect_load_error(dir + "/nothing-here", {"no such file"});
 }
 
+// Issue 11.7: a FIFO where a model file should be blocked load_model forever (open() waits for a
+// writer); each is now refused at once, naming the file.
+TEST(BadHf, FifoInsteadOfAFileIsRefusedAtOnce) {
+  for (const char* name : {"config.json", "generation_config.json", "model.safetensors"}) {
+    SCOPED_TRACE(name);
+    const std::string dir = copy_hf(kLlamaHf);
+    fs::remove(dir + "/" + name);
+    ASSERT_TRUE(test::make_fifo(dir + "/" + name));
+    std::string message;
+    ASSERT_TRUE(
+        test::returns_within([&] { message = load_model(dir, {.max_batch_tokens = 16, .n_threads = 1}).message(); },
+                             std::chrono::seconds(5), dir + "/" + name));
+    EXPECT_NE(message.find(dir + "/" + name + " is not a regular file (it is a FIFO)"), std::string::npos) << message;
+  }
+  const std::string gguf = test::temp_dir() + "/model.gguf";
+  ASSERT_TRUE(test::make_fifo(gguf));
+  std::string message;
+  ASSERT_TRUE(
+      test::returns_within([&] { message = load_model(gguf, {.max_batch_tokens = 16, .n_threads = 1}).message(); },
+                           std::chrono::seconds(5), gguf));
+  EXPECT_NE(message.find(gguf + " is not a regular file (it is a FIFO)"), std::string::npos) << message;
+}
+
 // ---------------------------------------------------------------- bad GGUF files
 
 // Rewrites a GGUF through the reader and writer, letting `edit` change metadata and tensors.

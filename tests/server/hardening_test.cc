@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "server/http_fixture.h"
+#include "support/test_support.h"
 #ifndef GB_BASE_CHECK  // defined only to run these tests against the code before the fixes
 #include "server/json_input.h"
 #endif
@@ -128,6 +129,47 @@ TEST_F(HardeningTest, InvalidUtf8IsA400) {
     auto res = client()->Post("/v1/completions", auth(), body, "application/json");
     ASSERT_TRUE(res);
     expect_error(res, 400, "invalid_request_error", "not valid JSON");
+  }
+  expect_alive();
+}
+
+// Found by server_request_fuzz and server_admin_fuzz: a number literal beyond a double (1e400)
+// made the body parser throw out_of_range, answered 500 "internal error" (and the exception would
+// have quoted the whole literal). It is a 400 that quotes nothing, on every route with a body.
+TEST_F(HardeningTest, NumberBeyondADoubleIsA400) {
+  start(big_body_config());
+  const std::string digits(5000, '7');
+  for (const std::string& number : {std::string("1e400"), std::string("-4444488e444488"), digits + "e" + digits}) {
+    SCOPED_TRACE(number.substr(0, 20));
+    const std::string body = R"({"prompt": "x", "max_tokens": 1, "temperature": )" + number + "}";
+    for (const char* path : {"/v1/completions", "/v1/chat/completions"}) {
+      auto res = client()->Post(path, auth(), body, "application/json");
+      ASSERT_TRUE(res) << path;
+      expect_error(res, 400, "invalid_request_error", "number too large");
+      EXPECT_EQ(res->body.find("7777777777"), std::string::npos) << res->body.substr(0, 300);
+    }
+    auto res = client()->Put("/admin/glassbox/presets/p", auth(kAdminKey),
+                             R"({"interventions": [{"op": "scale", "strength": )" + number + "}]}", "application/json");
+    ASSERT_TRUE(res);
+    expect_error(res, 400, "invalid_request_error", "number too large");
+  }
+  expect_alive();
+}
+
+// Found by server_request_fuzz: a content part's or response_format's "type" that is not a string
+// threw from json::value(), answered 500. Both are a 400 naming the field.
+TEST_F(HardeningTest, NonStringTypeFieldsAreA400) {
+  start();
+  for (const json& type : {json(true), json(5), json::array(), json::object(), json(nullptr)}) {
+    SCOPED_TRACE(type.dump());
+    json part = {{"type", type}, {"text", "hi"}};
+    expect_error(post("/v1/chat/completions",
+                      {{"messages", {{{"role", "user"}, {"content", json::array({part})}}}}, {"max_tokens", 1}}),
+                 400, "invalid_request_error", "messages[0].content[0].type");
+    expect_error(post("/v1/chat/completions", {{"messages", {{{"role", "user"}, {"content", "hi"}}}},
+                                               {"max_tokens", 1},
+                                               {"response_format", {{"type", type}}}}),
+                 400, "invalid_request_error", "response_format");
   }
   expect_alive();
 }
@@ -300,6 +342,31 @@ TEST_F(HardeningTest, SecondServerOnTheSamePortRefuses) {
   ASSERT_FALSE(st.is_ok());
   EXPECT_NE(st.message().find("in use"), std::string::npos) << st.message();
   expect_alive();
+}
+
+// Issue 11.7: a FIFO as a control-vector path blocked an admin worker forever (opening a FIFO for
+// reading waits for a writer). It must be a 400 naming the path at once, and the server must go on.
+TEST_F(HardeningTest, FifoAsAVectorPathIsRefusedAtOnce) {
+  start();
+  const std::string fifo = gb::test::temp_dir() + "/vector.gguf";
+  ASSERT_TRUE(gb::test::make_fifo(fifo));
+  std::optional<httplib::Result> res;
+  const auto t0 = std::chrono::steady_clock::now();
+  const bool returned = gb::test::returns_within(
+      [&] {
+        res.emplace(client()->Put("/admin/glassbox/vectors/pipe", auth(kAdminKey), json{{"path", fifo}}.dump(),
+                                  "application/json"));
+      },
+      5000ms, fifo);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_TRUE(returned) << "PUT of a FIFO vector path blocked";
+  EXPECT_LT(seconds, 2.0);
+  ASSERT_TRUE(res.has_value() && *res);
+  expect_error(*res, 400, "invalid_request_error", fifo);
+  EXPECT_NE(json::parse((*res)->body)["error"]["message"].get<std::string>().find("FIFO"), std::string::npos)
+      << (*res)->body;
+  expect_alive();
+  EXPECT_EQ(client()->Get("/admin/glassbox", auth(kAdminKey))->status, 200);
 }
 
 // Issue 11.7: a flat list of more than 256 token ids is one prompt, not "more than 256 prompts".

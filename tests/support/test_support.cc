@@ -1,12 +1,16 @@
 #include "support/test_support.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <future>
 #include <random>
+#include <thread>
 
 namespace gb::test {
 
@@ -36,6 +40,23 @@ std::string temp_dir() {
   auto p = root.path / std::to_string(counter++);
   std::filesystem::create_directories(p);
   return p.string();
+}
+
+bool make_fifo(const std::string& path) { return mkfifo(path.c_str(), 0600) == 0; }
+
+bool returns_within(const std::function<void()>& fn, std::chrono::milliseconds timeout, const std::string& fifo_path) {
+  std::future<void> done = std::async(std::launch::async, fn);
+  if (done.wait_for(timeout) == std::future_status::ready) {
+    done.get();
+    return true;
+  }
+  // A reader blocked in open() counts as a reader: a non-blocking writer's open then succeeds.
+  while (done.wait_for(std::chrono::milliseconds(10)) != std::future_status::ready) {
+    const int fd = ::open(fifo_path.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd >= 0) ::close(fd);
+  }
+  done.get();
+  return false;
 }
 
 std::vector<float> random_vec(size_t n, uint32_t seed, float scale) {

@@ -36,6 +36,22 @@ std::string expect_error(const json& j) {
   return r.is_ok() ? std::string() : r.message();
 }
 
+// Issue 11.7: a FIFO as tokenizer.json (or its tokenizer_config.json) blocked Tokenizer::load
+// forever; it is refused at once, naming the file.
+TEST(MalformedFiles, FifoInsteadOfTokenizerJsonIsRefusedAtOnce) {
+  for (const char* name : {"tokenizer.json", "tokenizer_config.json"}) {
+    SCOPED_TRACE(name);
+    const std::string dir = test::temp_dir();
+    std::ofstream(dir + "/tokenizer.json") << valid_json().dump();
+    std::filesystem::remove(dir + "/" + std::string(name));
+    const std::string fifo = dir + "/" + name;
+    ASSERT_TRUE(test::make_fifo(fifo));
+    std::string message;
+    ASSERT_TRUE(test::returns_within([&] { message = Tokenizer::load(dir).message(); }, std::chrono::seconds(5), fifo));
+    EXPECT_NE(message.find(fifo + " is not a regular file (it is a FIFO)"), std::string::npos) << message;
+  }
+}
+
 TEST(MalformedJson, ValidBaseLoads) {
   auto r = Tokenizer::from_hf_json(valid_json().dump());
   ASSERT_TRUE(r.is_ok()) << r.message();
