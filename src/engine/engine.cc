@@ -90,6 +90,10 @@ Status Engine::validate(const GenerationRequest& request) const {
                          " exceeds the context length " + std::to_string(config_.max_model_len));
   }
   GB_RETURN_IF_ERROR(request.sampling.validate(vocab));
+  if (request.variant < 0 || request.variant > model_->n_variants()) {
+    return Status::error("variant " + std::to_string(request.variant) + " is not loaded (this engine has " +
+                         std::to_string(model_->n_variants()) + " variants; 0 is the base)");
+  }
   if (request.glass != nullptr && !(request.glass->resolved_for == glass_shape(model_->config()))) {
     return Status::error("the glass spec was not resolved for this model (resolve_glass_spec with its config)");
   }
@@ -105,6 +109,12 @@ Status Engine::submit(GenerationRequest request, std::shared_ptr<RequestChannel>
   const int64_t total = static_cast<int64_t>(request.prompt.size()) + request.max_tokens;
   std::unique_ptr<GlassAccumulator> glass;
   bool skip_prefix_lookup = false;
+  // A variant's KV differs from the base's for the same tokens: its blocks get their own hashes.
+  if (request.variant != 0) {
+    constexpr uint64_t kVariantSaltTag = 0x76617269616e7400ull;  // "variant\0"
+    request.cache_salt =
+        BlockManager::hash_block(request.cache_salt, {}, kVariantSaltTag ^ static_cast<uint64_t>(request.variant));
+  }
   if (request.glass != nullptr) {
     const GlassSpec& g = *request.glass;
     const int32_t n_prompt = static_cast<int32_t>(request.prompt.size());

@@ -82,6 +82,7 @@ Status ModelRunner::run(const std::vector<ScheduledSeq>& scheduled) {
     }
     const std::span<const int32_t> ids(s.seq->tokens.data() + s.start, s.n_tokens);
     batch_.add_sequence(ids, s.start, s.seq->block_table, block_size_, /*all_logits=*/false, s.seq->state_slot);
+    batch_.seqs.back().variant = s.seq->request.variant;
     // add_sequence asked for the last row's logits: kept when the sequence samples (a prefill chunk
     // short of the end has none), after the rows its captures and prompt logprobs need.
     batch_.output_rows.pop_back();
@@ -146,6 +147,7 @@ Result<NonFiniteSite> ModelRunner::locate_non_finite(const Sequence& seq, int32_
     batch.clear();
     batch.add_sequence(std::span<const int32_t>(seq.tokens.data() + start, len), start, seq.block_table, block_size_,
                        /*all_logits=*/false, seq.state_slot);
+    batch.seqs.back().variant = seq.request.variant;
     if (start + len < n_tokens) batch.output_rows.clear();
     glass.clear();
     if (acc != nullptr) glass.add_sequence(0, len, start, seq.n_prompt, acc.get());

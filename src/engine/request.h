@@ -79,6 +79,9 @@ struct GenerationRequest {
   // prefix-cache hits for it.
   int32_t prompt_logprobs = -1;
   uint64_t cache_salt = 0;  // mixed into prefix-cache block hashes (the engine mixes in the glass spec's)
+  // The weight variant the request runs on: 0 = the base, else an id from Model::add_variant
+  // (validated at submit). The engine mixes it into cache_salt: no KV block is shared across variants.
+  int32_t variant = 0;
   Clock::time_point deadline = Clock::time_point::max();  // cancelled with kTimeout when passed
   // The glass box for this request (observation + interventions), made by resolve_glass_spec
   // against this engine's model; null: none (the request runs exactly as a plain one). Shared and

@@ -9,6 +9,8 @@
 
 namespace gb {
 
+struct VariantStep;
+
 struct Activations {
   Activations(const ModelConfig& c, int32_t max_tokens, int32_t n_threads);
 
@@ -43,6 +45,9 @@ struct Activations {
   std::vector<float> delta_scratch;  // [n_threads, ops::gated_delta_chunk_scratch(kDeltaChunk, dv)] f32
   std::vector<int32_t> seq_first;    // [max_tokens] first batch row of each batch sequence
   std::vector<int32_t> seq_count;    // [max_tokens] its number of rows in the batch
+
+  // This step's weight variants (Model::prepare_variants): null when no row runs on a variant.
+  const VariantStep* variants = nullptr;
 };
 
 // Chunk length of the delta rule's chunked (prefill) form, as in the reference implementations.

@@ -21,6 +21,8 @@ struct BatchSeq {
   // model has linear-attention layers). Its tokens must then be contiguous in the batch with
   // consecutive positions, starting at 0 (the state is reset) or where the state left off.
   int32_t state_slot = -1;
+  // The weight variant this sequence runs on: 0 = the base, else an id from Model::add_variant.
+  int32_t variant = 0;
 };
 
 struct Batch {

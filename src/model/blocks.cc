@@ -5,6 +5,7 @@
 
 #include "model/arch.h"
 #include "model/parallel.h"
+#include "model/variants.h"
 #include "ops/activation.h"
 #include "ops/attention.h"
 #include "ops/matmul.h"
@@ -56,11 +57,14 @@ void residual_and_mlp(const ModelConfig& c, const LayerWeights& L, int32_t il, A
   });
   ops::matmul(pool, a.xn.data(), n, L.w_gate, a.gate.data());
   ops::matmul(pool, a.xn.data(), n, L.w_up, a.up.data());
+  apply_variant_deltas(a.variants, il, patch::Proj::kGate, a.xn.data(), a.gate.data(), pool);
+  apply_variant_deltas(a.variants, il, patch::Proj::kUp, a.xn.data(), a.up.data(), pool);
   parallel_for(pool, n * n_ff, n * n_ff * 8, [&](int64_t b, int64_t e, int) {
     ops::silu_mul(a.gate.data() + b, a.up.data() + b, e - b, a.gate.data() + b);
   });
   hook_point(hooks, mask, HookPoint::kMlpAct, il, a.gate.data(), n, n_ff, all_rows, batch);
   ops::matmul(pool, a.gate.data(), n, L.w_down, a.mlp_out.data());
+  apply_variant_deltas(a.variants, il, patch::Proj::kDown, a.gate.data(), a.mlp_out.data(), pool);
   hook_point(hooks, mask, HookPoint::kMlpOut, il, a.mlp_out.data(), n, n_embd, all_rows, batch);
   ops::add_inplace(x, a.mlp_out.data(), n * n_embd);
   hook_point(hooks, mask, HookPoint::kResidPost, il, x, n, n_embd, all_rows, batch);

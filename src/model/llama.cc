@@ -4,6 +4,7 @@
 
 #include "model/arch.h"
 #include "model/parallel.h"
+#include "model/variants.h"
 #include "ops/activation.h"
 #include "ops/attention.h"
 #include "ops/matmul.h"
@@ -40,6 +41,9 @@ void forward_llama(const ModelConfig& c, const ModelWeights& w, Activations& a, 
     ops::matmul(pool, a.xn.data(), n, L.wq, a.q.data());
     ops::matmul(pool, a.xn.data(), n, L.wk, a.k.data());
     ops::matmul(pool, a.xn.data(), n, L.wv, a.v.data());
+    apply_variant_deltas(a.variants, il, patch::Proj::kQ, a.xn.data(), a.q.data(), pool);
+    apply_variant_deltas(a.variants, il, patch::Proj::kK, a.xn.data(), a.k.data(), pool);
+    apply_variant_deltas(a.variants, il, patch::Proj::kV, a.xn.data(), a.v.data(), pool);
     if (L.bq != nullptr) {
       ops::add_bias(a.q.data(), L.bq, n, qd);
       ops::add_bias(a.k.data(), L.bk, n, kvd);
@@ -53,6 +57,7 @@ void forward_llama(const ModelConfig& c, const ModelWeights& w, Activations& a, 
     ops::rope(a.k.data(), n, kvd, n_kv, hd, c.rope_dims, a.rope_cos.data(), a.rope_sin.data(), c.rope_style);
     paged_attention(c, il, a, pool, batch, cache);
     ops::matmul(pool, a.attn.data(), n, L.wo, a.attn_out.data());
+    apply_variant_deltas(a.variants, il, patch::Proj::kO, a.attn.data(), a.attn_out.data(), pool);
     if (L.bo != nullptr) ops::add_bias(a.attn_out.data(), L.bo, n, n_embd);
     residual_and_mlp(c, L, il, a, pool, batch, hooks);
   }

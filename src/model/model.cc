@@ -79,6 +79,10 @@ Status Model::validate_batch(const Batch& b, const KvCache& cache) const {
   const int64_t bs = cache.block_size();
   for (size_t s = 0; s < b.seqs.size(); ++s) {
     const BatchSeq& q = b.seqs[s];
+    if (q.variant < 0 || q.variant > n_variants()) {
+      return bad("sequence " + std::to_string(s) + " names variant " + std::to_string(q.variant) + "; the model has " +
+                 std::to_string(n_variants()) + " (0 is the base)");
+    }
     if (q.context_len < 1 || q.context_len > config_.max_pos) {
       return bad("sequence " + std::to_string(s) + " context length " + std::to_string(q.context_len) +
                  " is outside [1, " + std::to_string(config_.max_pos) + "]");
@@ -152,6 +156,7 @@ Status Model::forward(const Batch& batch, KvCache& cache, const Hooks* hooks, fl
   // Attention scratch grows with the cache's block size, once, outside the layer loop.
   const size_t need = static_cast<size_t>(pool_->size()) * cache.block_size();
   if (acts_.scores.size() < need) acts_.scores.resize(need);
+  acts_.variants = prepare_variants(batch);
   switch (config_.arch) {
     case Arch::kLlama:
     case Arch::kQwen2:

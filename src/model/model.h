@@ -15,6 +15,7 @@
 #include "model/config.h"
 #include "model/hooks.h"
 #include "model/kv_cache.h"
+#include "model/variants.h"
 #include "model/weights.h"
 
 namespace gb {
@@ -26,6 +27,15 @@ struct LoadOptions {
   // Convert F32/F16/BF16 weight matrices to Q8_0 at load (llama-quantize's blocks; activations
   // then rounded to Q8_0 like any Q8_0 weight): about half of bf16's bytes per decoded token.
   bool convert_to_q8 = false;
+};
+
+// A registered weight variant (Model::add_variant).
+struct VariantInfo {
+  std::string name;
+  std::string path;
+  std::string source;  // "patch", "peft", "gguf-lora"
+  int64_t bytes = 0;   // memory its deltas take beside the base
+  int32_t n_edits = 0;
 };
 
 class Model {
@@ -52,10 +62,21 @@ class Model {
   // residual-stream rows x[n, n_embd], into logits[n, vocab]: the logit lens on any layer's
   // resid_post. Allocates its normed copy (a tool's call, not the serving path).
   void output_head(const float* x, int64_t n, float* logits);
+  // Registers a weight variant served beside the base from the same weights: each edit is
+  // resolved to the matrix it targets (shape, row order, the pinned base hash where checkable)
+  // and kept as a delta (low_rank: A and scale·B in f32; columns / sparse: edited − dequantized
+  // base in f32; rows / full: the edited values in their dtype). scale multiplies low_rank,
+  // columns and sparse deltas. Returns the id (1, 2, ...) a BatchSeq::variant names. Not
+  // thread-safe with forward: register before serving. Embedding / lm_head edits are refused.
+  Result<int32_t> add_variant(const patch::Patch& patch, const std::string& name, float scale = 1.0f);
+  int32_t n_variants() const { return static_cast<int32_t>(variants_.size()); }
+  const std::vector<VariantInfo>& variants() const { return variants_; }
 
  private:
   // Hybrid models: checks state slots and per-sequence contiguity, and fills acts_.seq_first/count.
   Status prepare_recurrent(const Batch& batch, const KvCache& cache);
+  // Groups the batch rows by variant for this step; null when every row is on the base.
+  const VariantStep* prepare_variants(const Batch& batch);
   friend Result<std::unique_ptr<Model>> load_model(const std::string& path, const LoadOptions& options);
   Model(ModelConfig config, const LoadOptions& options);
 
@@ -68,6 +89,13 @@ class Model {
   std::unique_ptr<ThreadPool> own_pool_;
   ThreadPool* pool_;
   Activations acts_;
+  // Variants: deltas per (layer, projection), and the per-step scratch sized at registration.
+  std::vector<VariantInfo> variants_;
+  std::vector<std::vector<MatrixDelta>> deltas_;  // [n_layers · kProjCount]
+  int64_t var_max_in_ = 0, var_max_rank_ = 0, var_max_out_ = 0;
+  std::vector<float> var_xg_, var_tg_, var_yg_;
+  std::vector<int32_t> var_rows_, var_offsets_, var_cursor_;
+  VariantStep var_step_;
 };
 
 // Loads a Hugging Face model directory (config.json, model.safetensors or shards with

@@ -6,6 +6,7 @@
 
 #include "model/arch.h"
 #include "model/parallel.h"
+#include "model/variants.h"
 #include "ops/activation.h"
 #include "ops/attention.h"
 #include "ops/linear_attention.h"
@@ -26,6 +27,7 @@ void gated_attention(const ModelConfig& c, const LayerWeights& L, int32_t il, Ac
   if (c.attn_output_gate) {
     // q_proj rows per head: head_dim query rows, then head_dim gate rows.
     ops::matmul(pool, a.xn.data(), n, L.wq, a.q_gate.data());
+    apply_variant_deltas(a.variants, il, patch::Proj::kQ, a.xn.data(), a.q_gate.data(), pool);
     for (int64_t t = 0; t < n; ++t) {
       for (int64_t h = 0; h < n_heads; ++h) {
         const float* src = a.q_gate.data() + t * 2 * qd + h * 2 * hd;
@@ -35,9 +37,12 @@ void gated_attention(const ModelConfig& c, const LayerWeights& L, int32_t il, Ac
     }
   } else {
     ops::matmul(pool, a.xn.data(), n, L.wq, a.q.data());
+    apply_variant_deltas(a.variants, il, patch::Proj::kQ, a.xn.data(), a.q.data(), pool);
   }
   ops::matmul(pool, a.xn.data(), n, L.wk, a.k.data());
   ops::matmul(pool, a.xn.data(), n, L.wv, a.v.data());
+  apply_variant_deltas(a.variants, il, patch::Proj::kK, a.xn.data(), a.k.data(), pool);
+  apply_variant_deltas(a.variants, il, patch::Proj::kV, a.xn.data(), a.v.data(), pool);
   ops::rms_norm(a.q.data(), L.q_norm, n * n_heads, hd, c.rms_eps, a.q.data());
   ops::rms_norm(a.k.data(), L.k_norm, n * n_kv, hd, c.rms_eps, a.k.data());
   // Partial rotary: the first rope_dims of each head (text positions: M-RoPE = plain RoPE).
@@ -46,6 +51,7 @@ void gated_attention(const ModelConfig& c, const LayerWeights& L, int32_t il, Ac
   paged_attention(c, il, a, pool, batch, cache);
   if (c.attn_output_gate) ops::sigmoid_mul(a.attn.data(), a.attn_gate.data(), n * qd);
   ops::matmul(pool, a.attn.data(), n, L.wo, a.attn_out.data());
+  apply_variant_deltas(a.variants, il, patch::Proj::kO, a.attn.data(), a.attn_out.data(), pool);
 }
 
 // Gated DeltaNet of layer il: a.xn [n, n_embd] → a.attn_out [n, n_embd] (out_proj output), reading
@@ -60,6 +66,10 @@ void gated_delta_net(const ModelConfig& c, const LayerWeights& L, int32_t il, Ac
   ops::matmul(pool, a.xn.data(), n, L.lin_z, a.lin_z.data());
   ops::matmul(pool, a.xn.data(), n, L.lin_b, a.lin_beta.data());
   ops::matmul(pool, a.xn.data(), n, L.lin_a, a.lin_g.data());
+  apply_variant_deltas(a.variants, il, patch::Proj::kLinQkv, a.xn.data(), a.lin_qkv.data(), pool);
+  apply_variant_deltas(a.variants, il, patch::Proj::kLinZ, a.xn.data(), a.lin_z.data(), pool);
+  apply_variant_deltas(a.variants, il, patch::Proj::kLinB, a.xn.data(), a.lin_beta.data(), pool);
+  apply_variant_deltas(a.variants, il, patch::Proj::kLinA, a.xn.data(), a.lin_g.data(), pool);
   for (int64_t t = 0; t < n; ++t) {
     float* beta = a.lin_beta.data() + t * nv;
     float* g = a.lin_g.data() + t * nv;
@@ -114,6 +124,7 @@ void gated_delta_net(const ModelConfig& c, const LayerWeights& L, int32_t il, Ac
                         a.lin_core.data() + b * dv);
   });
   ops::matmul(pool, a.lin_core.data(), n, L.lin_out, a.attn_out.data());
+  apply_variant_deltas(a.variants, il, patch::Proj::kLinOut, a.lin_core.data(), a.attn_out.data(), pool);
 }
 
 }  // namespace
