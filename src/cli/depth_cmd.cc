@@ -9,8 +9,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -19,6 +17,7 @@
 #include "cli/capture.h"
 #include "cli/commands.h"
 #include "cli/common_flags.h"
+#include "cli/report_files.h"
 #include "tokenizer/tokenizer.h"
 
 namespace gb::cli {
@@ -172,14 +171,10 @@ int run_depth(const DepthOptions& o) {
     std::printf("%s, %lld tokens\n\n%s", m.describe().c_str(), static_cast<long long>(n), md.c_str());
   }
   if (!o.out.empty()) {
-    std::error_code ec;
-    std::filesystem::create_directories(o.out, ec);
-    if (ec) return fail("cannot create " + o.out + ": " + ec.message());
-    const std::filesystem::path dir(o.out);
-    std::ofstream(dir / "depth.json") << dump(j) << "\n";
-    std::ofstream(dir / "depth.md") << "# Layer contributions: " << m.describe() << "\n\n" << md;
-    std::ofstream(dir / "depth.svg") << svg_heat(dist, "Angular distance between layers");
-    if (!std::filesystem::exists(dir / "depth.svg")) return fail("cannot write into " + o.out);
+    const Status st = write_report_files(o.out, {{"depth.json", dump(j) + "\n"},
+                                                 {"depth.md", "# Layer contributions: " + m.describe() + "\n\n" + md},
+                                                 {"depth.svg", svg_heat(dist, "Angular distance between layers")}});
+    if (!st) return fail(st.message());
     std::fflush(stdout);
     std::fprintf(stderr, "glassbox depth: wrote %s/depth.{json,md,svg}\n", o.out.c_str());
   }

@@ -8,8 +8,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -19,6 +17,7 @@
 #include "cli/capture.h"
 #include "cli/commands.h"
 #include "cli/common_flags.h"
+#include "cli/report_files.h"
 #include "engine/sampler.h"
 #include "tokenizer/tokenizer.h"
 
@@ -190,14 +189,11 @@ int run_lens(const LensOptions& o) {
                 md.c_str());
   }
   if (!o.out.empty()) {
-    std::error_code ec;
-    std::filesystem::create_directories(o.out, ec);
-    if (ec) return fail("cannot create " + o.out + ": " + ec.message());
-    const std::filesystem::path dir(o.out);
-    std::ofstream(dir / "lens.json") << dump(j) << "\n";
-    std::ofstream(dir / "lens.md") << "# Logit lens: " << m.describe() << "\n\nPrompt: `" << o.prompt << "`\n\n" << md;
-    std::ofstream(dir / "lens.svg") << svg(cells, inputs, text, "Logit lens — " + m.describe());
-    if (!std::filesystem::exists(dir / "lens.svg")) return fail("cannot write into " + o.out);
+    const Status st = write_report_files(
+        o.out, {{"lens.json", dump(j) + "\n"},
+                {"lens.md", "# Logit lens: " + m.describe() + "\n\nPrompt: `" + o.prompt + "`\n\n" + md},
+                {"lens.svg", svg(cells, inputs, text, "Logit lens — " + m.describe())}});
+    if (!st) return fail(st.message());
     std::fflush(stdout);
     std::fprintf(stderr, "glassbox lens: wrote %s/lens.{json,md,svg}\n", o.out.c_str());
   }

@@ -9,8 +9,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -21,7 +19,7 @@
 
 #include "cli/commands.h"
 #include "cli/common_flags.h"
-#include "core/mapped_file.h"
+#include "cli/report_files.h"
 #include "engine/engine.h"
 #include "tokenizer/tokenizer.h"
 
@@ -108,76 +106,85 @@ std::string svg_top3(const std::vector<const Row*>& rows, int top_k, const std::
   return s + "</svg>\n";
 }
 
-int run_scan(const ScanOptions& o) {
+// The prompts as token ids, their texts, and the tokenizer (null with --prompt-ids).
+struct ScanInputs {
   std::vector<std::vector<int32_t>> prompts;
   std::vector<std::string> texts;
   std::unique_ptr<Tokenizer> tok;
+};
+
+Result<ScanInputs> scan_inputs(const ScanOptions& o) {
+  ScanInputs in;
   if (!o.prompt_ids.empty()) {
     std::vector<int32_t> ids;
-    if (Status st = parse_token_ids(o.prompt_ids, &ids); !st) return fail(st.message());
-    prompts.push_back(std::move(ids));
-    texts.push_back(o.prompt_ids);
-  } else {
-    auto t = Tokenizer::load(o.model);
-    if (!t.is_ok()) return fail(t.message());
-    tok = std::move(*t);
-    if (!o.prompt.empty()) texts.push_back(o.prompt);
-    if (!o.prompts_file.empty()) {
-      auto content = read_file(o.prompts_file);
-      if (!content.is_ok()) return fail(content.message());
-      std::istringstream in(*content);
-      for (std::string line; std::getline(in, line);) {
-        if (!line.empty()) texts.push_back(line);
-      }
-    }
-    if (texts.empty()) return fail("give a prompt: --prompt, --prompts FILE or --prompt-ids");
-    for (const std::string& t : texts) prompts.push_back(tok->encode(t, /*add_special=*/true));
+    GB_RETURN_IF_ERROR(parse_token_ids(o.prompt_ids, &ids));
+    in.prompts.push_back(std::move(ids));
+    in.texts.push_back(o.prompt_ids);
+    return in;
   }
-  auto model = load_model(o.model, {.n_threads = o.threads});
-  if (!model.is_ok()) return fail(model.message());
-  Model& m = **model;
-  const ModelConfig& c = m.config();
+  GB_ASSIGN_OR_RETURN(in.tok, Tokenizer::load(o.model));
+  GB_ASSIGN_OR_RETURN(in.texts, read_prompts(o.prompt, o.prompts_file));
+  for (const std::string& t : in.texts) in.prompts.push_back(in.tok->encode(t, /*add_special=*/true));
+  return in;
+}
 
+// The glass spec: every layer at the chosen points, top-k dims, detection under the rule.
+Result<std::shared_ptr<const GlassSpec>> scan_spec(const ScanOptions& o, const ModelConfig& c) {
   GlassSpec spec;
   spec.observe.enabled = true;
   std::istringstream pin(o.points);
   for (std::string name; std::getline(pin, name, ',');) {
     auto p = parse_hook_point(name);
     if (!p || !is_layer_point(*p))
-      return fail("--points: '" + name +
-                  "' is not a per-layer point (resid_pre, attn_out, resid_mid, mlp_act, mlp_out, "
-                  "resid_post)");
+      return Status::error("--points: '" + name +
+                           "' is not a per-layer point (resid_pre, attn_out, resid_mid, mlp_act, mlp_out, resid_post)");
     spec.observe.points.push_back(*p);
   }
   spec.observe.top_k = o.top_k;
   spec.observe.detect_massive = true;
   spec.massive = {o.min_abs, o.min_ratio};
-  auto resolved = resolve_glass_spec(std::move(spec), c);
-  if (!resolved.is_ok()) return fail(resolved.message());
+  return resolve_glass_spec(std::move(spec), c);
+}
 
+// Runs every prompt as one request under spec (together, in one engine) and returns their reports.
+Result<std::vector<std::shared_ptr<const GlassReport>>> observe_prompts(
+    Model& m, const std::vector<std::vector<int32_t>>& prompts, std::shared_ptr<const GlassSpec> spec) {
   int64_t longest = 0;
   for (const auto& p : prompts) longest = std::max<int64_t>(longest, static_cast<int64_t>(p.size()));
-  if (longest + 1 > c.max_pos) return fail("a prompt does not fit the model's context");
+  if (longest + 1 > m.config().max_pos) return Status::error("a prompt does not fit the model's context");
   EngineConfig ec;
   ec.scheduler.max_num_seqs = static_cast<int32_t>(std::min<size_t>(prompts.size(), 16));
   ec.scheduler.max_num_batched_tokens = m.max_batch_tokens();
   ec.max_model_len = static_cast<int32_t>(longest + 1);
-  auto engine = Engine::create(&m, ec);
-  if (!engine.is_ok()) return fail(engine.message());
+  GB_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::create(&m, ec));
   std::vector<std::shared_ptr<RequestChannel>> channels;
   for (size_t i = 0; i < prompts.size(); ++i) {
     GenerationRequest r;
     r.id = "scan-" + std::to_string(i);
     r.prompt = prompts[i];
-    r.max_tokens = 1;  // the prompt is what is scanned; one sampled token ends it
+    r.max_tokens = 1;  // the prompt is what is scanned; one sampled token ends it (and is never computed)
     r.sampling.temperature = 0;
     r.ignore_eos = true;
-    r.glass = *resolved;
+    r.glass = spec;
     channels.push_back(std::make_shared<RequestChannel>());
-    if (Status st = (*engine)->submit(std::move(r), channels.back()); !st) return fail(st.message());
+    GB_RETURN_IF_ERROR(engine->submit(std::move(r), channels.back()));
   }
-  if (Status st = (*engine)->run_until_idle(); !st) return fail(st.message());
+  GB_RETURN_IF_ERROR(engine->run_until_idle());
+  std::vector<std::shared_ptr<const GlassReport>> reports;
+  for (const auto& ch : channels) {
+    std::shared_ptr<const GlassReport> rep;
+    for (GenerationEvent ev; ch->pop(&ev, std::chrono::milliseconds(0));) {
+      if (ev.finish == FinishReason::kError) return Status::error(ev.error);
+      if (ev.glass != nullptr) rep = ev.glass;
+    }
+    if (rep == nullptr) return Status::error("the engine returned no glass report");
+    reports.push_back(std::move(rep));
+  }
+  return reports;
+}
 
+// The reports folded over prompts: a Row per (layer, point), the events, the emergence layer.
+struct ScanResult {
   std::map<std::pair<int32_t, int>, Row> rows;  // (layer, point)
   struct Event {
     int32_t prompt;
@@ -185,16 +192,17 @@ int run_scan(const ScanOptions& o) {
   };
   std::vector<Event> events;
   int64_t dropped = 0;
-  for (size_t i = 0; i < channels.size(); ++i) {
-    std::shared_ptr<const GlassReport> rep;
-    for (GenerationEvent ev; channels[i]->pop(&ev, std::chrono::milliseconds(0));) {
-      if (ev.finish == FinishReason::kError) return fail(ev.error);
-      if (ev.glass != nullptr) rep = ev.glass;
-    }
-    if (rep == nullptr) return fail("the engine returned no glass report");
-    // Only prompt rows count: the one sampled token is never computed (max_tokens 1).
-    for (const PointStats& s : rep->stats) {
-      Row& r = rows[{s.layer, static_cast<int>(s.point)}];
+  int32_t emergence = -1;                       // the first layer with an event; -1: none
+  std::set<int32_t> dims;                       // its events' dims
+  std::set<std::pair<int32_t, int32_t>> where;  // its events' (prompt, position)
+};
+
+ScanResult fold_reports(const std::vector<std::shared_ptr<const GlassReport>>& reports) {
+  ScanResult out;
+  for (size_t i = 0; i < reports.size(); ++i) {
+    const GlassReport& rep = *reports[i];
+    for (const PointStats& s : rep.stats) {
+      Row& r = out.rows[{s.layer, static_cast<int>(s.point)}];
       r.point = s.point;
       r.layer = s.layer;
       if (s.max_abs > r.max_abs || r.max_position < 0) {
@@ -206,40 +214,47 @@ int run_scan(const ScanOptions& o) {
       r.max_ratio = std::max(r.max_ratio, s.max_ratio);
       for (const TopDim& t : s.top) r.top[t.dim] = std::max(r.top[t.dim], t.abs);
     }
-    for (const MassiveEvent& e : rep->events) {
-      events.push_back({static_cast<int32_t>(i), e});
-      ++rows.at({e.layer, static_cast<int>(e.point)}).events;
+    for (const MassiveEvent& e : rep.events) {
+      out.events.push_back({static_cast<int32_t>(i), e});
+      ++out.rows.at({e.layer, static_cast<int>(e.point)}).events;
     }
-    dropped += rep->events_dropped;
+    out.dropped += rep.events_dropped;
   }
-  auto piece = [&](int32_t prompt, int32_t position) -> std::string {
-    if (tok == nullptr || position < 0) return "";
-    const int32_t id = prompts[static_cast<size_t>(prompt)][static_cast<size_t>(position)];
-    return tok->decode(std::span<const int32_t>(&id, 1), /*skip_special=*/false);
-  };
-  // The emergence layer: the first layer with an event (any scanned point).
-  int32_t emergence = -1;
-  for (const Event& ev : events) emergence = emergence < 0 ? ev.e.layer : std::min(emergence, ev.e.layer);
-  std::set<int32_t> dims;
-  std::set<std::pair<int32_t, int32_t>> where;  // (prompt, position)
-  for (const Event& ev : events) {
-    if (ev.e.layer != emergence) continue;
-    dims.insert(ev.e.dim);
-    where.insert({ev.prompt, ev.e.position});
+  for (const auto& ev : out.events)
+    out.emergence = out.emergence < 0 ? ev.e.layer : std::min(out.emergence, ev.e.layer);
+  for (const auto& ev : out.events) {
+    if (ev.e.layer != out.emergence) continue;
+    out.dims.insert(ev.e.dim);
+    out.where.insert({ev.prompt, ev.e.position});
   }
+  return out;
+}
 
-  nlohmann::json j = {{"model", o.model},
-                      {"rule", {{"min_abs", o.min_abs}, {"min_ratio", o.min_ratio}}},
-                      {"prompts", texts},
-                      {"events", events.size() + static_cast<size_t>(dropped)}};
+// The JSON and Markdown of a scan, and the one-line verdict on the emergence layer.
+struct ScanReport {
+  nlohmann::json json;
+  std::string md, verdict;
+};
+
+ScanReport scan_report(const ScanOptions& o, const ScanInputs& in, const ScanResult& r) {
+  auto piece = [&](int32_t prompt, int32_t position) -> std::string {
+    if (in.tok == nullptr || position < 0) return "";
+    const int32_t id = in.prompts[static_cast<size_t>(prompt)][static_cast<size_t>(position)];
+    return in.tok->decode(std::span<const int32_t>(&id, 1), /*skip_special=*/false);
+  };
+  ScanReport rep;
+  nlohmann::json& j = rep.json;
+  j = {{"model", o.model},
+       {"rule", {{"min_abs", o.min_abs}, {"min_ratio", o.min_ratio}}},
+       {"prompts", in.texts},
+       {"events", r.events.size() + static_cast<size_t>(r.dropped)}};
   j["layers"] = nlohmann::json::array();
-  std::string md =
+  rep.md =
       "| layer | point | max \\|x\\| | dim | token | mean median \\|x\\| | max ratio | top dims | events |\n"
       "| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n";
-  std::vector<const Row*> resid;
-  for (const auto& [key, r] : rows) {
+  for (const auto& [key, row] : r.rows) {
     std::vector<std::pair<float, int32_t>> top;
-    for (const auto& [d, a] : r.top) top.push_back({a, d});
+    for (const auto& [d, a] : row.top) top.push_back({a, d});
     std::sort(top.rbegin(), top.rend());
     if (top.size() > static_cast<size_t>(o.top_k)) top.resize(static_cast<size_t>(o.top_k));
     nlohmann::json top_json = nlohmann::json::array();
@@ -250,70 +265,76 @@ int run_scan(const ScanOptions& o) {
       std::snprintf(buf, sizeof(buf), "%s%d (%.3g)", top_md.empty() ? "" : ", ", d, a);
       top_md += buf;
     }
-    const double median = r.tokens > 0 ? r.median_sum / static_cast<double>(r.tokens) : 0.0;
-    const std::string pname(hook_point_name(r.point));
-    j["layers"].push_back({{"layer", r.layer},
+    const double median = row.tokens > 0 ? row.median_sum / static_cast<double>(row.tokens) : 0.0;
+    const std::string pname(hook_point_name(row.point));
+    const std::string token = piece(row.max_prompt, row.max_position);
+    j["layers"].push_back({{"layer", row.layer},
                            {"point", pname},
-                           {"max_abs", r.max_abs},
-                           {"max_dim", r.max_dim},
-                           {"max_prompt", r.max_prompt},
-                           {"max_position", r.max_position},
-                           {"max_token", piece(r.max_prompt, r.max_position)},
+                           {"max_abs", row.max_abs},
+                           {"max_dim", row.max_dim},
+                           {"max_prompt", row.max_prompt},
+                           {"max_position", row.max_position},
+                           {"max_token", token},
                            {"median_abs", median},
-                           {"max_ratio", r.max_ratio},
+                           {"max_ratio", row.max_ratio},
                            {"top", top_json},
-                           {"events", r.events}});
+                           {"events", row.events}});
     char line[512];
-    std::snprintf(line, sizeof(line), "| %d | %s | %.4g | %d | %d %s | %.4g | %.4g | %s | %lld |\n", r.layer,
-                  pname.c_str(), r.max_abs, r.max_dim, r.max_position,
-                  nlohmann::json(piece(r.max_prompt, r.max_position))
-                      .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
-                      .c_str(),
-                  median, r.max_ratio, top_md.c_str(), static_cast<long long>(r.events));
-    md += line;
-    if (r.point == HookPoint::kResidPost) resid.push_back(&r);
+    std::snprintf(line, sizeof(line), "| %d | %s | %.4g | %d | %d %s | %.4g | %.4g | %s | %lld |\n", row.layer,
+                  pname.c_str(), row.max_abs, row.max_dim, row.max_position, json_text(token).c_str(), median,
+                  row.max_ratio, top_md.c_str(), static_cast<long long>(row.events));
+    rep.md += line;
   }
-  std::string verdict;
-  if (emergence < 0) {
+  if (r.emergence < 0) {
     char rule[96];
     std::snprintf(rule, sizeof(rule), "|x| > %g and > %g × its median |x|", o.min_abs, o.min_ratio);
-    verdict = std::string("no massive activations: no row passes ") + rule;
+    rep.verdict = std::string("no massive activations: no row passes ") + rule;
     j["emergence_layer"] = nullptr;
-  } else {
-    verdict = "massive-emergence layer: " + std::to_string(emergence) + " (dims";
-    for (int32_t d : dims) verdict += " " + std::to_string(d);
-    verdict += "; tokens";
-    for (const auto& [p, pos] : where) {
-      verdict += " " + std::to_string(pos);
-      if (tok != nullptr)
-        verdict += " " + nlohmann::json(piece(p, pos)).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-    }
-    verdict += ")";
-    j["emergence_layer"] = {{"layer", emergence}, {"dims", dims}, {"positions", nlohmann::json::array()}};
-    for (const auto& [p, pos] : where) j["emergence_layer"]["positions"].push_back({{"prompt", p}, {"position", pos}});
+    return rep;
   }
-  const auto dump = [](const nlohmann::json& v) {
-    return v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-  };
+  rep.verdict = "massive-emergence layer: " + std::to_string(r.emergence) + " (dims";
+  for (int32_t d : r.dims) rep.verdict += " " + std::to_string(d);
+  rep.verdict += "; tokens";
+  for (const auto& [p, pos] : r.where) {
+    rep.verdict += " " + std::to_string(pos);
+    if (in.tok != nullptr) rep.verdict += " " + json_text(piece(p, pos));
+  }
+  rep.verdict += ")";
+  j["emergence_layer"] = {{"layer", r.emergence}, {"dims", r.dims}, {"positions", nlohmann::json::array()}};
+  for (const auto& [p, pos] : r.where) j["emergence_layer"]["positions"].push_back({{"prompt", p}, {"position", pos}});
+  return rep;
+}
+
+int run_scan(const ScanOptions& o) {
+  auto in = scan_inputs(o);
+  if (!in.is_ok()) return fail(in.message());
+  auto model = load_model(o.model, {.n_threads = o.threads});
+  if (!model.is_ok()) return fail(model.message());
+  Model& m = **model;
+  auto spec = scan_spec(o, m.config());
+  if (!spec.is_ok()) return fail(spec.message());
+  auto reports = observe_prompts(m, in->prompts, *spec);
+  if (!reports.is_ok()) return fail(reports.message());
+  const ScanResult result = fold_reports(*reports);
+  const ScanReport rep = scan_report(o, *in, result);
   if (o.json) {
-    std::printf("%s\n", dump(j).c_str());
+    std::printf("%s\n", json_text(rep.json).c_str());
   } else {
-    std::printf("%s\n%zu prompt(s); %s\n\n%s", m.describe().c_str(), prompts.size(), verdict.c_str(), md.c_str());
+    std::printf("%s\n%zu prompt(s); %s\n\n%s", m.describe().c_str(), in->prompts.size(), rep.verdict.c_str(),
+                rep.md.c_str());
   }
-  if (!o.out.empty()) {
-    std::error_code ec;
-    std::filesystem::create_directories(o.out, ec);
-    if (ec) return fail("cannot create " + o.out + ": " + ec.message());
-    const std::filesystem::path dir(o.out);
-    std::ofstream(dir / "scan.json") << dump(j) << "\n";
-    std::ofstream(dir / "scan.md") << "# Massive-activation scan: " << m.describe() << "\n\n"
-                                   << verdict << "\n\n"
-                                   << md;
-    if (!resid.empty()) std::ofstream(dir / "scan.svg") << svg_top3(resid, std::min(o.top_k, 5), "Top |x| per layer");
-    if (!std::filesystem::exists(dir / "scan.json")) return fail("cannot write into " + o.out);
-    std::fflush(stdout);
-    std::fprintf(stderr, "glassbox scan: wrote %s/scan.{json,md%s}\n", o.out.c_str(), resid.empty() ? "" : ",svg");
+  if (o.out.empty()) return 0;
+  std::vector<const Row*> resid;
+  for (const auto& [key, row] : result.rows) {
+    if (row.point == HookPoint::kResidPost) resid.push_back(&row);
   }
+  std::vector<std::pair<std::string, std::string>> files = {
+      {"scan.json", json_text(rep.json) + "\n"},
+      {"scan.md", "# Massive-activation scan: " + m.describe() + "\n\n" + rep.verdict + "\n\n" + rep.md}};
+  if (!resid.empty()) files.emplace_back("scan.svg", svg_top3(resid, std::min(o.top_k, 5), "Top |x| per layer"));
+  if (Status st = write_report_files(o.out, files); !st) return fail(st.message());
+  std::fflush(stdout);
+  std::fprintf(stderr, "glassbox scan: wrote %s/scan.{json,md%s}\n", o.out.c_str(), resid.empty() ? "" : ",svg");
   return 0;
 }
 

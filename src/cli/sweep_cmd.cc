@@ -9,8 +9,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -20,6 +18,7 @@
 
 #include "cli/commands.h"
 #include "cli/common_flags.h"
+#include "cli/report_files.h"
 #include "core/mapped_file.h"
 #include "engine/engine.h"
 #include "glass/codec.h"
@@ -117,49 +116,149 @@ std::string svg_curves(const std::vector<float>& x, const std::vector<Metrics>& 
   return s + "</svg>\n";
 }
 
+GenerationRequest greedy(const std::vector<int32_t>& prompt, int32_t max_tokens, std::shared_ptr<const GlassSpec> g) {
+  GenerationRequest r;
+  r.id = "sweep";
+  r.prompt = prompt;
+  r.max_tokens = max_tokens;
+  r.sampling.temperature = 0;
+  r.glass = std::move(g);
+  return r;
+}
+
+// --intervention (JSON or @FILE) and --strengths, checked and sorted.
+Status sweep_inputs(const SweepOptions& o, nlohmann::json* item, std::vector<float>* strengths) {
+  std::string text = o.intervention;
+  if (!text.empty() && text[0] == '@') {
+    GB_ASSIGN_OR_RETURN(text, read_file(text.substr(1)));
+  }
+  *item = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!item->is_object())
+    return Status::error("--intervention: expected one intervention item as a JSON object (or @FILE)");
+  std::istringstream in(o.strengths);
+  for (std::string v; std::getline(in, v, ',');) {
+    char* end = nullptr;
+    const float f = std::strtof(v.c_str(), &end);
+    if (end == v.c_str() || *end != '\0' || !std::isfinite(f))
+      return Status::error("--strengths: '" + v + "' is not a number");
+    strengths->push_back(f);
+  }
+  if (strengths->empty()) return Status::error("--strengths: none given");
+  std::sort(strengths->begin(), strengths->end());
+  return Status::ok();
+}
+
+double repetition_rate(const std::vector<int32_t>& tokens) {
+  RepetitionTracker tracker(4);
+  for (int32_t t : tokens) tracker.push(t);
+  return tracker.rate();
+}
+
+// KL(steered ‖ unsteered) summed over the rows of two full-vocabulary prompt-logprob lists from
+// entry `first` on (entry j scores text token j + 1 from the row at position j).
+double kl_rows(const std::vector<GeneratedToken>& steered, const std::vector<GeneratedToken>& base, size_t first,
+               int32_t vocab, int64_t* rows) {
+  double kl = 0;
+  std::vector<float> pb(static_cast<size_t>(vocab));
+  for (size_t k = first; k < steered.size(); ++k) {
+    for (const TokenLogprob& a : base[k].top) pb[static_cast<size_t>(a.token)] = a.logprob;
+    for (const TokenLogprob& a : steered[k].top) {
+      const double ps = std::exp(static_cast<double>(a.logprob));
+      if (ps > 0) kl += ps * (static_cast<double>(a.logprob) - pb[static_cast<size_t>(a.token)]);
+    }
+    ++*rows;
+  }
+  return kl;
+}
+
+// One strength: generate every prompt under spec, then score the outputs — under the unsteered
+// model for their perplexity, and the first kl_tokens positions under both for the KL.
+Result<Metrics> measure(Engine& engine, const ModelConfig& c, const std::vector<std::vector<int32_t>>& prompts,
+                        const std::vector<std::string>& texts, const Tokenizer& tok,
+                        const std::shared_ptr<const GlassSpec>& spec, const SweepOptions& o, nlohmann::json* outputs) {
+  std::vector<GenerationRequest> reqs;
+  for (const auto& p : prompts) reqs.push_back(greedy(p, o.max_tokens, spec));
+  GB_ASSIGN_OR_RETURN(std::vector<Output> outs, run_all(engine, std::move(reqs)));
+  std::vector<GenerationRequest> base_scores, steered_scores;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    std::vector<int32_t> text = prompts[i];
+    text.insert(text.end(), outs[i].tokens.begin(), outs[i].tokens.end());
+    GenerationRequest b = greedy(text, 0, nullptr);
+    b.prompt_logprobs = 0;
+    base_scores.push_back(b);
+    const size_t k = std::min(outs[i].tokens.size(), static_cast<size_t>(o.kl_tokens));
+    std::vector<int32_t> head(prompts[i]);
+    head.insert(head.end(), outs[i].tokens.begin(), outs[i].tokens.begin() + static_cast<std::ptrdiff_t>(k));
+    GenerationRequest bk = greedy(head, 0, nullptr), sk = greedy(head, 0, spec);
+    bk.prompt_logprobs = sk.prompt_logprobs = c.vocab;
+    base_scores.push_back(bk);
+    steered_scores.push_back(sk);
+  }
+  GB_ASSIGN_OR_RETURN(std::vector<Output> base, run_all(engine, std::move(base_scores)));
+  GB_ASSIGN_OR_RETURN(std::vector<Output> steered, run_all(engine, std::move(steered_scores)));
+
+  int64_t n_tokens = 0, truncated = 0, bigrams = 0, n_kl = 0;
+  double rep = 0, logp = 0, kl = 0;
+  std::set<std::pair<int32_t, int32_t>> distinct;
+  *outputs = nlohmann::json::array();
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const Output& out = outs[i];
+    n_tokens += static_cast<int64_t>(out.tokens.size());
+    truncated += out.finish == FinishReason::kLength;
+    rep += repetition_rate(out.tokens);
+    for (size_t k = 1; k < out.tokens.size(); ++k) distinct.insert({out.tokens[k - 1], out.tokens[k]});
+    bigrams += std::max<int64_t>(0, static_cast<int64_t>(out.tokens.size()) - 1);
+    // The output tokens' logprobs under the unsteered model: the last |output| scored entries.
+    const auto& scored = base[2 * i].prompt_logprobs;
+    for (size_t k = scored.size() - out.tokens.size(); k < scored.size(); ++k) logp += scored[k].logprob;
+    // Output token 0 (text position n_prompt) is scored by entry n_prompt - 1.
+    kl += kl_rows(steered[i].prompt_logprobs, base[2 * i + 1].prompt_logprobs, prompts[i].size() - 1, c.vocab, &n_kl);
+    outputs->push_back({{"prompt", texts[i]},
+                        {"tokens", out.tokens},
+                        {"text", tok.decode(out.tokens, /*skip_special=*/true)},
+                        {"finish_reason", finish_reason_name(out.finish)}});
+  }
+  const double np = static_cast<double>(prompts.size());
+  Metrics mt;
+  mt.length = static_cast<double>(n_tokens) / np;
+  mt.truncation = static_cast<double>(truncated) / np;
+  mt.repetition = rep / np;
+  mt.distinct2 = bigrams > 0 ? static_cast<double>(distinct.size()) / static_cast<double>(bigrams) : 0.0;
+  mt.ppl = n_tokens > 0 ? std::exp(-logp / static_cast<double>(n_tokens)) : 0.0;
+  mt.kl = n_kl > 0 ? kl / static_cast<double>(n_kl) : 0.0;
+  return mt;
+}
+
+std::string sweep_table(const std::vector<float>& strengths, const std::vector<Metrics>& metrics, int kl_tokens) {
+  std::string md =
+      "| strength | output length | truncated | 4-gram repetition | distinct-2 | perplexity (unsteered) | "
+      "KL first " +
+      std::to_string(kl_tokens) + " |\n| --- | --- | --- | --- | --- | --- | --- |\n";
+  for (size_t i = 0; i < strengths.size(); ++i) {
+    const Metrics& mt = metrics[i];
+    char line[256];
+    std::snprintf(line, sizeof(line), "| %g | %.1f | %.2f | %.3f | %.3f | %.3f | %.4f |\n", strengths[i], mt.length,
+                  mt.truncation, mt.repetition, mt.distinct2, mt.ppl, mt.kl);
+    md += line;
+  }
+  return md;
+}
+
 int run_sweep(const SweepOptions& o) {
+  nlohmann::json item;
+  std::vector<float> strengths;
+  if (Status st = sweep_inputs(o, &item, &strengths); !st) return fail(st.message());
+  auto texts = read_prompts(o.prompt, o.prompts_file);
+  if (!texts.is_ok()) return fail(texts.message());
   auto tok = Tokenizer::load(o.model);
   if (!tok.is_ok()) return fail(tok.message());
-  std::vector<std::string> texts;
-  if (!o.prompt.empty()) texts.push_back(o.prompt);
-  if (!o.prompts_file.empty()) {
-    auto content = read_file(o.prompts_file);
-    if (!content.is_ok()) return fail(content.message());
-    std::istringstream in(*content);
-    for (std::string line; std::getline(in, line);) {
-      if (!line.empty()) texts.push_back(line);
-    }
-  }
-  if (texts.empty()) return fail("give a prompt: --prompt or --prompts FILE");
-  std::string item_text = o.intervention;
-  if (!item_text.empty() && item_text[0] == '@') {
-    auto content = read_file(item_text.substr(1));
-    if (!content.is_ok()) return fail(content.message());
-    item_text = *content;
-  }
-  nlohmann::json item = nlohmann::json::parse(item_text, nullptr, /*allow_exceptions=*/false);
-  if (!item.is_object()) return fail("--intervention: expected one intervention item as a JSON object (or @FILE)");
-  std::vector<float> strengths;
-  {
-    std::istringstream in(o.strengths);
-    for (std::string v; std::getline(in, v, ',');) {
-      char* end = nullptr;
-      const float f = std::strtof(v.c_str(), &end);
-      if (end == v.c_str() || *end != '\0' || !std::isfinite(f))
-        return fail("--strengths: '" + v + "' is not a number");
-      strengths.push_back(f);
-    }
-  }
-  if (strengths.empty()) return fail("--strengths: none given");
-  std::sort(strengths.begin(), strengths.end());
-
   auto model = load_model(o.model, {.n_threads = o.threads});
   if (!model.is_ok()) return fail(model.message());
   Model& m = **model;
   const ModelConfig& c = m.config();
   std::vector<std::vector<int32_t>> prompts;
   int64_t longest = 0;
-  for (const std::string& t : texts) {
+  for (const std::string& t : *texts) {
     prompts.push_back((*tok)->encode(t, /*add_special=*/true));
     longest = std::max<int64_t>(longest, static_cast<int64_t>(prompts.back().size()));
   }
@@ -170,15 +269,6 @@ int run_sweep(const SweepOptions& o) {
   ec.max_model_len = static_cast<int32_t>(longest + o.max_tokens);
   auto engine = Engine::create(&m, ec);
   if (!engine.is_ok()) return fail(engine.message());
-  auto greedy = [&](const std::vector<int32_t>& p, int32_t max_tokens, std::shared_ptr<const GlassSpec> g) {
-    GenerationRequest r;
-    r.id = "sweep";
-    r.prompt = p;
-    r.max_tokens = max_tokens;
-    r.sampling.temperature = 0;
-    r.glass = std::move(g);
-    return r;
-  };
 
   std::vector<Metrics> metrics;
   nlohmann::json rows = nlohmann::json::array();
@@ -187,129 +277,39 @@ int run_sweep(const SweepOptions& o) {
     it["strength"] = strength;
     auto parsed = parse_local_glass({{"interventions", {it}}}, c, nullptr);
     if (!parsed.is_ok()) return fail("--intervention: " + parsed.message());
-    std::shared_ptr<const GlassSpec> spec = parsed->spec;
-    std::vector<GenerationRequest> reqs;
-    for (const auto& p : prompts) reqs.push_back(greedy(p, o.max_tokens, spec));
-    auto outs = run_all(**engine, std::move(reqs));
-    if (!outs.is_ok()) return fail(outs.message());
-    // Score each steered text under the unsteered model (perplexity of the output) and under the
-    // steered one (for the KL of the first positions): whole distributions at those positions.
-    std::vector<GenerationRequest> base_scores, steered_scores;
-    for (size_t i = 0; i < prompts.size(); ++i) {
-      std::vector<int32_t> text = prompts[i];
-      text.insert(text.end(), (*outs)[i].tokens.begin(), (*outs)[i].tokens.end());
-      GenerationRequest b = greedy(text, 0, nullptr);
-      b.prompt_logprobs = 0;
-      base_scores.push_back(b);
-      const size_t k = std::min((*outs)[i].tokens.size(), static_cast<size_t>(o.kl_tokens));
-      std::vector<int32_t> head(prompts[i]);
-      head.insert(head.end(), (*outs)[i].tokens.begin(), (*outs)[i].tokens.begin() + static_cast<std::ptrdiff_t>(k));
-      GenerationRequest bk = greedy(head, 0, nullptr), sk = greedy(head, 0, spec);
-      bk.prompt_logprobs = sk.prompt_logprobs = c.vocab;
-      base_scores.push_back(bk);
-      steered_scores.push_back(sk);
-    }
-    auto base = run_all(**engine, std::move(base_scores));
-    if (!base.is_ok()) return fail(base.message());
-    auto steered = run_all(**engine, std::move(steered_scores));
-    if (!steered.is_ok()) return fail(steered.message());
-
-    Metrics mt;
-    int64_t n_tokens = 0, truncated = 0, bigrams = 0;
-    double rep = 0, logp = 0, kl = 0;
-    int64_t kl_rows = 0;
-    std::set<std::pair<int32_t, int32_t>> distinct;
-    nlohmann::json outputs = nlohmann::json::array();
-    for (size_t i = 0; i < prompts.size(); ++i) {
-      const Output& out = (*outs)[i];
-      n_tokens += static_cast<int64_t>(out.tokens.size());
-      truncated += out.finish == FinishReason::kLength;
-      RepetitionTracker tracker(4);
-      for (int32_t t : out.tokens) tracker.push(t);
-      rep += tracker.rate();
-      for (size_t k = 1; k < out.tokens.size(); ++k) distinct.insert({out.tokens[k - 1], out.tokens[k]});
-      bigrams += std::max<int64_t>(0, static_cast<int64_t>(out.tokens.size()) - 1);
-      // Output tokens' logprobs under the unsteered model: the last |output| scored prompt tokens.
-      const auto& scored = (*base)[2 * i].prompt_logprobs;
-      for (size_t k = scored.size() - out.tokens.size(); k < scored.size(); ++k) logp += scored[k].logprob;
-      // KL at the rows predicting output tokens 0..k-1 (prompt positions n_prompt-1 ..).
-      const auto& bd = (*base)[2 * i + 1].prompt_logprobs;
-      const auto& sd = (*steered)[i].prompt_logprobs;
-      // Entry j scores text token j + 1 from the row at position j: output token 0 (text position
-      // n_prompt) is entry n_prompt - 1.
-      for (size_t k = prompts[i].size() - 1; k < sd.size(); ++k) {
-        std::vector<float> pb(static_cast<size_t>(c.vocab));
-        for (const TokenLogprob& a : bd[k].top) pb[static_cast<size_t>(a.token)] = a.logprob;
-        double d = 0;
-        for (const TokenLogprob& a : sd[k].top) {
-          const double ps = std::exp(static_cast<double>(a.logprob));
-          if (ps > 0) d += ps * (static_cast<double>(a.logprob) - pb[static_cast<size_t>(a.token)]);
-        }
-        kl += d;
-        ++kl_rows;
-      }
-      outputs.push_back({{"prompt", texts[i]},
-                         {"tokens", out.tokens},
-                         {"text", (*tok)->decode(out.tokens, /*skip_special=*/true)},
-                         {"finish_reason", finish_reason_name(out.finish)}});
-    }
-    const double np = static_cast<double>(prompts.size());
-    mt.length = static_cast<double>(n_tokens) / np;
-    mt.truncation = static_cast<double>(truncated) / np;
-    mt.repetition = rep / np;
-    mt.distinct2 = bigrams > 0 ? static_cast<double>(distinct.size()) / static_cast<double>(bigrams) : 0.0;
-    mt.ppl = n_tokens > 0 ? std::exp(-logp / static_cast<double>(n_tokens)) : 0.0;
-    mt.kl = kl_rows > 0 ? kl / static_cast<double>(kl_rows) : 0.0;
-    metrics.push_back(mt);
+    nlohmann::json outputs;
+    auto mt = measure(**engine, c, prompts, *texts, **tok, parsed->spec, o, &outputs);
+    if (!mt.is_ok()) return fail(mt.message());
+    metrics.push_back(*mt);
     rows.push_back({{"strength", strength},
-                    {"output_length", mt.length},
-                    {"truncation_rate", mt.truncation},
-                    {"repetition_rate", mt.repetition},
-                    {"distinct_2", mt.distinct2},
-                    {"perplexity_unsteered", mt.ppl},
-                    {"kl_first_tokens", mt.kl},
+                    {"output_length", mt->length},
+                    {"truncation_rate", mt->truncation},
+                    {"repetition_rate", mt->repetition},
+                    {"distinct_2", mt->distinct2},
+                    {"perplexity_unsteered", mt->ppl},
+                    {"kl_first_tokens", mt->kl},
                     {"outputs", outputs}});
   }
-
-  std::string md =
-      "| strength | output length | truncated | 4-gram repetition | distinct-2 | perplexity (unsteered) | KL "
-      "first " +
-      std::to_string(o.kl_tokens) + " |\n| --- | --- | --- | --- | --- | --- | --- |\n";
-  for (size_t i = 0; i < strengths.size(); ++i) {
-    const Metrics& mt = metrics[i];
-    char line[256];
-    std::snprintf(line, sizeof(line), "| %g | %.1f | %.2f | %.3f | %.3f | %.3f | %.4f |\n", strengths[i], mt.length,
-                  mt.truncation, mt.repetition, mt.distinct2, mt.ppl, mt.kl);
-    md += line;
-  }
-  nlohmann::json j = {{"model", o.model},
-                      {"intervention", item},
-                      {"max_tokens", o.max_tokens},
-                      {"kl_tokens", o.kl_tokens},
-                      {"strengths", rows}};
-  const auto dump = [](const nlohmann::json& v) {
-    return v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-  };
+  const std::string md = sweep_table(strengths, metrics, o.kl_tokens);
+  const nlohmann::json j = {{"model", o.model},
+                            {"intervention", item},
+                            {"max_tokens", o.max_tokens},
+                            {"kl_tokens", o.kl_tokens},
+                            {"strengths", rows}};
   if (o.json) {
-    std::printf("%s\n", dump(j).c_str());
+    std::printf("%s\n", json_text(j).c_str());
   } else {
     std::printf("%s, %zu prompt(s), greedy, max_tokens %d\nintervention: %s\n\n%s", m.describe().c_str(),
-                prompts.size(), o.max_tokens, dump(item).c_str(), md.c_str());
+                prompts.size(), o.max_tokens, json_text(item).c_str(), md.c_str());
   }
-  if (!o.out.empty()) {
-    std::error_code ec;
-    std::filesystem::create_directories(o.out, ec);
-    if (ec) return fail("cannot create " + o.out + ": " + ec.message());
-    const std::filesystem::path dir(o.out);
-    std::ofstream(dir / "sweep.json") << dump(j) << "\n";
-    std::ofstream(dir / "sweep.md") << "# Strength sweep: " << m.describe() << "\n\nIntervention: `" << dump(item)
-                                    << "`\n\n"
-                                    << md;
-    std::ofstream(dir / "sweep.svg") << svg_curves(strengths, metrics, "Strength sweep");
-    if (!std::filesystem::exists(dir / "sweep.svg")) return fail("cannot write into " + o.out);
-    std::fflush(stdout);
-    std::fprintf(stderr, "glassbox sweep: wrote %s/sweep.{json,md,svg}\n", o.out.c_str());
-  }
+  if (o.out.empty()) return 0;
+  const Status st = write_report_files(o.out, {{"sweep.json", json_text(j) + "\n"},
+                                               {"sweep.md", "# Strength sweep: " + m.describe() +
+                                                                "\n\nIntervention: `" + json_text(item) + "`\n\n" + md},
+                                               {"sweep.svg", svg_curves(strengths, metrics, "Strength sweep")}});
+  if (!st) return fail(st.message());
+  std::fflush(stdout);
+  std::fprintf(stderr, "glassbox sweep: wrote %s/sweep.{json,md,svg}\n", o.out.c_str());
   return 0;
 }
 

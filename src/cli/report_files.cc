@@ -1,0 +1,43 @@
+// The analysis commands' shared I/O (report_files.h).
+#include "cli/report_files.h"
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "core/mapped_file.h"
+
+namespace gb::cli {
+
+Result<std::vector<std::string>> read_prompts(const std::string& prompt, const std::string& prompts_file) {
+  std::vector<std::string> texts;
+  if (!prompt.empty()) texts.push_back(prompt);
+  if (!prompts_file.empty()) {
+    GB_ASSIGN_OR_RETURN(std::string content, read_file(prompts_file));
+    std::istringstream in(content);
+    for (std::string line; std::getline(in, line);) {
+      if (!line.empty()) texts.push_back(line);
+    }
+  }
+  if (texts.empty()) return Status::error("give a prompt: --prompt or --prompts FILE");
+  return texts;
+}
+
+std::string json_text(const nlohmann::json& j) {
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+Status write_report_files(const std::string& dir, const std::vector<std::pair<std::string, std::string>>& files) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return Status::error("cannot create " + dir + ": " + ec.message());
+  for (const auto& [name, contents] : files) {
+    const std::filesystem::path path = std::filesystem::path(dir) / name;
+    std::ofstream out(path, std::ios::binary);
+    out << contents;
+    if (!out.good()) return Status::error("cannot write " + path.string());
+  }
+  return Status::ok();
+}
+
+}  // namespace gb::cli

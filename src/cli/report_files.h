@@ -1,0 +1,24 @@
+// What the analysis commands (scan, depth, sweep, lens) share around their numbers: prompts from
+// --prompt / --prompts FILE, JSON text that never throws on bad UTF-8, and the files --out DIR gets.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/status.h"
+
+namespace gb::cli {
+
+// The prompt (if any) and the non-empty lines of the file (if any); an error when there are none.
+Result<std::vector<std::string>> read_prompts(const std::string& prompt, const std::string& prompts_file);
+
+// One line of JSON, invalid UTF-8 replaced.
+std::string json_text(const nlohmann::json& j);
+
+// Writes each (file name, contents) into dir (created if needed); the error names what failed.
+Status write_report_files(const std::string& dir, const std::vector<std::pair<std::string, std::string>>& files);
+
+}  // namespace gb::cli
