@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <memory>
 #include <span>
@@ -14,6 +15,7 @@
 #include "core/mapped_file.h"
 #include "engine/engine.h"
 #include "model/model.h"
+#include "patch/patch.h"
 #include "server/config.h"
 #include "server/lifecycle.h"
 #include "tokenizer/tokenizer.h"
@@ -125,6 +127,23 @@ Result<int64_t> kv_cache_size(const server::ServerConfig& cfg, const ModelConfig
   return n_blocks * block_bytes;
 }
 
+// The configured weight variants, registered on the model before the engine starts.
+Status add_variants(const server::ServerConfig& cfg, Model* model) {
+  for (const server::VariantConfig& v : cfg.variants) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::string what = "variant '" + v.name + "' (" + v.path + ")";
+    Result<patch::Patch> p = patch::load_patch(v.path, cfg.model);
+    if (!p.is_ok()) return p.status().with_context(what);
+    Result<int32_t> id = model->add_variant(*p, v.name, static_cast<float>(v.scale));
+    if (!id.is_ok()) return id.status().with_context(what);
+    const VariantInfo& info = model->variants().back();
+    std::fprintf(stderr, "glassbox: %s: %s, %d edited matrices, %s beside the base, loaded in %.2f s\n", what.c_str(),
+                 info.source.c_str(), info.n_edits, mib(info.bytes).c_str(),
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return Status::ok();
+}
+
 Result<server::Backend> make_backend(const server::ServerConfig& cfg) {
   server::Backend backend;
   GB_ASSIGN_OR_RETURN(backend.codec, make_codec(cfg));
@@ -133,6 +152,7 @@ Result<server::Backend> make_backend(const server::ServerConfig& cfg) {
   load.max_batch_tokens = static_cast<int32_t>(cfg.max_num_batched_tokens);
   load.n_threads = static_cast<int32_t>(cfg.threads);
   GB_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, load_model(cfg.model, load));
+  GB_RETURN_IF_ERROR(add_variants(cfg, model.get()));
 
   EngineConfig ec;
   ec.scheduler.max_num_seqs = static_cast<int32_t>(cfg.max_num_seqs);

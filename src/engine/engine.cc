@@ -65,6 +65,8 @@ Engine::Engine(Model* model, const EngineConfig& config, std::unique_ptr<KvCache
       logprobs_(model->config().vocab),
       eos_ids_(model->config().eos_ids) {
   stats_.kv_blocks_total = blocks_.n_blocks();
+  stats_.running_by_variant.assign(static_cast<size_t>(model->n_variants()) + 1, 0);
+  stats_.waiting_by_variant.assign(static_cast<size_t>(model->n_variants()) + 1, 0);
   monitor_state_.reset(model->config().n_layers, config.monitor);
 }
 
@@ -160,6 +162,16 @@ Status Engine::submit(GenerationRequest request, std::shared_ptr<RequestChannel>
   *code = EngineErrorCode::kNone;
   wake_.notify_one();
   return Status::ok();
+}
+
+std::vector<VariantStatus> Engine::variants() const {
+  std::vector<VariantStatus> out;
+  const std::vector<VariantInfo>& vs = model_->variants();
+  for (size_t i = 0; i < vs.size(); ++i) {
+    const VariantInfo& v = vs[i];
+    out.push_back({static_cast<int32_t>(i + 1), v.name, v.source, v.path, v.version, v.sha256, v.bytes, v.n_edits});
+  }
+  return out;
 }
 
 EngineStats Engine::stats() const {
@@ -358,6 +370,10 @@ void Engine::publish_stats(double step_seconds) {
   stats_.monitor_steps = monitor_state_.steps_sampled;
   stats_.massive_events = monitor_state_.events_total;
   stats_.state_slots_used = scheduler_.state_slots_used();
+  std::fill(stats_.running_by_variant.begin(), stats_.running_by_variant.end(), 0);
+  std::fill(stats_.waiting_by_variant.begin(), stats_.waiting_by_variant.end(), 0);
+  for (const auto& s : scheduler_.running()) ++stats_.running_by_variant[static_cast<size_t>(s->request.variant)];
+  for (const auto& s : scheduler_.waiting()) ++stats_.waiting_by_variant[static_cast<size_t>(s->request.variant)];
   if (step_seconds >= 0) stats_.step_seconds.observe(step_seconds);
 }
 

@@ -45,6 +45,7 @@ class Engine : public EngineApi {
   EngineStats stats() const override;
   MonitorSnapshot monitor() const override;
   const ModelConfig* model_config() const override { return &model_->config(); }
+  std::vector<VariantStatus> variants() const override;
   // Replaces the monitor configuration from the next step on (thread-safe).
   void set_monitor(const MonitorConfig& config);
 

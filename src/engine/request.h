@@ -169,6 +169,20 @@ struct EngineStats {
   int64_t massive_events = 0;    // events the monitor counted (all layers)
   int64_t glass_requests = 0;    // requests run with a glass spec (observation or interventions)
   int64_t state_slots_used = 0;  // hybrid models: recurrent-state slots held by running sequences
+  // Per weight variant (index = GenerationRequest::variant, 0 the base): sequences running / waiting.
+  std::vector<int64_t> running_by_variant, waiting_by_variant;
+};
+
+// A weight variant the engine serves beside the base (GenerationRequest::variant = id).
+struct VariantStatus {
+  int32_t id = 0;       // 1, 2, ...
+  std::string name;     // the `model` clients send
+  std::string source;   // "patch", "peft", "gguf-lora", "checkpoint"
+  std::string path;     // where it was loaded from
+  std::string version;  // the patch manifest's version ("" for adapters and checkpoints)
+  std::string sha256;   // its identity: the manifest's, the adapter file's or the edited checkpoint's hash
+  int64_t bytes = 0;    // memory its deltas take beside the base weights
+  int32_t edits = 0;    // matrices it edits
 };
 
 // What the server sees of the engine.
@@ -184,6 +198,8 @@ class EngineApi {
   virtual MonitorSnapshot monitor() const { return {}; }
   // The served model's shape, for resolving glass-box specs; null: the engine has none.
   virtual const ModelConfig* model_config() const { return nullptr; }
+  // The weight variants served beside the base, by id.
+  virtual std::vector<VariantStatus> variants() const { return {}; }
 };
 
 }  // namespace gb

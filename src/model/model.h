@@ -33,9 +33,11 @@ struct LoadOptions {
 struct VariantInfo {
   std::string name;
   std::string path;
-  std::string source;  // "patch", "peft", "gguf-lora"
+  std::string source;  // "patch", "peft", "gguf-lora", "checkpoint"
   int64_t bytes = 0;   // memory its deltas take beside the base
   int32_t n_edits = 0;
+  std::string version;  // the patch's
+  std::string sha256;   // the patch's identity (patch::identity_sha256)
 };
 
 class Model {

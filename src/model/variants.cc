@@ -277,8 +277,8 @@ Result<int32_t> Model::add_variant(const patch::Patch& p, const std::string& nam
   var_rows_.resize(t);
   var_offsets_.assign(variants_.size() + 3, 0);
   var_cursor_.assign(variants_.size() + 3, 0);
-  variants_.push_back(
-      VariantInfo{name, p.path, patch::patch_source_name(p.source), bytes, static_cast<int32_t>(p.edits.size())});
+  variants_.push_back(VariantInfo{name, p.path, patch::patch_source_name(p.source), bytes,
+                                  static_cast<int32_t>(p.edits.size()), p.version, patch::identity_sha256(p)});
   var_step_.deltas = &deltas_;
   var_step_.rows = var_rows_.data();
   var_step_.offsets = var_offsets_.data();

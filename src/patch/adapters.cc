@@ -253,13 +253,23 @@ Result<Patch> load_gguf_lora(const std::string& path) {
   return p;
 }
 
-Result<Patch> load_patch(const std::string& path) {
+Result<Patch> load_patch(const std::string& path, const std::string& base_dir) {
   std::error_code ec;
   if (!fs::exists(path, ec)) return Status::error(path + ": no such file or directory");
   if (fs::is_directory(path, ec)) {
     if (fs::exists(path + "/manifest.json", ec)) return load_artifact(path);
     if (fs::exists(path + "/adapter_config.json", ec)) return load_peft_adapter(path);
-    return Status::error(path + ": neither a patch (manifest.json) nor a PEFT adapter (adapter_config.json)");
+    const bool checkpoint =
+        fs::exists(path + "/model.safetensors", ec) || fs::exists(path + "/model.safetensors.index.json", ec);
+    if (!checkpoint)
+      return Status::error(path +
+                           ": neither a patch (manifest.json), a PEFT adapter (adapter_config.json) nor an edited "
+                           "checkpoint (model.safetensors)");
+    if (base_dir.empty() || !fs::is_directory(base_dir, ec))
+      return Status::error(path + ": an edited checkpoint is diffed against a Hugging Face base directory" +
+                           (base_dir.empty() ? std::string() : ", and " + base_dir + " is not one") +
+                           " (make a patch with `glassbox patch diff` to serve it beside a GGUF base)");
+    return diff_to_patch(base_dir, path);
   }
   GB_ASSIGN_OR_RETURN(auto m, MappedFile::open(path));
   if (m->size() >= 4 && std::memcmp(m->data(), "GGUF", 4) == 0) return load_gguf_lora(path);

@@ -391,10 +391,10 @@ Status write_edit_file(const std::string& path, const Edit& e) {
 
 }  // namespace
 
-Result<DiffStats> diff_checkpoints(const std::string& base_dir, const std::string& edited_dir,
-                                   const std::string& out_dir, const DiffOptions& options) {
-  GB_ASSIGN_OR_RETURN(Checkpoint base, open_checkpoint(base_dir));
-  GB_ASSIGN_OR_RETURN(Checkpoint edited, open_checkpoint(edited_dir));
+namespace {
+
+// Two checkpoints a patch can describe: the same files, tensor names, shards, dtypes and shapes.
+Status check_same_layout(const Checkpoint& base, const Checkpoint& edited, const std::string& edited_dir) {
   if (base.files.size() != edited.files.size()) {
     return Status::error(edited_dir + ": has " + std::to_string(edited.files.size()) + " safetensors files, the base " +
                          std::to_string(base.files.size()) + " (a patch cannot change how a checkpoint is sharded)");
@@ -422,6 +422,54 @@ Result<DiffStats> diff_checkpoints(const std::string& base_dir, const std::strin
       return Status::error(edited_dir + ": tensor '" + name + "' is not in the base (a patch cannot add tensors)");
     }
   }
+  return Status::ok();
+}
+
+// The edits of every changed tensor, in file order, each with the base tensor's hash pinned.
+std::vector<Edit> changed_tensors(const Checkpoint& base, const Checkpoint& edited,
+                                  std::map<std::string, std::string>* base_hashes) {
+  std::vector<Edit> edits;
+  for (const CheckpointFile& bf : base.files) {
+    for (const TensorView& bt : bf.st.tensors) {
+      const TensorView* et = edited.find(bt.name);
+      if (std::memcmp(bt.data, et->data, bt.nbytes) == 0) continue;
+      edits.push_back(make_edit(bt, *et));
+      (*base_hashes)[bt.name] = sha256_hex(bt.data, bt.nbytes);
+    }
+  }
+  return edits;
+}
+
+}  // namespace
+
+Result<Patch> diff_to_patch(const std::string& base_dir, const std::string& edited_dir) {
+  GB_ASSIGN_OR_RETURN(Checkpoint base, open_checkpoint(base_dir));
+  GB_ASSIGN_OR_RETURN(Checkpoint edited, open_checkpoint(edited_dir));
+  GB_RETURN_IF_ERROR(check_same_layout(base, edited, edited_dir));
+  Patch p;
+  p.source = PatchSource::kCheckpoint;
+  p.path = edited_dir;
+  p.name = fs::path(edited_dir).filename().string();
+  p.base_model = fs::path(base_dir).filename().string();
+  p.edits = changed_tensors(base, edited, &p.base_tensors);
+  if (p.edits.empty()) return Status::error(edited_dir + ": no tensor differs from the base " + base_dir);
+  // The identity of an edited checkpoint: the hash of its safetensors files' hashes, in order.
+  Sha256 id;
+  for (const CheckpointFile& ef : edited.files) {
+    OutputFile f{ef.name, sha256_hex(ef.map->data(), ef.map->size()), "", ""};
+    id.update(reinterpret_cast<const uint8_t*>(f.sha256.data()), f.sha256.size());
+    p.files.push_back(std::move(f));
+  }
+  p.manifest_sha256 = p.files.size() == 1 ? p.files[0].sha256 : id.hex();
+  for (Edit& e : p.edits) e.file = edited_dir;
+  return p;
+}
+
+Result<DiffStats> diff_checkpoints(const std::string& base_dir, const std::string& edited_dir,
+                                   const std::string& out_dir, const DiffOptions& options) {
+  GB_ASSIGN_OR_RETURN(Checkpoint base, open_checkpoint(base_dir));
+  GB_ASSIGN_OR_RETURN(Checkpoint edited, open_checkpoint(edited_dir));
+  GB_RETURN_IF_ERROR(check_same_layout(base, edited, edited_dir));
   std::error_code ec;
   if (fs::exists(out_dir, ec) && !(fs::is_directory(out_dir, ec) && fs::is_empty(out_dir, ec))) {
     return Status::error(out_dir + ": exists and is not an empty directory (refusing to overwrite)");
@@ -437,33 +485,32 @@ Result<DiffStats> diff_checkpoints(const std::string& base_dir, const std::strin
                    {"description", options.description}};
   if (manifest["name"].get<std::string>().empty()) manifest["name"] = "patch";
   json base_tensors = json::object(), edits = json::array(), files = json::array();
+  std::map<std::string, std::string> base_hashes;
+  std::vector<Edit> changed = changed_tensors(base, edited, &base_hashes);
+  for (const CheckpointFile& bf : base.files) stats.tensors_compared += static_cast<int64_t>(bf.st.tensors.size());
   int n_edit = 0;
+  for (Edit& e : changed) {
+    char fname[32];
+    std::snprintf(fname, sizeof fname, "edit-%04d.safetensors", n_edit++);
+    e.file = fname;
+    GB_RETURN_IF_ERROR(write_edit_file(out_dir + "/" + e.file, e));
+    GB_ASSIGN_OR_RETURN(e.sha256, sha256_file(out_dir + "/" + e.file));
+    ++stats.tensors_changed;
+    stats.weights_changed += e.weights_changed;
+    stats.bytes_stored += e.stored_bytes();
+    base_tensors[e.tensor] = base_hashes.at(e.tensor);
+    edits.push_back({{"tensor", e.tensor},
+                     {"kind", edit_kind_name(e.kind)},
+                     {"file", e.file},
+                     {"sha256", e.sha256},
+                     {"dtype", std::string(dtype_name(e.dtype))},
+                     {"shape", e.shape},
+                     {"count", e.kind == EditKind::kFull ? e.numel() : static_cast<int64_t>(e.indices.size())},
+                     {"weights_changed", e.weights_changed}});
+  }
   for (size_t fi = 0; fi < base.files.size(); ++fi) {
     const CheckpointFile& bf = base.files[fi];
     const CheckpointFile& ef = edited.files[fi];
-    for (const TensorView& bt : bf.st.tensors) {
-      ++stats.tensors_compared;
-      const TensorView* et = edited.find(bt.name);
-      if (std::memcmp(bt.data, et->data, bt.nbytes) == 0) continue;
-      Edit e = make_edit(bt, *et);
-      char fname[32];
-      std::snprintf(fname, sizeof fname, "edit-%04d.safetensors", n_edit++);
-      e.file = fname;
-      GB_RETURN_IF_ERROR(write_edit_file(out_dir + "/" + e.file, e));
-      GB_ASSIGN_OR_RETURN(e.sha256, sha256_file(out_dir + "/" + e.file));
-      ++stats.tensors_changed;
-      stats.weights_changed += e.weights_changed;
-      stats.bytes_stored += e.stored_bytes();
-      base_tensors[e.tensor] = sha256_hex(bt.data, bt.nbytes);
-      edits.push_back({{"tensor", e.tensor},
-                       {"kind", edit_kind_name(e.kind)},
-                       {"file", e.file},
-                       {"sha256", e.sha256},
-                       {"dtype", std::string(dtype_name(e.dtype))},
-                       {"shape", e.shape},
-                       {"count", e.kind == EditKind::kFull ? e.numel() : static_cast<int64_t>(e.indices.size())},
-                       {"weights_changed", e.weights_changed}});
-    }
     json f = {{"name", bf.name}, {"sha256", sha256_hex(ef.map->data(), ef.map->size())}, {"header", nullptr}};
     if (bf.header_end != ef.header_end || std::memcmp(bf.map->data(), ef.map->data(), bf.header_end) != 0) {
       const std::string hname = "header-" + std::to_string(fi) + ".json";

@@ -27,11 +27,17 @@ const char* edit_kind_name(EditKind k) {
   return "?";
 }
 
+std::string identity_sha256(const Patch& p) {
+  if (!p.manifest_sha256.empty() || p.edits.empty()) return p.manifest_sha256;
+  return p.edits.front().sha256;
+}
+
 const char* patch_source_name(PatchSource s) {
   switch (s) {
     case PatchSource::kArtifact: return "patch";
     case PatchSource::kPeft: return "peft";
     case PatchSource::kGgufLora: return "gguf-lora";
+    case PatchSource::kCheckpoint: return "checkpoint";
   }
   return "?";
 }

@@ -67,8 +67,9 @@ struct OutputFile {
   std::string header;       // its bytes (the JSON header, padded), when header_file is set
 };
 
-enum class PatchSource { kArtifact, kPeft, kGgufLora };
-const char* patch_source_name(PatchSource s);  // "patch", "peft", "gguf-lora"
+enum class PatchSource { kArtifact, kPeft, kGgufLora, kCheckpoint };
+// "patch", "peft", "gguf-lora", "checkpoint" (an edited checkpoint diffed in memory)
+const char* patch_source_name(PatchSource s);
 
 struct Patch {
   PatchSource source = PatchSource::kArtifact;
@@ -84,11 +85,12 @@ struct Patch {
   int64_t stored_bytes() const;
 };
 
-// Loads any of the three forms: a directory with manifest.json (an artifact; every file's hash
-// is checked against the manifest), a directory with adapter_config.json (PEFT), or a GGUF file
-// with general.type = adapter and adapter.type = lora. Every field, shape and index is checked;
-// a bad file is an error naming the file and what is wrong.
-Result<Patch> load_patch(const std::string& path);
+// Loads any of the forms: a directory with manifest.json (an artifact; every file's hash is
+// checked against the manifest), a directory with adapter_config.json (PEFT), a GGUF file with
+// general.type = adapter and adapter.type = lora, or — given the Hugging Face base directory it
+// was edited from — an edited checkpoint (model.safetensors), diffed in memory (diff_to_patch).
+// Every field, shape and index is checked; a bad file is an error naming the file and what is wrong.
+Result<Patch> load_patch(const std::string& path, const std::string& base_dir = "");
 Result<Patch> load_artifact(const std::string& dir);
 Result<Patch> load_peft_adapter(const std::string& dir);
 Result<Patch> load_gguf_lora(const std::string& path);
@@ -134,6 +136,12 @@ struct DiffOptions {
 Result<DiffStats> diff_checkpoints(const std::string& base_dir, const std::string& edited_dir,
                                    const std::string& out_dir, const DiffOptions& options);
 
+// The edits that turn one Hugging Face checkpoint into another (same files, names, dtypes and
+// shapes), each changed tensor in the kind with the fewest bytes, without writing anything:
+// `patch diff` in memory, for serving an edited checkpoint beside its base. manifest_sha256 is
+// the edited safetensors file's SHA-256 (of the files' hashes when sharded).
+Result<Patch> diff_to_patch(const std::string& base_dir, const std::string& edited_dir);
+
 // Writes base + patch to out_dir: the patched safetensors files and a copy of every other file of
 // the base directory (config.json, tokenizer files, ...). For an artifact each written file's
 // SHA-256 must equal the manifest's; a mismatch is an error and the file is removed.
@@ -142,6 +150,10 @@ Status apply_patch(const std::string& base_dir, const Patch& patch, const std::s
 // Checks the patch's files against its manifest (load_artifact does) and every touched base
 // tensor against base_tensors. The message of a mismatch names the file or tensor and both hashes.
 Status verify_patch(const Patch& patch, const std::string& base_dir);
+
+// What identifies a patch's content: the artifact's manifest hash, an edited checkpoint's hash, or
+// the adapter file's hash (PEFT's adapter_model.safetensors, a LoRA GGUF).
+std::string identity_sha256(const Patch& p);
 
 // SHA-256 (OpenSSL) as lower-case hex.
 std::string sha256_hex(const void* data, size_t n);

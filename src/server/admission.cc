@@ -111,12 +111,21 @@ std::optional<Server::Refusal> Server::admit(Endpoint endpoint, const httplib::R
   if (std::optional<ApiError> e = parse_json_body(body_text, &body)) return Refusal{*e, "invalid"};
   RequestLimits limits;
   limits.served_model_name = cfg_.served_model_name;
+  for (const ServedModel& m : models()) {
+    if (m.variant != 0) limits.variant_names.push_back(m.name);
+  }
   limits.max_model_len = max_model_len_;
   limits.max_n = static_cast<int32_t>(cfg_.max_n);
   limits.max_stop = static_cast<int32_t>(cfg_.max_stop);
   limits.max_logprobs = static_cast<int32_t>(cfg_.max_logprobs);
   if (std::optional<ApiError> e = parse_request(endpoint, body, limits, *codec_, &g->req))
     return Refusal{*e, e->status == 404 ? "unknown_model" : "invalid"};
+  if (!find_model(g->req.model, &g->model)) {  // unloaded since the request was parsed
+    ApiError e = make_error(404, "not_found_error", "model_not_found",
+                            "The model " + quote_input(g->req.model) + " is no longer served");
+    e.param = "model";
+    return Refusal{e, "unknown_model"};
+  }
   const json* glass_ext = body.is_object() && body.contains("glassbox") ? &body["glassbox"] : nullptr;
   const int64_t n_sequences = static_cast<int64_t>(g->req.prompts.size()) * g->req.n;
   if (std::optional<ApiError> e =
@@ -160,6 +169,7 @@ std::optional<Server::Refusal> Server::submit_choices(Generation* g) {
     // prompt_logprobs ask for; each answer takes its own share.
     r.prompt_logprobs = std::max(g->req.prompt_logprobs, g->req.echo ? g->req.top_logprobs : -1);
     r.glass = g->glass.spec;
+    r.variant = g->model.variant;
     r.deadline = g->deadline;
     // The engine's code says why it refused (queue full: 429, draining: 503, else invalid: 400).
     EngineErrorCode code = EngineErrorCode::kNone;

@@ -40,6 +40,17 @@ EnvLookup process_env() {
 
 namespace {
 
+// The ConfigOverrides entry that carries the --variant flags (one NAME=PATH per line).
+constexpr const char* kVariantFlags = "variants";
+
+bool valid_model_name(const std::string& s) {
+  if (s.empty() || s.size() > 64) return false;
+  for (char c : s) {
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-' || c == ':')) return false;
+  }
+  return true;
+}
+
 std::string upper(std::string s) {
   for (char& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   return s;
@@ -150,6 +161,33 @@ Status parse_keys(const YAML::Node& node, std::vector<KeyConfig>* keys) {
       }
     }
     keys->push_back(std::move(key));
+  }
+  return Status::ok();
+}
+
+Status parse_variants(const YAML::Node& node, std::vector<VariantConfig>* variants) {
+  if (!node.IsSequence()) return Status::error("config key 'variants': expected a list of {name, path, scale}");
+  variants->clear();
+  for (size_t i = 0; i < node.size(); ++i) {
+    const std::string where = "config key 'variants[" + std::to_string(i) + "]";
+    const YAML::Node& item = node[i];
+    if (!item.IsMap()) return Status::error(where + "': expected a map with name, path and optionally scale");
+    VariantConfig v;
+    for (const auto& kv : item) {
+      const std::string name = kv.first.as<std::string>();
+      if (!kv.second.IsScalar()) return Status::error(where + "." + name + "': expected a scalar");
+      if (name == "name") {
+        v.name = kv.second.Scalar();
+      } else if (name == "path") {
+        v.path = kv.second.Scalar();
+      } else if (name == "scale") {
+        FieldInfo info{"scale", "", -1000, 1000};
+        GB_RETURN_IF_ERROR(parse_value(info, where + ".scale'", kv.second.Scalar(), &v.scale));
+      } else {
+        return Status::error(where + "." + name + "': unknown key (expected name, path, scale)");
+      }
+    }
+    variants->push_back(std::move(v));
   }
   return Status::ok();
 }
@@ -322,6 +360,10 @@ Status apply_yaml(std::string_view yaml_text, ServerConfig* cfg) {
         GB_RETURN_IF_ERROR(parse_glass_policy(yaml_to_json(kv.second), &cfg->glassbox_policy));
         continue;
       }
+      if (name == "variants") {
+        GB_RETURN_IF_ERROR(parse_variants(kv.second, &cfg->variants));
+        continue;
+      }
       if (!kv.second.IsScalar())
         return Status::error("config key '" + name + "': expected a single value, not a list or map");
       values[name] = node_text(kv.second);
@@ -343,8 +385,25 @@ Status apply_env(const EnvLookup& env, ServerConfig* cfg) {
 }
 
 Status apply_overrides(const ConfigOverrides& values, ServerConfig* cfg) {
+  ConfigOverrides scalars = values;
+  if (auto it = scalars.find(kVariantFlags); it != scalars.end()) {
+    // --variant NAME=PATH, repeatable (one per line here): added to the config file's variants.
+    std::string list = it->second;
+    scalars.erase(it);
+    size_t start = 0;
+    while (start < list.size()) {
+      size_t end = list.find('\n', start);
+      if (end == std::string::npos) end = list.size();
+      const std::string item = list.substr(start, end - start);
+      start = end + 1;
+      const size_t eq = item.find('=');
+      if (eq == std::string::npos || eq == 0 || eq + 1 == item.size())
+        return Status::error("--variant: expected NAME=PATH, got '" + brief_name(item) + "'");
+      cfg->variants.push_back({item.substr(0, eq), item.substr(eq + 1), 1.0});
+    }
+  }
   return apply_strings(
-      values, [](const std::string& n) { return "--" + dashed(n); }, cfg);
+      scalars, [](const std::string& n) { return "--" + dashed(n); }, cfg);
 }
 
 Status validate_config(const EnvLookup& env, ServerConfig* cfg) {
@@ -355,6 +414,20 @@ Status validate_config(const EnvLookup& env, ServerConfig* cfg) {
     while (m.size() > 1 && m.back() == '/') m.pop_back();
     const size_t slash = m.find_last_of('/');
     cfg->served_model_name = slash == std::string::npos ? m : m.substr(slash + 1);
+  }
+  std::set<std::string> variant_names;
+  for (size_t i = 0; i < cfg->variants.size(); ++i) {
+    const VariantConfig& v = cfg->variants[i];
+    const std::string where = "variants[" + std::to_string(i) + "]";
+    if (!valid_model_name(v.name))
+      return Status::error(
+          where + ".name: '" + brief_name(v.name) +
+          "' must be 1 to 64 letters, digits or the characters . _ - : (it is the `model` clients send)");
+    if (v.name == cfg->served_model_name)
+      return Status::error(where + ".name: '" + v.name + "' is the base model's name (served_model_name)");
+    if (!variant_names.insert(v.name).second) return Status::error(where + ".name: '" + v.name + "' is used twice");
+    if (v.path.empty()) return Status::error(where + ".path: required");
+    if (!std::isfinite(v.scale)) return Status::error(where + ".scale: must be a finite number");
   }
   if (cfg->host.empty()) return Status::error("host: must not be empty");
   if (cfg->kv_cache_bytes > 0 && cfg->kv_cache_fraction > 0)
@@ -424,12 +497,26 @@ nlohmann::json config_to_json(const ServerConfig& cfg) {
   }
   j["keys"] = std::move(keys);
   j["glassbox_policy"] = glass_policy_json(cfg.glassbox_policy);
+  nlohmann::json variants = nlohmann::json::array();
+  for (const VariantConfig& v : cfg.variants)
+    variants.push_back({{"name", v.name}, {"path", v.path}, {"scale", v.scale}});
+  j["variants"] = std::move(variants);
   return j;
 }
 
 void add_config_flags(CLI::App& app, ConfigOverrides* flags, std::string* config_file,
                       const std::map<std::string, std::string>& short_flags) {
   app.add_option("--config", *config_file, "YAML config file (environment and flags override it)");
+  app.add_option_function<std::vector<std::string>>(
+         "--variant",
+         [flags](const std::vector<std::string>& items) {
+           std::string& list = (*flags)[kVariantFlags];
+           for (const std::string& item : items) list += (list.empty() ? "" : "\n") + item;
+         },
+         "weight variant served beside the base, NAME=PATH (a patch, PEFT adapter, LoRA GGUF or edited "
+         "checkpoint; repeatable): requests with model NAME run on it")
+      ->type_name("NAME=PATH")
+      ->allow_extra_args(false);
   ServerConfig defaults;
   visit_fields(defaults, [&](const FieldInfo& info, auto& field) {
     using T = std::decay_t<decltype(field)>;

@@ -41,6 +41,15 @@ struct ControlVectorFile {
   std::string path;  // a llama.cpp / repeng control-vector GGUF
 };
 
+// A weight variant served beside the base model (`variants:` in the config, --variant NAME=PATH):
+// a request with `model: NAME` runs on it. PATH: a patch directory, a PEFT adapter directory, a
+// llama.cpp LoRA GGUF, or an edited checkpoint of the (Hugging Face) base, diffed at load.
+struct VariantConfig {
+  std::string name;
+  std::string path;
+  double scale = 1.0;  // multiplies low-rank, column and sparse deltas (a LoRA's strength)
+};
+
 struct GlassPolicyConfig {
   std::vector<Role> intervention_roles = {Role::kResearcher, Role::kAdmin};
   std::vector<Role> observe_roles = {Role::kUser, Role::kResearcher, Role::kAdmin};
@@ -62,6 +71,7 @@ struct ServerConfig {
   std::string model;              // model directory or file
   std::string served_model_name;  // the `model` clients send; default: the model's directory name
   std::string chat_template;      // Jinja template file overriding the model's own
+  std::vector<VariantConfig> variants;
 
   // Engine (passed through to the engine factory)
   int64_t max_num_seqs = 64;

@@ -78,7 +78,7 @@ std::optional<ApiError> Generation::failure() const {
 void Generation::on_event(size_t i, GenerationEvent& ev, Clock::time_point now,
                           std::vector<std::pair<size_t, ChoiceDelta>>* out) {
   ChoiceState& c = choices[i];
-  HotMetrics& hot = server->hot_;
+  ModelMetrics& hot = *model.metrics;
   // An event with neither tokens nor a finish marks the request leaving the engine's queue.
   if (!c.queue_observed && (!ev.tokens.empty() || ev.finish == FinishReason::kNone)) {
     c.queue_observed = true;
@@ -122,7 +122,7 @@ AuditRecord Generation::audit_record() const {
   r.kind = "request";
   r.key_id = caller.key_id;
   r.request_id = meta.id;
-  r.model = server->cfg_.served_model_name + "@" + server->cfg_.model;
+  r.model = model.name + "@" + (model.variant == 0 ? server->cfg_.model : model.info.path);
   r.action = endpoint_path(req.endpoint);
   r.status = status;
   r.prompt_tokens = prompt_tokens();
@@ -268,7 +268,7 @@ Generation::PromptPart Generation::prompt_part(ChoiceState& c) {
   if (!req.echo) {
     out.text.clear();
   } else if (echo_lp) {
-    out.logprobs = logprobs_json(req.endpoint, toks, texts, &c.text_offset);
+    out.logprobs = logprobs_json(req.endpoint, toks, texts, &c.text_offset, req.return_tokens_as_token_ids);
     // The first token has no logprob: nothing came before it.
     if (!toks.empty()) {
       out.logprobs["token_logprobs"][0] = nullptr;
@@ -281,7 +281,7 @@ Generation::PromptPart Generation::prompt_part(ChoiceState& c) {
 nlohmann::json Generation::logprobs_for(ChoiceState& c, const std::vector<GeneratedToken>& tokens,
                                         const std::vector<TokenText>& texts) {
   if (req.top_logprobs < 0) return nullptr;
-  return logprobs_json(req.endpoint, tokens, texts, &c.text_offset);
+  return logprobs_json(req.endpoint, tokens, texts, &c.text_offset, req.return_tokens_as_token_ids);
 }
 
 int64_t Generation::prompt_tokens() const {
@@ -316,28 +316,26 @@ void Generation::finalize() {
   }
   audit();  // a request that ended early (disconnect, error) used its interventions too
   const Clock::time_point now = Clock::now();
-  auto& m = server->metrics_;
   json reasons = json::array();
   for (const ChoiceState& c : choices) {
     const char* reason = c.text.finished() ? finish_reason_name(c.text.finish_reason()) : "cancelled";
     if (abort.load() == kDrainAbort && !c.text.finished()) reason = "abort";
     reasons.push_back(reason);
-    m.counter("glassbox_request_finished_total", "Finished choices by finish_reason (truncation rate: length / all)",
-              {{"finish_reason", reason}})
-        .inc();
-    server->hot_.generation_tokens.observe(c.text.completion_tokens());
-    if (c.repetition.ngrams() > 0) server->hot_.repetition_rate.observe(c.repetition.rate());
+    model.metrics->finished(reason).inc();
+    model.metrics->generation_tokens.observe(c.text.completion_tokens());
+    if (c.repetition.ngrams() > 0) model.metrics->repetition_rate.observe(c.repetition.rate());
   }
   const int64_t prompt = prompt_tokens(), completion = completion_tokens();
-  server->hot_.prompt_tokens_total.inc(static_cast<double>(prompt));
-  server->hot_.generation_tokens_total.inc(static_cast<double>(completion));
-  for (const ParsedPrompt& p : req.prompts) server->hot_.prompt_tokens.observe(static_cast<double>(p.tokens.size()));
-  if (status == 200) server->hot_.e2e.observe(seconds_between(arrival, now));
+  model.metrics->prompt_tokens_total.inc(static_cast<double>(prompt));
+  model.metrics->generation_tokens_total.inc(static_cast<double>(completion));
+  for (const ParsedPrompt& p : req.prompts) model.metrics->prompt_tokens.observe(static_cast<double>(p.tokens.size()));
+  if (status == 200) model.metrics->e2e.observe(seconds_between(arrival, now));
 
   json line = {{"event", "request"},
                {"request_id", meta.id},
                {"key_id", caller.key_id},
                {"endpoint", endpoint_path(req.endpoint)},
+               {"model", model.name},
                {"status", status},
                {"stream", req.stream},
                {"n", req.n},

@@ -50,6 +50,7 @@ struct Generation {
 
   Server* server = nullptr;
   ParsedRequest req;
+  ServedModel model;  // what req.model names: the base or a variant, and its metrics
   GlassRequest glass;
   ResponseMeta meta;
   Caller caller;

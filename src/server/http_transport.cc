@@ -209,10 +209,25 @@ HttpTransport::HttpTransport(TransportLimits limits) : limits_(limits) {
   new_task_queue = [] { return new InlineQueue; };
   // SO_REUSEADDR only (httplib's default adds SO_REUSEPORT, which lets a second server bind the
   // same port and silently share its connections).
-  set_socket_options([](socket_t sock) {
+  set_socket_options([this](socket_t sock) {
     int yes = 1;
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    listen_fd_ = sock;
   });
+}
+
+int HttpTransport::bind_listener(const std::string& host, int port) {
+  listen_fd_ = -1;
+  int bound = port;
+  if (port == 0) {
+    bound = bind_to_any_port(host);
+  } else if (!bind_to_port(host, port)) {
+    bound = -1;
+  }
+  if (bound <= 0) return -1;
+  // listen() again on a listening socket only resizes its accept queue.
+  if (listen_fd_ < 0 || ::listen(listen_fd_, limits_.listen_backlog) != 0) return -1;
+  return bound;
 }
 
 HttpTransport::~HttpTransport() { stop_transport(); }

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <httplib.h>
+#include <sys/socket.h>
 
 #include <atomic>
 #include <chrono>
@@ -41,6 +42,7 @@ struct TransportLimits {
   std::chrono::milliseconds write_timeout{30000};   // one write
   std::chrono::milliseconds keep_alive_timeout{5000};  // idle between requests
   size_t keep_alive_max_count = 100;                   // requests per connection
+  int listen_backlog = SOMAXCONN;                      // the kernel's accept queue (capped by net.core.somaxconn)
 };
 
 struct TransportStats {
@@ -64,6 +66,10 @@ class HttpTransport : public httplib::Server {
   explicit HttpTransport(TransportLimits limits);
   ~HttpTransport() override;
 
+  // Binds host:port (0: any free port) with the configured accept backlog; the bound port, or -1.
+  // httplib listens with a backlog of 5: a burst of connections overflowed it, and the kernel reset
+  // the ones whose SYN cookie then failed (6 of 64 concurrent 300 KB POSTs).
+  int bind_listener(const std::string& host, int port);
   // Starts the reactor and the workers; call before listen_after_bind().
   void start_transport();
   // After stop() and the listen thread have returned: closes idle connections, lets the workers
@@ -102,6 +108,7 @@ class HttpTransport : public httplib::Server {
   void close_conn(Conn* c);
 
   TransportLimits limits_;
+  int listen_fd_ = -1;  // the last socket httplib created to bind (set in the socket-options hook)
   int epoll_fd_ = -1;
   int wake_fd_ = -1;
   std::thread reactor_;

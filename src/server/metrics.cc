@@ -104,6 +104,16 @@ Gauge& MetricsRegistry::gauge(const std::string& name, const std::string& help, 
   return *slot;
 }
 
+Gauge& MetricsRegistry::replace_gauge(const std::string& name, const std::string& help, const Labels& labels) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto& gauges = family(name, Type::kGauge, help).gauges;
+  const std::string key = render_labels(labels);
+  std::erase_if(gauges, [&](const auto& kv) { return kv.first != key; });
+  auto& slot = gauges[key];
+  if (!slot) slot = std::make_unique<Gauge>();
+  return *slot;
+}
+
 Histogram& MetricsRegistry::histogram(const std::string& name, const std::string& help,
                                       const std::vector<double>& bounds, const Labels& labels) {
   std::lock_guard<std::mutex> lock(mutex_);

@@ -65,6 +65,9 @@ class MetricsRegistry {
   // type is a programming error (asserted).
   Counter& counter(const std::string& name, const std::string& help, const Labels& labels = {});
   Gauge& gauge(const std::string& name, const std::string& help, const Labels& labels = {});
+  // The family's only child from now on (an info metric whose label values change, like
+  // lora_requests_info); references to the family's other children become invalid.
+  Gauge& replace_gauge(const std::string& name, const std::string& help, const Labels& labels);
   Histogram& histogram(const std::string& name, const std::string& help, const std::vector<double>& bounds,
                        const Labels& labels = {});
 

@@ -1,6 +1,7 @@
 // Validation of OpenAI completions and chat request bodies, field by field.
 #include "server/openai_request.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <set>
@@ -200,6 +201,7 @@ MaybeError parse_sampling(const Fields& f, const RequestLimits& limits, int32_t 
     }
   }
   GB_TRY(f.boolean("ignore_eos", &out->ignore_eos));
+  GB_TRY(f.boolean("return_tokens_as_token_ids", &out->return_tokens_as_token_ids));
   GB_TRY(f.string("user", &out->user));
 
   GB_TRY(f.integer("n", 1, limits.max_n, &i));
@@ -350,14 +352,18 @@ std::optional<ApiError> parse_request(Endpoint endpoint, const nlohmann::json& b
   const Fields f(body);
 
   GB_TRY(f.string("model", &out->model));
-  if (!out->model.empty() && out->model != limits.served_model_name) {
+  const auto& variants = limits.variant_names;
+  if (!out->model.empty() && out->model != limits.served_model_name &&
+      std::find(variants.begin(), variants.end(), out->model) == variants.end()) {
     ApiError e;
     e.status = 404;
     e.type = "not_found_error";
     e.param = "model";
     e.code = "model_not_found";
-    e.message = "The model " + quote_input(out->model) + " does not exist; this server serves '" +
-                limits.served_model_name + "'";
+    std::string served = "'" + limits.served_model_name + "'";
+    for (size_t i = 0; i < variants.size() && i < 8; ++i) served += ", '" + variants[i] + "'";
+    if (variants.size() > 8) served += " and " + std::to_string(variants.size() - 8) + " more (GET /v1/models)";
+    e.message = "The model " + quote_input(out->model) + " does not exist; this server serves " + served;
     return e;
   }
   if (out->model.empty()) out->model = limits.served_model_name;

@@ -30,6 +30,7 @@ enum class Endpoint { kCompletions, kChat };
 
 struct RequestLimits {
   std::string served_model_name;
+  std::vector<std::string> variant_names;  // weight variants `model` may also name
   int32_t max_model_len = 0;
   int32_t max_n = 16;
   int32_t max_stop = 16;
@@ -51,9 +52,10 @@ struct ParsedRequest {
   SamplingParams sampling;  // seed applies to choice 0; choice i gets seed + i
   std::vector<std::string> stop;
   bool ignore_eos = false;
-  int32_t top_logprobs = -1;     // -1: no logprobs; else alternatives per token
-  bool echo = false;             // completions: the answer's text (and logprobs) start with the prompt
-  int32_t prompt_logprobs = -1;  // vLLM's prompt_logprobs: -1 none; else alternatives per prompt token
+  int32_t top_logprobs = -1;                // -1: no logprobs; else alternatives per token
+  bool echo = false;                        // completions: the answer's text (and logprobs) start with the prompt
+  bool return_tokens_as_token_ids = false;  // vLLM: logprobs name tokens "token_id:N", not by text
+  int32_t prompt_logprobs = -1;             // vLLM's prompt_logprobs: -1 none; else alternatives per prompt token
   bool stream = false;
   bool include_usage = false;
   std::string user;

@@ -47,11 +47,16 @@ std::string valid_utf8(const std::string& s) {
 }
 
 json logprobs_json(Endpoint endpoint, const std::vector<GeneratedToken>& tokens, const std::vector<TokenText>& texts,
-                   int64_t* text_offset) {
+                   int64_t* text_offset, bool token_ids) {
   static const TokenText kNone;
   auto text_of = [&](size_t i) -> const TokenText& { return i < texts.size() ? texts[i] : kNone; };
-  auto alt_text = [](const TokenText& tt, size_t k) {
+  auto id_text = [](int32_t id) { return "token_id:" + std::to_string(id); };
+  auto alt_text = [&](const TokenText& tt, const GeneratedToken& t, size_t k) {
+    if (token_ids) return id_text(t.top[k].token);
     return k < tt.top.size() ? valid_utf8(tt.top[k]) : std::string();
+  };
+  auto token_text = [&](const TokenText& tt, const GeneratedToken& t) {
+    return token_ids ? id_text(t.token) : valid_utf8(tt.text);
   };
   if (endpoint == Endpoint::kChat) {
     json content = json::array();
@@ -60,10 +65,10 @@ json logprobs_json(Endpoint endpoint, const std::vector<GeneratedToken>& tokens,
       const TokenText& tt = text_of(i);
       json top = json::array();
       for (size_t k = 0; k < t.top.size(); ++k) {
-        const std::string alt = alt_text(tt, k);
+        const std::string alt = alt_text(tt, t, k);
         top.push_back({{"token", alt}, {"logprob", t.top[k].logprob}, {"bytes", bytes_of(alt)}});
       }
-      const std::string text = valid_utf8(tt.text);
+      const std::string text = token_text(tt, t);
       content.push_back({{"token", text}, {"logprob", t.logprob}, {"bytes", bytes_of(text)}, {"top_logprobs", top}});
     }
     return {{"content", content}, {"refusal", nullptr}};
@@ -72,14 +77,13 @@ json logprobs_json(Endpoint endpoint, const std::vector<GeneratedToken>& tokens,
   for (size_t i = 0; i < tokens.size(); ++i) {
     const GeneratedToken& t = tokens[i];
     const TokenText& tt = text_of(i);
-    const std::string text = valid_utf8(tt.text);
-    toks.push_back(text);
+    toks.push_back(token_text(tt, t));
     lps.push_back(t.logprob);
     json top = json::object();
-    for (size_t k = 0; k < t.top.size(); ++k) top[alt_text(tt, k)] = t.top[k].logprob;
+    for (size_t k = 0; k < t.top.size(); ++k) top[alt_text(tt, t, k)] = t.top[k].logprob;
     tops.push_back(std::move(top));
     offsets.push_back(*text_offset);
-    *text_offset += code_points(text);
+    *text_offset += code_points(valid_utf8(tt.text));
   }
   return {{"tokens", toks}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
 }

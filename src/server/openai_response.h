@@ -37,8 +37,10 @@ nlohmann::json usage_json(int64_t prompt_tokens, int64_t completion_tokens);
 // choice's text (texts[i] for tokens[i], from ChoiceText). Completions: {tokens, token_logprobs,
 // top_logprobs, text_offset}, offsets in characters (code points, as OpenAI and vLLM count)
 // continuing from *text_offset; chat: {content: [...]}, "bytes" the UTF-8 of each token's text.
+// token_ids (vLLM's return_tokens_as_token_ids): each token and alternative is "token_id:N"
+// instead of its text (offsets still count the text).
 nlohmann::json logprobs_json(Endpoint endpoint, const std::vector<GeneratedToken>& tokens,
-                             const std::vector<TokenText>& texts, int64_t* text_offset);
+                             const std::vector<TokenText>& texts, int64_t* text_offset, bool token_ids = false);
 
 struct ChoiceOut {
   int32_t index = 0;

@@ -245,6 +245,35 @@ void Server::refresh_engine_gauges() {
       .set(s.prefix_cache_queries > 0
                ? static_cast<double>(s.prefix_cache_hits) / static_cast<double>(s.prefix_cache_queries)
                : 0);
+  // Per variant (the base included), and what the Gateway API Inference Extension reads for
+  // adapters (vLLM's lora_requests_info: the label values are the names; the value a timestamp).
+  std::string running_variants, waiting_variants;
+  int64_t n_variants = 0;
+  for (const ServedModel& sm : models()) {
+    const size_t v = static_cast<size_t>(sm.variant);
+    const int64_t run = v < s.running_by_variant.size() ? s.running_by_variant[v] : 0;
+    const int64_t wait = v < s.waiting_by_variant.size() ? s.waiting_by_variant[v] : 0;
+    m.gauge("glassbox_model_requests_running", "Sequences in the running batch, by model (base or variant)",
+            {{"model", sm.name}})
+        .set(static_cast<double>(run));
+    m.gauge("glassbox_model_requests_waiting", "Sequences waiting to be scheduled, by model (base or variant)",
+            {{"model", sm.name}})
+        .set(static_cast<double>(wait));
+    if (sm.variant == 0) continue;
+    ++n_variants;
+    if (run > 0) running_variants += (running_variants.empty() ? "" : ",") + sm.name;
+    if (wait > 0) waiting_variants += (waiting_variants.empty() ? "" : ",") + sm.name;
+  }
+  if (n_variants > 0) {
+    m.replace_gauge("glassbox_lora_requests_info",
+                    "Variants (adapters) with running / waiting requests, in the labels; value: unix time",
+                    {{"max_lora", std::to_string(n_variants)},
+                     {"running_lora_adapters", running_variants},
+                     {"waiting_lora_adapters", waiting_variants}})
+        .set(static_cast<double>(
+            std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
+                .count()));
+  }
   m.counter("glassbox_num_preemptions_total", "Sequences preempted (recomputed) for lack of KV blocks")
       .set(static_cast<double>(s.preemptions));
   static const std::vector<double> kStepBounds(StepHistogram::kBounds.begin(), StepHistogram::kBounds.end());
@@ -292,23 +321,40 @@ void Server::handle_models(const httplib::Request& req, httplib::Response& res, 
   Caller caller;
   ApiError err;
   if (!authorize(req, Role::kUser, &caller, &err)) return send_error(res, err);
-  json model = {{"id", cfg_.served_model_name},
-                {"object", "model"},
-                {"created", 0},
-                {"owned_by", "glassbox"},
-                {"max_model_len", max_model_len_},
-                {"vocab_size", codec_ != nullptr ? codec_->vocab_size() : 0}};
-  // Where the weights live on the server is for admins only.
-  if (caller.role == Role::kAdmin) model["root"] = cfg_.model;
-  if (id.empty())
-    return res.set_content(json{{"object", "list"}, {"data", json::array({model})}}.dump(), "application/json");
-  if (id != cfg_.served_model_name) {
+  // vLLM's shape: a variant has its base as `parent` (null for the base). Where the weights live
+  // on the server (`root`) is for admins only.
+  auto card = [&](const ServedModel& m) {
+    json j = {{"id", m.name},
+              {"object", "model"},
+              {"created", 0},
+              {"owned_by", "glassbox"},
+              {"parent", m.variant == 0 ? json(nullptr) : json(cfg_.served_model_name)},
+              {"max_model_len", max_model_len_},
+              {"vocab_size", codec_ != nullptr ? codec_->vocab_size() : 0}};
+    if (caller.role == Role::kAdmin) j["root"] = m.variant == 0 ? cfg_.model : m.info.path;
+    if (m.variant != 0) {
+      j["glassbox"] = {{"variant",
+                        {{"source", m.info.source},
+                         {"version", m.info.version},
+                         {"sha256", m.info.sha256},
+                         {"memory_bytes", m.info.bytes},
+                         {"edited_matrices", m.info.edits}}}};
+    }
+    return j;
+  };
+  if (id.empty()) {
+    json data = json::array();
+    for (const ServedModel& m : models()) data.push_back(card(m));
+    return res.set_content(json{{"object", "list"}, {"data", data}}.dump(), "application/json");
+  }
+  ServedModel m;
+  if (!find_model(id, &m)) {
     ApiError e =
         make_error(404, "not_found_error", "model_not_found", "The model " + quote_input(id) + " does not exist");
     e.param = "model";
     return send_error(res, e);
   }
-  res.set_content(model.dump(), "application/json");
+  res.set_content(card(m).dump(), "application/json");
 }
 
 }  // namespace gb::server

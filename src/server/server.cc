@@ -20,24 +20,37 @@ namespace gb::server {
 
 using json = nlohmann::json;
 
-HotMetrics::HotMetrics(MetricsRegistry& r)
+ModelMetrics::ModelMetrics(MetricsRegistry& r, const std::string& model)
     : ttft(r.histogram("glassbox_time_to_first_token_seconds", "Time from arrival to the first generated token",
-                       latency_buckets())),
+                       latency_buckets(), {{"model", model}})),
       inter_token(r.histogram("glassbox_inter_token_latency_seconds", "Time between generated tokens",
-                              token_latency_buckets())),
-      e2e(r.histogram("glassbox_e2e_request_latency_seconds", "Time from arrival to the last token",
-                      latency_buckets())),
+                              token_latency_buckets(), {{"model", model}})),
+      e2e(r.histogram("glassbox_e2e_request_latency_seconds", "Time from arrival to the last token", latency_buckets(),
+                      {{"model", model}})),
       queue_time(r.histogram("glassbox_request_queue_time_seconds",
-                             "Time from submission until the engine first schedules the request", latency_buckets())),
-      generation_tokens(
-          r.histogram("glassbox_request_generation_tokens", "Generated tokens per choice", token_count_buckets())),
-      prompt_tokens(r.histogram("glassbox_request_prompt_tokens", "Prompt tokens per prompt", token_count_buckets())),
+                             "Time from submission until the engine first schedules the request", latency_buckets(),
+                             {{"model", model}})),
+      generation_tokens(r.histogram("glassbox_request_generation_tokens", "Generated tokens per choice",
+                                    token_count_buckets(), {{"model", model}})),
+      prompt_tokens(r.histogram("glassbox_request_prompt_tokens", "Prompt tokens per prompt", token_count_buckets(),
+                                {{"model", model}})),
       repetition_rate(r.histogram("glassbox_request_repetition_rate",
                                   "Per choice: fraction of generated n-grams that repeat an earlier one (loops)",
-                                  {0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1.0})),
-      prompt_tokens_total(r.counter("glassbox_prompt_tokens_total", "Prompt tokens of accepted requests")),
-      generation_tokens_total(r.counter("glassbox_generation_tokens_total", "Generated tokens")),
-      in_flight(r.gauge("glassbox_requests_in_flight", "Generation requests being served")),
+                                  {0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1.0}, {{"model", model}})),
+      prompt_tokens_total(
+          r.counter("glassbox_prompt_tokens_total", "Prompt tokens of accepted requests", {{"model", model}})),
+      generation_tokens_total(r.counter("glassbox_generation_tokens_total", "Generated tokens", {{"model", model}})),
+      registry_(r),
+      model_(model) {}
+
+Counter& ModelMetrics::finished(const char* reason) {
+  return registry_.counter("glassbox_request_finished_total",
+                           "Finished choices by finish_reason and model (truncation rate: length / all)",
+                           {{"finish_reason", reason}, {"model", model_}});
+}
+
+HotMetrics::HotMetrics(MetricsRegistry& r)
+    : in_flight(r.gauge("glassbox_requests_in_flight", "Generation requests being served")),
       ready(r.gauge("glassbox_server_ready", "1 when the server accepts generation requests")) {}
 
 Server::Server(ServerConfig cfg, std::function<void(const std::string&)> request_log)
@@ -74,15 +87,11 @@ Status Server::start() {
   http_ = std::make_unique<HttpTransport>(limits);
   http_->set_payload_max_length(static_cast<size_t>(cfg_.max_body_bytes));
   install_routes();
-  if (cfg_.port == 0) {
-    port_ = http_->bind_to_any_port(cfg_.host);
-    if (port_ <= 0) return Status::error("cannot listen on " + cfg_.host + " (any port)");
-  } else {
-    if (!http_->bind_to_port(cfg_.host, static_cast<int>(cfg_.port)))
-      return Status::error("cannot listen on " + cfg_.host + ":" + std::to_string(cfg_.port) +
-                           " (in use, or not an address of this machine)");
-    port_ = static_cast<int>(cfg_.port);
-  }
+  port_ = http_->bind_listener(cfg_.host, static_cast<int>(cfg_.port));
+  if (port_ <= 0)
+    return Status::error("cannot listen on " + cfg_.host + ":" +
+                         (cfg_.port == 0 ? "any port" : std::to_string(cfg_.port)) +
+                         " (in use, or not an address of this machine)");
   http_->start_transport();
   listen_thread_ = std::thread([this] {
     http_->listen_after_bind();
@@ -102,6 +111,27 @@ void Server::attach(EngineApi* engine, const TextCodec* codec, int32_t max_model
   engine_ = engine;
   codec_ = codec;
   max_model_len_ = max_model_len;
+  {
+    std::lock_guard<std::mutex> lock(models_mutex_);
+    auto metrics_for = [this](const std::string& name) {
+      std::unique_ptr<ModelMetrics>& m = model_metrics_[name];
+      if (m == nullptr) m = std::make_unique<ModelMetrics>(metrics_, name);
+      return m.get();
+    };
+    models_.clear();
+    models_.push_back(ServedModel{cfg_.served_model_name, 0, {}, metrics_for(cfg_.served_model_name)});
+    for (const VariantStatus& v : engine->variants()) {
+      models_.push_back(ServedModel{v.name, v.id, v, metrics_for(v.name)});
+      metrics_
+          .gauge("glassbox_variant_info", "A weight variant served beside the base (value 1)",
+                 {{"model", v.name}, {"version", v.version}, {"sha256", v.sha256}, {"source", v.source}})
+          .set(1);
+      metrics_
+          .gauge("glassbox_variant_memory_bytes", "Memory a variant's deltas take beside the base weights",
+                 {{"model", v.name}})
+          .set(static_cast<double>(v.bytes));
+    }
+  }
   glass_ = std::make_unique<GlassService>(cfg_, engine->model_config());
   monitor_thread_ = std::thread([this] { monitor_loop(); });
 }
@@ -142,26 +172,52 @@ void Server::monitor_loop() {
 
 Status Server::self_test(std::chrono::milliseconds timeout) {
   if (engine_ == nullptr || codec_ == nullptr) return Status::error("self-test: no engine attached");
-  auto channel = std::make_shared<RequestChannel>();
-  GenerationRequest r;
-  r.id = "self-test";
-  r.prompt = codec_->encode("Hello", /*add_special=*/true);
-  if (r.prompt.empty()) r.prompt = {0};
-  r.max_tokens = 1;
-  r.sampling.temperature = 0;
-  r.deadline = Clock::now() + timeout;
-  GB_RETURN_IF_ERROR(engine_->submit(std::move(r), channel).with_context("self-test"));
   const Clock::time_point end = Clock::now() + timeout;
-  GenerationEvent ev;
-  while (Clock::now() < end) {
-    if (!channel->pop(&ev, std::chrono::milliseconds(50))) continue;
-    if (ev.finish == FinishReason::kNone) continue;
-    if (ev.finish == FinishReason::kStop || ev.finish == FinishReason::kLength) return Status::ok();
-    return Status::error(std::string("self-test: generation ended with ") + finish_reason_name(ev.finish) +
-                         (ev.error.empty() ? "" : ": " + ev.error));
+  // One token on the base and on each variant: each must produce finite logits.
+  for (const ServedModel& m : models()) {
+    const std::string what = m.variant == 0 ? "self-test" : "self-test of variant '" + m.name + "'";
+    auto channel = std::make_shared<RequestChannel>();
+    GenerationRequest r;
+    r.id = "self-test";
+    r.prompt = codec_->encode("Hello", /*add_special=*/true);
+    if (r.prompt.empty()) r.prompt = {0};
+    r.max_tokens = 1;
+    r.sampling.temperature = 0;
+    r.variant = m.variant;
+    r.deadline = end;
+    GB_RETURN_IF_ERROR(engine_->submit(std::move(r), channel).with_context(what));
+    GenerationEvent ev;
+    bool done = false;
+    while (!done && Clock::now() < end) {
+      if (!channel->pop(&ev, std::chrono::milliseconds(50))) continue;
+      if (ev.finish == FinishReason::kNone) continue;
+      if (ev.finish != FinishReason::kStop && ev.finish != FinishReason::kLength)
+        return Status::error(what + ": generation ended with " + finish_reason_name(ev.finish) +
+                             (ev.error.empty() ? "" : ": " + ev.error));
+      done = true;
+    }
+    if (!done) {
+      channel->cancel();
+      return Status::error(what + ": no token within " + std::to_string(timeout.count()) + " ms");
+    }
   }
-  channel->cancel();
-  return Status::error("self-test: no token within " + std::to_string(timeout.count()) + " ms");
+  return Status::ok();
+}
+
+std::vector<ServedModel> Server::models() const {
+  std::lock_guard<std::mutex> lock(models_mutex_);
+  return models_;
+}
+
+bool Server::find_model(const std::string& name, ServedModel* out) const {
+  std::lock_guard<std::mutex> lock(models_mutex_);
+  for (const ServedModel& m : models_) {
+    if (m.name == name || (name.empty() && m.variant == 0)) {
+      *out = m;
+      return true;
+    }
+  }
+  return false;
 }
 
 void Server::set_ready() {

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -35,9 +36,10 @@ using json = nlohmann::json;
 struct Generation;
 class HttpTransport;
 
-// The metrics every request touches, looked up once so the hot path is only atomics.
-struct HotMetrics {
-  explicit HotMetrics(MetricsRegistry& r);
+// The request metrics of one served model (the base or a variant: label model="NAME"), looked up
+// once so the hot path is only atomics.
+struct ModelMetrics {
+  ModelMetrics(MetricsRegistry& r, const std::string& model);
   Histogram& ttft;
   Histogram& inter_token;
   Histogram& e2e;
@@ -47,8 +49,27 @@ struct HotMetrics {
   Histogram& repetition_rate;
   Counter& prompt_tokens_total;
   Counter& generation_tokens_total;
+  // glassbox_request_finished_total{finish_reason, model}: the truncation rate is length / all.
+  Counter& finished(const char* reason);
+
+ private:
+  MetricsRegistry& registry_;
+  std::string model_;
+};
+
+// The server-wide gauges every request touches.
+struct HotMetrics {
+  explicit HotMetrics(MetricsRegistry& r);
   Gauge& in_flight;
   Gauge& ready;
+};
+
+// What a request's `model` names: the base or a weight variant served beside it.
+struct ServedModel {
+  std::string name;
+  int32_t variant = 0;  // GenerationRequest::variant; 0: the base
+  VariantStatus info;   // variants only
+  ModelMetrics* metrics = nullptr;
 };
 
 class Server {
@@ -85,6 +106,8 @@ class Server {
   int64_t in_flight() const { return in_flight_.load(); }
   MetricsRegistry& metrics() { return metrics_; }
   GlassService& glass() { return *glass_; }
+  // What `model` may name: [0] the base, then its weight variants.
+  std::vector<ServedModel> models() const;
   AuditStore* audit_store() { return audit_.get(); }  // null without audit_db
   const ServerConfig& config() const { return cfg_; }
 
@@ -118,6 +141,8 @@ class Server {
   // One engine request per choice; on a refusal the others are cancelled and the slot released.
   std::optional<Refusal> submit_choices(Generation* g);
   void handle_models(const httplib::Request& req, httplib::Response& res, const std::string& id);
+  // The served model called `name` (empty: the base); false if none.
+  bool find_model(const std::string& name, ServedModel* out) const;
   void handle_metrics(httplib::Response& res);
   void handle_admin_config(const httplib::Request& req, httplib::Response& res);
   // /admin/glassbox/...: policy, presets, vectors, sessions, the default set (admin role).
@@ -152,7 +177,10 @@ class Server {
   const TextCodec* codec_ = nullptr;
   int32_t max_model_len_ = 0;
   std::unique_ptr<GlassService> glass_;  // made by attach()
-  std::unique_ptr<AuditStore> audit_;    // opened by start() when audit_db is set
+  mutable std::mutex models_mutex_;
+  std::vector<ServedModel> models_;                                     // [0] the base, then the variants (attach())
+  std::map<std::string, std::unique_ptr<ModelMetrics>> model_metrics_;  // by name; never removed
+  std::unique_ptr<AuditStore> audit_;                                   // opened by start() when audit_db is set
   std::thread monitor_thread_;
   std::mutex monitor_mutex_;
   std::condition_variable monitor_wake_;

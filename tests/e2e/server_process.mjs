@@ -52,9 +52,27 @@ export async function startServer(command, config, options = {}) {
   throw new Error(`server never became ready:\n${stderr}`);
 }
 
-// The value of one Prometheus sample: `sample` is the name with its labels as rendered
-// ('glassbox_kv_cache_blocks_used', 'glassbox_request_finished_total{finish_reason="length"}').
+// The value of a Prometheus sample, summed over the label sets it does not name, as a PromQL
+// sum() would: `sample` is a name with some of its labels ('glassbox_kv_cache_blocks_used',
+// 'glassbox_request_finished_total{finish_reason="length"}' sums over every model). NaN when no
+// sample matches.
 export function metric(text, sample) {
-  const line = text.split('\n').find((l) => l.startsWith(sample + ' '));
-  return line ? Number(line.slice(sample.length + 1)) : NaN;
+  const parse = (s) => {
+    const m = s.match(/^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?$/);
+    if (!m) return null;
+    const labels = new Map();
+    for (const [, k, v] of (m[2] ?? '').matchAll(/([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"/g)) labels.set(k, v);
+    return { name: m[1], labels };
+  };
+  const want = parse(sample);
+  let sum = NaN;
+  for (const line of text.split('\n')) {
+    if (line.startsWith('#') || !line.trim()) continue;
+    const cut = line.lastIndexOf(' ');
+    const have = parse(line.slice(0, cut));
+    if (!have || have.name !== want.name) continue;
+    if ([...want.labels].some(([k, v]) => have.labels.get(k) !== v)) continue;
+    sum = (Number.isNaN(sum) ? 0 : sum) + Number(line.slice(cut + 1));
+  }
+  return sum;
 }

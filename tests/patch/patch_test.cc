@@ -93,6 +93,38 @@ TEST(PatchDiff, LoopfixIsTwoTensorsOf32ColumnsEach) {
   EXPECT_TRUE(m["files"][0]["header"].is_null());
 }
 
+// Serving an edited checkpoint beside its base: the same edits as `patch diff` writes, in memory,
+// with the base tensors pinned and the edited file's hash as the identity.
+TEST(PatchDiff, InMemoryDiffOfAnEditedCheckpointEqualsTheArtifact) {
+  auto mem = patch::load_patch(loopfix("edited-hf"), base35());
+  ASSERT_TRUE(mem.is_ok()) << mem.message();
+  auto art = patch::load_patch(make_loopfix_patch());
+  ASSERT_TRUE(art.is_ok()) << art.message();
+  EXPECT_EQ(mem->source, patch::PatchSource::kCheckpoint);
+  EXPECT_EQ(patch::identity_sha256(*mem), read_json(loopfix("reference.json"))["edited_model_sha256"]);
+  EXPECT_EQ(mem->base_tensors, art->base_tensors);
+  ASSERT_EQ(mem->edits.size(), art->edits.size());
+  for (size_t i = 0; i < mem->edits.size(); ++i) {
+    EXPECT_EQ(mem->edits[i].tensor, art->edits[i].tensor);
+    EXPECT_EQ(mem->edits[i].kind, art->edits[i].kind);
+    EXPECT_EQ(mem->edits[i].indices, art->edits[i].indices);
+    EXPECT_TRUE(mem->edits[i].values == art->edits[i].values);
+  }
+  // Without a base, or against a base that is not a directory, it is a clear error.
+  auto no_base = patch::load_patch(loopfix("edited-hf"));
+  ASSERT_FALSE(no_base.is_ok());
+  EXPECT_NE(no_base.message().find("diffed against a Hugging Face base directory"), std::string::npos)
+      << no_base.message();
+  auto gguf_base = patch::load_patch(loopfix("edited-hf"),
+                                     test::shared_path("testdata/reference/qwen35-hybrid/gguf/model-f32.gguf"));
+  ASSERT_FALSE(gguf_base.is_ok());
+  EXPECT_NE(gguf_base.message().find("glassbox patch diff"), std::string::npos) << gguf_base.message();
+  // The base itself is no edit.
+  auto same = patch::load_patch(base35(), base35());
+  ASSERT_FALSE(same.is_ok());
+  EXPECT_NE(same.message().find("no tensor differs"), std::string::npos) << same.message();
+}
+
 TEST(PatchApply, RoundTripsBitExactly) {
   const std::string dir = make_loopfix_patch();
   auto p = patch::load_patch(dir);

@@ -50,6 +50,44 @@ keys:
   EXPECT_EQ(cfg->keys[1].rate_limit_rpm, 10);
 }
 
+TEST(ConfigTest, VariantsFromTheFileAndTheFlag) {
+  auto cfg = from_yaml(
+      "model: /m/qwen3\napi_key: k\nvariants:\n  - {name: lora, path: /p/adapter, scale: 0.5}\n  - name: fix\n    "
+      "path: /p/fix\n",
+      {}, {{"variants", "extra=/p/extra.gguf\nmore:v2=/p/more"}});
+  ASSERT_TRUE(cfg.is_ok()) << cfg.message();
+  ASSERT_EQ(cfg->variants.size(), 4u);
+  EXPECT_EQ(cfg->variants[0].name, "lora");
+  EXPECT_EQ(cfg->variants[0].scale, 0.5);
+  EXPECT_EQ(cfg->variants[1].path, "/p/fix");
+  EXPECT_EQ(cfg->variants[1].scale, 1.0);
+  EXPECT_EQ(cfg->variants[2].name, "extra");
+  EXPECT_EQ(cfg->variants[2].path, "/p/extra.gguf");
+  EXPECT_EQ(cfg->variants[3].name, "more:v2");
+  EXPECT_EQ(config_to_json(*cfg)["variants"][0]["path"], "/p/adapter");
+
+  CLI::App app;
+  ConfigOverrides flags;
+  std::string file;
+  add_config_flags(app, &flags, &file);
+  app.parse(std::vector<std::string>{"b=/two", "--variant", "a=/one", "--variant"});  // CLI11 parses reversed
+  EXPECT_EQ(flags["variants"], "a=/one\nb=/two");
+
+  auto error = [](const std::string& yaml, ConfigOverrides f = {}) {
+    auto c = from_yaml("model: /m/qwen3\napi_key: k\n" + yaml, {}, f);
+    return c.is_ok() ? std::string("ok") : c.message();
+  };
+  EXPECT_NE(error("variants: [{name: qwen3, path: /p}]").find("is the base model's name"), std::string::npos);
+  EXPECT_NE(error("variants: [{name: a, path: /p}, {name: a, path: /q}]").find("used twice"), std::string::npos);
+  EXPECT_NE(error("variants: [{name: 'a b', path: /p}]").find("must be 1 to 64 letters"), std::string::npos);
+  EXPECT_NE(error("variants: [{name: a}]").find("variants[0].path: required"), std::string::npos);
+  EXPECT_NE(error("variants: [{name: a, path: /p, rank: 3}]").find("unknown key"), std::string::npos);
+  EXPECT_NE(error("variants: [{name: a, path: /p, scale: 1e9}]").find("scale"), std::string::npos);
+  EXPECT_NE(error("variants: a").find("expected a list"), std::string::npos);
+  EXPECT_NE(error("", {{"variants", "nopath"}}).find("--variant: expected NAME=PATH"), std::string::npos);
+  EXPECT_NE(error("", {{"variants", "=/p"}}).find("--variant: expected NAME=PATH"), std::string::npos);
+}
+
 TEST(ConfigTest, ErrorsNameTheKey) {
   struct Case {
     std::string yaml;

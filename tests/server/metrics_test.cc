@@ -22,6 +22,16 @@ TEST(MetricsTest, CountersGaugesAndLabels) {
   EXPECT_NE(text.find("# TYPE glassbox_g gauge\nglassbox_g 1.5\n"), std::string::npos) << text;
 }
 
+// An info metric whose label values change (lora_requests_info): only the latest set is shown.
+TEST(MetricsTest, ReplacedGaugeKeepsOnlyTheLatestLabels) {
+  MetricsRegistry r;
+  r.replace_gauge("glassbox_info", "Info", {{"running", "a"}}).set(1);
+  r.replace_gauge("glassbox_info", "Info", {{"running", "a,b"}}).set(2);
+  const std::string text = r.render();
+  EXPECT_EQ(text.find("running=\"a\"}"), std::string::npos) << text;
+  EXPECT_NE(text.find("glassbox_info{running=\"a,b\"} 2\n"), std::string::npos) << text;
+}
+
 TEST(MetricsTest, HistogramBucketsAreCumulative) {
   MetricsRegistry r;
   Histogram& h = r.histogram("glassbox_h_seconds", "H", {0.1, 1}, {{"a", "b"}});

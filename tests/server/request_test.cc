@@ -221,6 +221,30 @@ TEST_F(RequestTest, UnknownModelIs404) {
   EXPECT_EQ(out_.model, "tiny");
 }
 
+TEST_F(RequestTest, VariantsAreModelsToo) {
+  limits_.variant_names = {"lora", "fix"};
+  ASSERT_FALSE(completion({{"model", "lora"}}));
+  EXPECT_EQ(out_.model, "lora");
+  auto err = completion({{"model", "lora2"}});
+  ASSERT_TRUE(err);
+  EXPECT_EQ(err->status, 404);
+  EXPECT_NE(err->message.find("this server serves 'tiny', 'lora', 'fix'"), std::string::npos) << err->message;
+  // A long list is cut, pointing at /v1/models.
+  for (int i = 0; i < 20; ++i) {
+    std::string name = "v";  // (not "v" + to_string: GCC 12's -Wrestrict false positive)
+    name += std::to_string(i);
+    limits_.variant_names.push_back(name);
+  }
+  err = completion({{"model", "nope"}});
+  ASSERT_TRUE(err);
+  EXPECT_NE(err->message.find("and 14 more (GET /v1/models)"), std::string::npos) << err->message;
+  ASSERT_FALSE(completion({{"return_tokens_as_token_ids", true}}));
+  EXPECT_TRUE(out_.return_tokens_as_token_ids);
+  err = completion({{"return_tokens_as_token_ids", 1}});
+  ASSERT_TRUE(err);
+  EXPECT_EQ(err->param, "return_tokens_as_token_ids");
+}
+
 TEST_F(RequestTest, ContextOverflowNamesBothNumbers) {
   // "hi" is 3 tokens with BOS; 3 + 62 = 65 > 64.
   auto err = completion({{"max_tokens", 62}});

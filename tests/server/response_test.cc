@@ -68,6 +68,15 @@ TEST(ResponseTest, Logprobs) {
   std::vector<TokenText> partial_texts = {{"x", {"\xC3"}}};
   json p = logprobs_json(Endpoint::kChat, partial, partial_texts, &offset);
   EXPECT_EQ(p["content"][0]["top_logprobs"][0]["token"], "\xEF\xBF\xBD");
+  // vLLM's return_tokens_as_token_ids: tokens and alternatives by id; offsets still by text.
+  offset = 0;
+  json ids = logprobs_json(Endpoint::kCompletions, toks, texts, &offset, /*token_ids=*/true);
+  EXPECT_EQ(ids["tokens"], json::parse(R"(["token_id:100","token_id:102"])"));
+  EXPECT_EQ(ids["top_logprobs"][0], json::parse(R"({"token_id:100":-0.5,"token_id:101":-1.5})"));
+  EXPECT_EQ(ids["text_offset"], json::parse("[0,2]"));
+  json chat_ids = logprobs_json(Endpoint::kChat, toks, texts, &offset, /*token_ids=*/true);
+  EXPECT_EQ(chat_ids["content"][1]["token"], "token_id:102");
+  EXPECT_EQ(chat_ids["content"][0]["top_logprobs"][1]["token"], "token_id:101");
 }
 
 }  // namespace
