@@ -87,6 +87,16 @@ std::string mib(int64_t bytes) {
   return buf;
 }
 
+// Bytes in the unit that shows them (a small adapter's deltas are KiB).
+std::string size_text(int64_t bytes) {
+  char buf[32];
+  if (bytes < (1 << 20)) {
+    std::snprintf(buf, sizeof buf, "%.1f KiB", static_cast<double>(bytes) / 1024);
+    return buf;
+  }
+  return mib(bytes);
+}
+
 // The KV cache's size in bytes: kv_cache_bytes or kv_cache_fraction when set, else room for
 // max_num_seqs sequences of max_model_len within the kv_cache_memory budget. It must hold at
 // least one sequence of max_model_len; when it cannot, the error names the settings to change.
@@ -138,7 +148,7 @@ Status add_variants(const server::ServerConfig& cfg, Model* model) {
     if (!id.is_ok()) return id.status().with_context(what);
     const VariantInfo& info = model->variants().back();
     std::fprintf(stderr, "glassbox: %s: %s, %d edited matrices, %s beside the base, loaded in %.2f s\n", what.c_str(),
-                 info.source.c_str(), info.n_edits, mib(info.bytes).c_str(),
+                 info.source.c_str(), info.n_edits, size_text(info.bytes).c_str(),
                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
   return Status::ok();
