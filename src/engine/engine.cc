@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <future>
 
 namespace gb {
 
@@ -67,6 +68,7 @@ Engine::Engine(Model* model, const EngineConfig& config, std::unique_ptr<KvCache
   stats_.kv_blocks_total = blocks_.n_blocks();
   stats_.running_by_variant.assign(static_cast<size_t>(model->n_variants()) + 1, 0);
   stats_.waiting_by_variant.assign(static_cast<size_t>(model->n_variants()) + 1, 0);
+  refresh_variants_locked();  // no other thread yet
   monitor_state_.reset(model->config().n_layers, config.monitor);
 }
 
@@ -92,10 +94,6 @@ Status Engine::validate(const GenerationRequest& request) const {
                          " exceeds the context length " + std::to_string(config_.max_model_len));
   }
   GB_RETURN_IF_ERROR(request.sampling.validate(vocab));
-  if (request.variant < 0 || request.variant > model_->n_variants()) {
-    return Status::error("variant " + std::to_string(request.variant) + " is not loaded (this engine has " +
-                         std::to_string(model_->n_variants()) + " variants; 0 is the base)");
-  }
   if (request.glass != nullptr && !(request.glass->resolved_for == glass_shape(model_->config()))) {
     return Status::error("the glass spec was not resolved for this model (resolve_glass_spec with its config)");
   }
@@ -152,6 +150,11 @@ Status Engine::submit(GenerationRequest request, std::shared_ptr<RequestChannel>
       *code = EngineErrorCode::kDraining;
       return Status::error("the engine is draining and accepts no new requests");
     }
+    if (seq->request.variant != 0 && std::none_of(variants_.begin(), variants_.end(), [&](const VariantStatus& v) {
+          return v.id == seq->request.variant;
+        })) {
+      return Status::error("variant " + std::to_string(seq->request.variant) + " is not loaded (0 is the base)");
+    }
     if (static_cast<int64_t>(inbox_.size()) + stats_.waiting >= config_.max_queue) {
       *code = EngineErrorCode::kQueueFull;
       return Status::error("the request queue is full (" + std::to_string(config_.max_queue) + " waiting)");
@@ -164,14 +167,77 @@ Status Engine::submit(GenerationRequest request, std::shared_ptr<RequestChannel>
   return Status::ok();
 }
 
-std::vector<VariantStatus> Engine::variants() const {
-  std::vector<VariantStatus> out;
+void Engine::refresh_variants_locked() {
+  variants_.clear();
   const std::vector<VariantInfo>& vs = model_->variants();
   for (size_t i = 0; i < vs.size(); ++i) {
     const VariantInfo& v = vs[i];
-    out.push_back({static_cast<int32_t>(i + 1), v.name, v.source, v.path, v.version, v.sha256, v.bytes, v.n_edits});
+    const int32_t id = static_cast<int32_t>(i + 1);
+    if (!v.active || std::find(retiring_.begin(), retiring_.end(), id) != retiring_.end()) continue;
+    variants_.push_back({id, v.name, v.source, v.path, v.version, v.sha256, v.bytes, v.n_edits});
   }
-  return out;
+}
+
+std::vector<VariantStatus> Engine::variants() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return variants_;
+}
+
+Result<int32_t> Engine::load_variant(const patch::Patch& patch, const std::string& name, double scale) {
+  // The heavy part here, beside the running steps: it only reads the base weights.
+  GB_ASSIGN_OR_RETURN(std::shared_ptr<PreparedVariant> prepared,
+                      model_->prepare_variant(patch, name, static_cast<float>(scale)));
+  auto commit = [this, prepared] {
+    const int32_t id = model_->commit_variant(std::move(*prepared));
+    std::lock_guard<std::mutex> lock(mutex_);
+    stats_.running_by_variant.resize(static_cast<size_t>(id) + 1, 0);
+    stats_.waiting_by_variant.resize(static_cast<size_t>(id) + 1, 0);
+    refresh_variants_locked();
+    return id;
+  };
+  if (!thread_.joinable()) return commit();  // synchronous mode: no step runs now
+  auto done = std::make_shared<std::promise<int32_t>>();
+  std::future<int32_t> id = done->get_future();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (stop_) return Status::error("the engine has stopped");
+    tasks_.push_back([done, commit] { done->set_value(commit()); });
+  }
+  wake_.notify_one();
+  return id.get();
+}
+
+Status Engine::unload_variant(int32_t id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (std::none_of(variants_.begin(), variants_.end(), [id](const VariantStatus& v) { return v.id == id; }))
+    return Status::error("variant " + std::to_string(id) + " is not loaded");
+  retiring_.push_back(id);
+  refresh_variants_locked();  // submit refuses it from now on
+  return Status::ok();
+}
+
+void Engine::run_control() {
+  std::vector<std::function<void()>> tasks;
+  std::vector<int32_t> retiring;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    tasks.swap(tasks_);
+    retiring = retiring_;
+  }
+  for (auto& t : tasks) t();
+  if (retiring.empty()) return;
+  std::vector<int32_t> freed;
+  for (int32_t id : retiring) {
+    auto on_it = [id](const std::unique_ptr<Sequence>& s) { return s->request.variant == id; };
+    if (std::any_of(scheduler_.running().begin(), scheduler_.running().end(), on_it) ||
+        std::any_of(scheduler_.waiting().begin(), scheduler_.waiting().end(), on_it))
+      continue;
+    if (model_->remove_variant(id).is_ok()) freed.push_back(id);
+  }
+  if (freed.empty()) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::erase_if(retiring_, [&](int32_t id) { return std::find(freed.begin(), freed.end(), id) != freed.end(); });
+  refresh_variants_locked();
 }
 
 EngineStats Engine::stats() const {
@@ -238,6 +304,7 @@ void Engine::reap_cancelled() {
 
 Result<bool> Engine::step() {
   take_inbox();
+  run_control();
   reap_cancelled();
   const auto& scheduled = schedule();
   if (scheduled.empty()) {
@@ -394,7 +461,7 @@ void Engine::loop() {
     if (stop_ || (!accepting_ && inbox_.empty() && scheduler_.idle())) return;
     if (worked.is_ok() && !worked.value() && inbox_.empty()) {
       // Idle: sleep until a request arrives (or a timeout, to notice deadlines and drain).
-      wake_.wait_for(lock, std::chrono::milliseconds(50), [&] { return stop_ || !inbox_.empty(); });
+      wake_.wait_for(lock, std::chrono::milliseconds(50), [&] { return stop_ || !inbox_.empty() || !tasks_.empty(); });
     }
   }
 }
@@ -411,6 +478,7 @@ void Engine::drain(Clock::time_point deadline) {
   }
   wake_.notify_all();
   if (thread_.joinable()) thread_.join();
+  run_control();  // a load queued as the thread exited: committed now, so its caller returns
 }
 
 void Engine::stop() {
@@ -421,6 +489,7 @@ void Engine::stop() {
   }
   wake_.notify_all();
   if (thread_.joinable()) thread_.join();
+  run_control();  // a load queued as the thread exited: committed now, so its caller returns
 }
 
 }  // namespace gb

@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -46,6 +47,8 @@ class Engine : public EngineApi {
   MonitorSnapshot monitor() const override;
   const ModelConfig* model_config() const override { return &model_->config(); }
   std::vector<VariantStatus> variants() const override;
+  Result<int32_t> load_variant(const patch::Patch& patch, const std::string& name, double scale) override;
+  Status unload_variant(int32_t id) override;
   // Replaces the monitor configuration from the next step on (thread-safe).
   void set_monitor(const MonitorConfig& config);
 
@@ -77,6 +80,11 @@ class Engine : public EngineApi {
   // submit's checks of a request against this engine (the errors are kInvalidRequest).
   Status validate(const GenerationRequest& request) const;
   void take_inbox();
+  // Between steps, on the engine's thread: queued control tasks (variant commits), then frees the
+  // retired variants no sequence runs on any more.
+  void run_control();
+  // Under mutex_: the served variants as the server sees them, from the model's table.
+  void refresh_variants_locked();
   void reap_cancelled();
   // The three parts of a step. schedule: the scheduler's pick, the queue-wait events of newly
   // admitted sequences, a new monitor configuration. post_process: sampling, logprobs, stop
@@ -108,7 +116,10 @@ class Engine : public EngineApi {
   std::vector<std::unique_ptr<Sequence>> inbox_;
   EngineStats stats_;
   MonitorSnapshot monitor_state_;
-  bool monitor_changed_ = false;  // set_monitor since the last step: the runner takes monitor_state_.config
+  bool monitor_changed_ = false;              // set_monitor since the last step: the runner takes monitor_state_.config
+  std::vector<std::function<void()>> tasks_;  // run by run_control on the engine thread
+  std::vector<int32_t> retiring_;             // variants unloaded, freed when no sequence uses them
+  std::vector<VariantStatus> variants_;       // servable variants (a copy of the model's table)
   bool accepting_ = true;
   bool stop_ = false;
   Clock::time_point drain_deadline_ = Clock::time_point::max();

@@ -21,6 +21,10 @@
 
 namespace gb {
 
+namespace patch {
+struct Patch;
+}
+
 using Clock = std::chrono::steady_clock;
 
 enum class FinishReason { kNone, kStop, kLength, kCancelled, kTimeout, kError };
@@ -200,6 +204,14 @@ class EngineApi {
   virtual const ModelConfig* model_config() const { return nullptr; }
   // The weight variants served beside the base, by id.
   virtual std::vector<VariantStatus> variants() const { return {}; }
+  // Serves one more variant while running: resolved against the model on the calling thread,
+  // made servable between two steps. Its id (never reused); an error names what does not fit.
+  virtual Result<int32_t> load_variant(const patch::Patch& patch, const std::string& name, double scale) {
+    return Status::error("this engine cannot load weight variants");
+  }
+  // Stops serving a variant at once (new requests naming it are refused); its memory is freed
+  // once no sequence runs on it.
+  virtual Status unload_variant(int32_t id) { return Status::error("this engine serves no weight variants"); }
 };
 
 }  // namespace gb

@@ -79,9 +79,9 @@ Status Model::validate_batch(const Batch& b, const KvCache& cache) const {
   const int64_t bs = cache.block_size();
   for (size_t s = 0; s < b.seqs.size(); ++s) {
     const BatchSeq& q = b.seqs[s];
-    if (q.variant < 0 || q.variant > n_variants()) {
-      return bad("sequence " + std::to_string(s) + " names variant " + std::to_string(q.variant) + "; the model has " +
-                 std::to_string(n_variants()) + " (0 is the base)");
+    if (q.variant != 0 && !variant_active(q.variant)) {
+      return bad("sequence " + std::to_string(s) + " names variant " + std::to_string(q.variant) +
+                 ", which is not loaded (0 is the base)");
     }
     if (q.context_len < 1 || q.context_len > config_.max_pos) {
       return bad("sequence " + std::to_string(s) + " context length " + std::to_string(q.context_len) +

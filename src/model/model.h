@@ -29,17 +29,6 @@ struct LoadOptions {
   bool convert_to_q8 = false;
 };
 
-// A registered weight variant (Model::add_variant).
-struct VariantInfo {
-  std::string name;
-  std::string path;
-  std::string source;  // "patch", "peft", "gguf-lora", "checkpoint"
-  int64_t bytes = 0;   // memory its deltas take beside the base
-  int32_t n_edits = 0;
-  std::string version;  // the patch's
-  std::string sha256;   // the patch's identity (patch::identity_sha256)
-};
-
 class Model {
  public:
   const ModelConfig& config() const { return config_; }
@@ -71,7 +60,17 @@ class Model {
   // columns and sparse deltas. Returns the id (1, 2, ...) a BatchSeq::variant names. Not
   // thread-safe with forward: register before serving. Embedding / lm_head edits are refused.
   Result<int32_t> add_variant(const patch::Patch& patch, const std::string& name, float scale = 1.0f);
+  // add_variant in two halves, for loading while serving: prepare resolves the patch and builds
+  // its deltas (reads the weights only: it may run beside forward, on another thread); commit
+  // makes it servable and returns its id (between forwards: the engine's thread).
+  Result<std::shared_ptr<PreparedVariant>> prepare_variant(const patch::Patch& patch, const std::string& name,
+                                                           float scale = 1.0f) const;
+  int32_t commit_variant(PreparedVariant&& prepared);
+  // Frees a variant's deltas (between forwards, with no sequence on it); its id stays unused.
+  Status remove_variant(int32_t id);
+  // Ids ever registered (1..n_variants(); an id removed since is inactive).
   int32_t n_variants() const { return static_cast<int32_t>(variants_.size()); }
+  bool variant_active(int32_t id) const { return id >= 1 && id <= n_variants() && variants_[id - 1].active; }
   const std::vector<VariantInfo>& variants() const { return variants_; }
 
  private:

@@ -124,13 +124,19 @@ std::vector<uint8_t> f32_bytes(const std::vector<float>& v) {
 }  // namespace
 
 Result<int32_t> Model::add_variant(const patch::Patch& p, const std::string& name, float scale) {
+  GB_ASSIGN_OR_RETURN(std::shared_ptr<PreparedVariant> prepared, prepare_variant(p, name, scale));
+  return commit_variant(std::move(*prepared));
+}
+
+Result<std::shared_ptr<PreparedVariant>> Model::prepare_variant(const patch::Patch& p, const std::string& name,
+                                                                float scale) const {
   const std::string who = "variant '" + name + "' (" + p.path + "): ";
   auto bad = [&](const std::string& m) { return Status::error(who + m); };
   if (p.edits.empty()) return bad("the patch has no edits");
   if (!(scale > 0.0f) || !std::isfinite(scale)) return bad("scale must be a positive finite number");
-  const int32_t id = static_cast<int32_t>(variants_.size()) + 1;
   const bool hf = format_ == "hf";
-  std::vector<std::pair<size_t, MatrixDelta>> made;
+  auto prepared = std::make_shared<PreparedVariant>();
+  std::vector<std::pair<size_t, MatrixDelta>>& made = prepared->deltas;
   int64_t max_in = 0, max_rank = 0, max_out = 0, bytes = 0;
   for (const patch::Edit& e : p.edits) {
     const std::string what = "edit of " + e.tensor + ": ";
@@ -182,7 +188,6 @@ Result<int32_t> Model::add_variant(const patch::Patch& p, const std::string& nam
       return bad(what + "values of dtype " + std::string(dtype_name(e.dtype)) + " cannot be multiplied");
     }
     MatrixDelta d;
-    d.variant = id;
     d.kind = e.kind;
     d.rows = w->rows;
     d.cols = w->cols;
@@ -264,21 +269,35 @@ Result<int32_t> Model::add_variant(const patch::Patch& p, const std::string& nam
     bytes += d.memory_bytes();
     made.emplace_back(slot, std::move(d));
   }
-  // Commit: deltas, then scratch sized for the largest matrix any variant edits.
+  prepared->info = VariantInfo{true,      name,
+                               p.path,    patch::patch_source_name(p.source),
+                               bytes,     static_cast<int32_t>(p.edits.size()),
+                               p.version, patch::identity_sha256(p)};
+  prepared->max_in = max_in;
+  prepared->max_rank = max_rank;
+  prepared->max_out = max_out;
+  return prepared;
+}
+
+int32_t Model::commit_variant(PreparedVariant&& v) {
+  const int32_t id = static_cast<int32_t>(variants_.size()) + 1;
+  // Deltas, then scratch sized for the largest matrix any variant edits.
   if (deltas_.empty()) deltas_.resize(static_cast<size_t>(config_.n_layers) * kProjCount);
-  for (auto& [slot, d] : made) deltas_[slot].push_back(std::move(d));
+  for (auto& [slot, d] : v.deltas) {
+    d.variant = id;
+    deltas_[slot].push_back(std::move(d));
+  }
   const size_t t = static_cast<size_t>(acts_.max_tokens);
-  var_max_in_ = std::max(var_max_in_, max_in);
-  var_max_rank_ = std::max(var_max_rank_, max_rank);
-  var_max_out_ = std::max(var_max_out_, max_out);
+  var_max_in_ = std::max(var_max_in_, v.max_in);
+  var_max_rank_ = std::max(var_max_rank_, v.max_rank);
+  var_max_out_ = std::max(var_max_out_, v.max_out);
   var_xg_.resize(t * var_max_in_);
   var_tg_.resize(t * std::max<int64_t>(var_max_rank_, 1));
   var_yg_.resize(t * var_max_out_);
   var_rows_.resize(t);
   var_offsets_.assign(variants_.size() + 3, 0);
   var_cursor_.assign(variants_.size() + 3, 0);
-  variants_.push_back(VariantInfo{name, p.path, patch::patch_source_name(p.source), bytes,
-                                  static_cast<int32_t>(p.edits.size()), p.version, patch::identity_sha256(p)});
+  variants_.push_back(std::move(v.info));
   var_step_.deltas = &deltas_;
   var_step_.rows = var_rows_.data();
   var_step_.offsets = var_offsets_.data();
@@ -286,6 +305,16 @@ Result<int32_t> Model::add_variant(const patch::Patch& p, const std::string& nam
   var_step_.tg = var_tg_.data();
   var_step_.yg = var_yg_.data();
   return id;
+}
+
+Status Model::remove_variant(int32_t id) {
+  if (!variant_active(id)) return Status::error("variant " + std::to_string(id) + " is not loaded");
+  for (std::vector<MatrixDelta>& slot : deltas_) {
+    std::erase_if(slot, [id](const MatrixDelta& d) { return d.variant == id; });
+  }
+  variants_[id - 1].active = false;
+  variants_[id - 1].bytes = 0;
+  return Status::ok();
 }
 
 const VariantStep* Model::prepare_variants(const Batch& b) {

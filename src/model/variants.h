@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "core/thread_pool.h"
@@ -34,6 +35,26 @@ struct MatrixDelta {
   int64_t rank = 0;
 
   int64_t memory_bytes() const;
+};
+
+// A registered weight variant (Model::add_variant).
+struct VariantInfo {
+  bool active = true;  // false once removed (its id is never reused)
+  std::string name;
+  std::string path;
+  std::string source;  // "patch", "peft", "gguf-lora", "checkpoint"
+  int64_t bytes = 0;   // memory its deltas take beside the base
+  int32_t n_edits = 0;
+  std::string version;  // the patch's
+  std::string sha256;   // the patch's identity (patch::identity_sha256)
+};
+
+// A variant resolved against a model's matrices, not yet served (Model::prepare_variant): the
+// deltas by (layer, projection) slot and the scratch sizes they need.
+struct PreparedVariant {
+  VariantInfo info;
+  std::vector<std::pair<size_t, MatrixDelta>> deltas;  // slot = layer · kProjCount + proj
+  int64_t max_in = 0, max_rank = 0, max_out = 0;
 };
 
 // The per-step view the layer loops read (Activations::variants; null for a plain batch).

@@ -3,8 +3,10 @@
 // answer handed to the streaming or the whole-body writer.
 #include <httplib.h>
 
+#include <random>
 #include "server/generation.h"
 #include "server/http_transport.h"
+
 #include "server/json_input.h"
 #include "server/server_internal.h"
 
@@ -59,6 +61,8 @@ void Server::handle_generate(Endpoint endpoint, const httplib::Request& req, con
     send_error(res, r.error);
     log_rejected(endpoint, request_id, g->caller.key_id, arrival, r.error, r.reason);
   };
+  // From resolving `model` to submitting: a variant is not unloaded under a request that named it.
+  std::shared_lock<std::shared_mutex> routing(routes_mutex_);
   if (std::optional<Refusal> r = admit(endpoint, req, body_text, arrival, g.get())) return reject(*r);
   // Admitted: the request holds a slot of max_concurrent_requests from here.
   hot_.in_flight.add(1);
@@ -79,6 +83,7 @@ void Server::handle_generate(Endpoint endpoint, const httplib::Request& req, con
   g->connection.emplace(current_connection() != nullptr ? current_connection()->fd : -1);
   g->http11 = req.version == "HTTP/1.1";
   if (std::optional<Refusal> r = submit_choices(g.get())) return reject(*r);
+  routing.unlock();
   if (g->req.stream) return Generation::start_stream(g, res);
   g->answer_whole(res);
   g->finalize();
@@ -112,14 +117,27 @@ std::optional<Server::Refusal> Server::admit(Endpoint endpoint, const httplib::R
   RequestLimits limits;
   limits.served_model_name = cfg_.served_model_name;
   for (const ServedModel& m : models()) {
-    if (m.variant != 0) limits.variant_names.push_back(m.name);
+    if (m.variant != 0) limits.other_models.push_back(m.name);
   }
+  for (const auto& [alias, arms] : cfg_.routes) limits.other_models.push_back(alias);
   limits.max_model_len = max_model_len_;
   limits.max_n = static_cast<int32_t>(cfg_.max_n);
   limits.max_stop = static_cast<int32_t>(cfg_.max_stop);
   limits.max_logprobs = static_cast<int32_t>(cfg_.max_logprobs);
   if (std::optional<ApiError> e = parse_request(endpoint, body, limits, *codec_, &g->req))
     return Refusal{*e, e->status == 404 ? "unknown_model" : "invalid"};
+  // A route alias: the arm this client lands on serves it, and the answer names that arm.
+  if (auto route = cfg_.routes.find(g->req.model); route != cfg_.routes.end()) {
+    const std::string session = req.get_header_value("X-Glassbox-Session");
+    const std::string& key = !g->req.user.empty() ? g->req.user : session;
+    const size_t arm = pick_arm(route->second, route->first, key, std::random_device{}() * 0x9e3779b97f4a7c15ull);
+    g->route = route->first;
+    g->req.model = route->second[arm].model;
+    metrics_
+        .counter("glassbox_route_requests_total", "Requests sent to a route alias, by the arm that served them",
+                 {{"route", g->route}, {"model", g->req.model}})
+        .inc();
+  }
   if (!find_model(g->req.model, &g->model)) {  // unloaded since the request was parsed
     ApiError e = make_error(404, "not_found_error", "model_not_found",
                             "The model " + quote_input(g->req.model) + " is no longer served");

@@ -163,7 +163,8 @@ int64_t days_from_civil(int64_t y, int64_t m, int64_t d) {
 }  // namespace
 
 const std::vector<std::string>& audit_kinds() {
-  static const std::vector<std::string> kinds = {"request", "policy", "preset", "vector", "session", "default_set"};
+  static const std::vector<std::string> kinds = {"request", "policy",      "preset", "vector",
+                                                 "session", "default_set", "variant"};
   return kinds;
 }
 
@@ -344,8 +345,9 @@ Status AuditStore::append(AuditRecord* r) {
   if (read_only_ || !writer_) return Status::error("audit store " + path_ + ": opened read-only");
   const auto& kinds = audit_kinds();
   if (std::find(kinds.begin(), kinds.end(), r->kind) == kinds.end()) {
-    return Status::error("audit record: unknown kind '" + r->kind +
-                         "' (request, policy, preset, vector, session or default_set)");
+    std::string known;
+    for (const std::string& k : kinds) known += (known.empty() ? "" : ", ") + k;
+    return Status::error("audit record: unknown kind '" + r->kind + "' (" + known + ")");
   }
   if (r->spec_json.empty()) {
     r->spec_json = "null";

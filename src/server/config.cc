@@ -43,14 +43,6 @@ namespace {
 // The ConfigOverrides entry that carries the --variant flags (one NAME=PATH per line).
 constexpr const char* kVariantFlags = "variants";
 
-bool valid_model_name(const std::string& s) {
-  if (s.empty() || s.size() > 64) return false;
-  for (char c : s) {
-    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-' || c == ':')) return false;
-  }
-  return true;
-}
-
 std::string upper(std::string s) {
   for (char& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   return s;
@@ -161,6 +153,39 @@ Status parse_keys(const YAML::Node& node, std::vector<KeyConfig>* keys) {
       }
     }
     keys->push_back(std::move(key));
+  }
+  return Status::ok();
+}
+
+Status parse_routes(const YAML::Node& node, std::map<std::string, std::vector<RouteArm>>* routes) {
+  const char* shape = "config key 'routes': expected a map of ALIAS: [{variant: NAME, weight: W}, ...]";
+  if (!node.IsMap()) return Status::error(shape);
+  routes->clear();
+  for (const auto& kv : node) {
+    const std::string alias = kv.first.as<std::string>();
+    const std::string where = "config key 'routes." + alias;
+    if (!kv.second.IsSequence() || kv.second.size() == 0) return Status::error(where + "': expected a list of arms");
+    std::vector<RouteArm>& arms = (*routes)[alias];
+    for (size_t i = 0; i < kv.second.size(); ++i) {
+      const YAML::Node& item = kv.second[i];
+      const std::string at = where + "[" + std::to_string(i) + "]";
+      if (!item.IsMap()) return Status::error(at + "': expected {variant: NAME, weight: W}");
+      RouteArm arm;
+      for (const auto& f : item) {
+        const std::string key = f.first.as<std::string>();
+        if (!f.second.IsScalar()) return Status::error(at + "." + key + "': expected a scalar");
+        if (key == "variant" || key == "model") {
+          arm.model = f.second.Scalar();
+        } else if (key == "weight") {
+          FieldInfo info{"weight", "", 1e-9, 1e9};
+          GB_RETURN_IF_ERROR(parse_value(info, at + ".weight'", f.second.Scalar(), &arm.weight));
+        } else {
+          return Status::error(at + "." + key + "': unknown key (expected variant, weight)");
+        }
+      }
+      if (arm.model.empty() || arm.weight <= 0) return Status::error(at + "': needs a variant and a weight > 0");
+      arms.push_back(std::move(arm));
+    }
   }
   return Status::ok();
 }
@@ -339,6 +364,14 @@ nlohmann::json glass_policy_json(const GlassPolicyConfig& p) {
           {"max_interventions", p.max_interventions}};
 }
 
+bool valid_model_name(const std::string& s) {
+  if (s.empty() || s.size() > 64) return false;
+  for (char c : s) {
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-' || c == ':')) return false;
+  }
+  return true;
+}
+
 Status apply_yaml(std::string_view yaml_text, ServerConfig* cfg) {
   YAML::Node root;
   try {
@@ -362,6 +395,10 @@ Status apply_yaml(std::string_view yaml_text, ServerConfig* cfg) {
       }
       if (name == "variants") {
         GB_RETURN_IF_ERROR(parse_variants(kv.second, &cfg->variants));
+        continue;
+      }
+      if (name == "routes") {
+        GB_RETURN_IF_ERROR(parse_routes(kv.second, &cfg->routes));
         continue;
       }
       if (!kv.second.IsScalar())
@@ -428,6 +465,19 @@ Status validate_config(const EnvLookup& env, ServerConfig* cfg) {
     if (!variant_names.insert(v.name).second) return Status::error(where + ".name: '" + v.name + "' is used twice");
     if (v.path.empty()) return Status::error(where + ".path: required");
     if (!std::isfinite(v.scale)) return Status::error(where + ".scale: must be a finite number");
+  }
+  for (auto& [alias, arms] : cfg->routes) {
+    const std::string where = "routes." + alias;
+    if (!valid_model_name(alias))
+      return Status::error(where + ": the alias must be 1 to 64 letters, digits or the characters . _ - :");
+    if (alias == cfg->served_model_name || variant_names.count(alias))
+      return Status::error(where + ": '" + alias + "' is already a served model's name");
+    for (RouteArm& arm : arms) {
+      if (arm.model == "base") arm.model = cfg->served_model_name;
+      if (arm.model != cfg->served_model_name && !variant_names.count(arm.model))
+        return Status::error(where + ": arm '" + brief_name(arm.model) + "' is neither the base ('base' or '" +
+                             cfg->served_model_name + "') nor a variant");
+    }
   }
   if (cfg->host.empty()) return Status::error("host: must not be empty");
   if (cfg->kv_cache_bytes > 0 && cfg->kv_cache_fraction > 0)
@@ -501,6 +551,13 @@ nlohmann::json config_to_json(const ServerConfig& cfg) {
   for (const VariantConfig& v : cfg.variants)
     variants.push_back({{"name", v.name}, {"path", v.path}, {"scale", v.scale}});
   j["variants"] = std::move(variants);
+  nlohmann::json routes = nlohmann::json::object();
+  for (const auto& [alias, arms] : cfg.routes) {
+    nlohmann::json a = nlohmann::json::array();
+    for (const RouteArm& arm : arms) a.push_back({{"variant", arm.model}, {"weight", arm.weight}});
+    routes[alias] = std::move(a);
+  }
+  j["routes"] = std::move(routes);
   return j;
 }
 

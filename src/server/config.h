@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/status.h"
+#include "server/routing.h"
 
 namespace CLI {
 class App;
@@ -72,6 +73,8 @@ struct ServerConfig {
   std::string served_model_name;  // the `model` clients send; default: the model's directory name
   std::string chat_template;      // Jinja template file overriding the model's own
   std::vector<VariantConfig> variants;
+  // Canary routes: `model: ALIAS` split over served models by weight (file only; see routing.h).
+  std::map<std::string, std::vector<RouteArm>> routes;
 
   // Engine (passed through to the engine factory)
   int64_t max_num_seqs = 64;
@@ -193,6 +196,9 @@ void visit_fields(Config& c, F&& f) {
   f(FieldInfo{"log_prompts", "write prompt text into request logs"}, c.log_prompts);
   f(FieldInfo{"log_level", "trace, debug, info, warn or error"}, c.log_level);
 }
+
+// A name clients may send as `model` for a variant: 1 to 64 of [A-Za-z0-9._:-].
+bool valid_model_name(const std::string& s);
 
 using EnvLookup = std::function<std::optional<std::string>(const std::string&)>;
 EnvLookup process_env();

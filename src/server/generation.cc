@@ -336,6 +336,7 @@ void Generation::finalize() {
                {"key_id", caller.key_id},
                {"endpoint", endpoint_path(req.endpoint)},
                {"model", model.name},
+               {"route", route.empty() ? json(nullptr) : json(route)},
                {"status", status},
                {"stream", req.stream},
                {"n", req.n},

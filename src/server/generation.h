@@ -51,6 +51,7 @@ struct Generation {
   Server* server = nullptr;
   ParsedRequest req;
   ServedModel model;  // what req.model names: the base or a variant, and its metrics
+  std::string route;  // the route alias the client sent, when one chose `model`
   GlassRequest glass;
   ResponseMeta meta;
   Caller caller;

@@ -114,6 +114,16 @@ Gauge& MetricsRegistry::replace_gauge(const std::string& name, const std::string
   return *slot;
 }
 
+void MetricsRegistry::remove(const std::string& name, const Labels& labels) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = families_.find(name);
+  if (it == families_.end()) return;
+  const std::string key = render_labels(labels);
+  it->second.counters.erase(key);
+  it->second.gauges.erase(key);
+  it->second.histograms.erase(key);
+}
+
 Histogram& MetricsRegistry::histogram(const std::string& name, const std::string& help,
                                       const std::vector<double>& bounds, const Labels& labels) {
   std::lock_guard<std::mutex> lock(mutex_);

@@ -68,6 +68,9 @@ class MetricsRegistry {
   // The family's only child from now on (an info metric whose label values change, like
   // lora_requests_info); references to the family's other children become invalid.
   Gauge& replace_gauge(const std::string& name, const std::string& help, const Labels& labels);
+  // Drops one child of a family (an info metric of something no longer there); references to it
+  // become invalid. No-op when absent.
+  void remove(const std::string& name, const Labels& labels);
   Histogram& histogram(const std::string& name, const std::string& help, const std::vector<double>& bounds,
                        const Labels& labels = {});
 

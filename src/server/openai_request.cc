@@ -352,7 +352,7 @@ std::optional<ApiError> parse_request(Endpoint endpoint, const nlohmann::json& b
   const Fields f(body);
 
   GB_TRY(f.string("model", &out->model));
-  const auto& variants = limits.variant_names;
+  const auto& variants = limits.other_models;
   if (!out->model.empty() && out->model != limits.served_model_name &&
       std::find(variants.begin(), variants.end(), out->model) == variants.end()) {
     ApiError e;

@@ -30,7 +30,7 @@ enum class Endpoint { kCompletions, kChat };
 
 struct RequestLimits {
   std::string served_model_name;
-  std::vector<std::string> variant_names;  // weight variants `model` may also name
+  std::vector<std::string> other_models;  // weight variants and route aliases `model` may also name
   int32_t max_model_len = 0;
   int32_t max_n = 16;
   int32_t max_stop = 16;

@@ -89,6 +89,14 @@ void Server::install_routes() {
   http_->Post("/admin/glassbox/default/rollback", admin_glass);
   http_->Put(R"(/admin/glassbox/(presets|vectors|sessions)/([^/]+))", admin_glass);
   http_->Delete(R"(/admin/glassbox/(presets|vectors|sessions)/([^/]+))", admin_glass);
+  auto admin_variants = with_body([this](const httplib::Request& q, const std::string& b, httplib::Response& r) {
+    handle_admin_variants(q, b, r);
+  });
+  http_->Get("/admin/variants",
+             guard([this](const httplib::Request& q, httplib::Response& r) { handle_admin_variants(q, "", r); }));
+  http_->Put(R"(/admin/variants/([^/]+))", admin_variants);
+  http_->Delete(R"(/admin/variants/([^/]+))", admin_variants);
+  http_->Post(R"(/admin/variants/([^/]+)/rollback)", admin_variants);
   http_->Get("/admin/audit",
              guard([this](const httplib::Request& q, httplib::Response& r) { handle_admin_audit(q, r); }));
 
@@ -342,11 +350,26 @@ void Server::handle_models(const httplib::Request& req, httplib::Response& res, 
     }
     return j;
   };
+  // A route alias is a model to clients; its arms say where its requests go.
+  auto route_card = [&](const std::string& alias, const std::vector<RouteArm>& arms) {
+    json a = json::array();
+    for (const RouteArm& arm : arms) a.push_back({{"model", arm.model}, {"weight", arm.weight}});
+    return json{{"id", alias},
+                {"object", "model"},
+                {"created", 0},
+                {"owned_by", "glassbox"},
+                {"parent", nullptr},
+                {"max_model_len", max_model_len_},
+                {"glassbox", {{"route", a}}}};
+  };
   if (id.empty()) {
     json data = json::array();
     for (const ServedModel& m : models()) data.push_back(card(m));
+    for (const auto& [alias, arms] : cfg_.routes) data.push_back(route_card(alias, arms));
     return res.set_content(json{{"object", "list"}, {"data", data}}.dump(), "application/json");
   }
+  if (auto route = cfg_.routes.find(id); route != cfg_.routes.end())
+    return res.set_content(route_card(route->first, route->second).dump(), "application/json");
   ServedModel m;
   if (!find_model(id, &m)) {
     ApiError e =

@@ -122,15 +122,10 @@ void Server::attach(EngineApi* engine, const TextCodec* codec, int32_t max_model
     models_.push_back(ServedModel{cfg_.served_model_name, 0, {}, metrics_for(cfg_.served_model_name)});
     for (const VariantStatus& v : engine->variants()) {
       models_.push_back(ServedModel{v.name, v.id, v, metrics_for(v.name)});
-      metrics_
-          .gauge("glassbox_variant_info", "A weight variant served beside the base (value 1)",
-                 {{"model", v.name}, {"version", v.version}, {"sha256", v.sha256}, {"source", v.source}})
-          .set(1);
-      metrics_
-          .gauge("glassbox_variant_memory_bytes", "Memory a variant's deltas take beside the base weights",
-                 {{"model", v.name}})
-          .set(static_cast<double>(v.bytes));
     }
+  }
+  for (const ServedModel& m : models()) {
+    if (m.variant != 0) set_variant_info(m.info, true);
   }
   glass_ = std::make_unique<GlassService>(cfg_, engine->model_config());
   monitor_thread_ = std::thread([this] { monitor_loop(); });
@@ -175,31 +170,7 @@ Status Server::self_test(std::chrono::milliseconds timeout) {
   const Clock::time_point end = Clock::now() + timeout;
   // One token on the base and on each variant: each must produce finite logits.
   for (const ServedModel& m : models()) {
-    const std::string what = m.variant == 0 ? "self-test" : "self-test of variant '" + m.name + "'";
-    auto channel = std::make_shared<RequestChannel>();
-    GenerationRequest r;
-    r.id = "self-test";
-    r.prompt = codec_->encode("Hello", /*add_special=*/true);
-    if (r.prompt.empty()) r.prompt = {0};
-    r.max_tokens = 1;
-    r.sampling.temperature = 0;
-    r.variant = m.variant;
-    r.deadline = end;
-    GB_RETURN_IF_ERROR(engine_->submit(std::move(r), channel).with_context(what));
-    GenerationEvent ev;
-    bool done = false;
-    while (!done && Clock::now() < end) {
-      if (!channel->pop(&ev, std::chrono::milliseconds(50))) continue;
-      if (ev.finish == FinishReason::kNone) continue;
-      if (ev.finish != FinishReason::kStop && ev.finish != FinishReason::kLength)
-        return Status::error(what + ": generation ended with " + finish_reason_name(ev.finish) +
-                             (ev.error.empty() ? "" : ": " + ev.error));
-      done = true;
-    }
-    if (!done) {
-      channel->cancel();
-      return Status::error(what + ": no token within " + std::to_string(timeout.count()) + " ms");
-    }
+    GB_RETURN_IF_ERROR(test_variant(m, end));
   }
   return Status::ok();
 }

@@ -11,6 +11,7 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <shared_mutex>
 #include <string>
 #include <thread>
 
@@ -145,6 +146,19 @@ class Server {
   bool find_model(const std::string& name, ServedModel* out) const;
   void handle_metrics(httplib::Response& res);
   void handle_admin_config(const httplib::Request& req, httplib::Response& res);
+  // /admin/variants: list, load or replace (PUT), unload (DELETE), rollback (POST); admin role.
+  void handle_admin_variants(const httplib::Request& req, const std::string& body, httplib::Response& res);
+  // Under admin_mutex_; each audits before its change takes effect and fills *change for the log.
+  std::optional<ApiError> load_variant(const Caller& caller, const std::string& name, const std::string& body,
+                                       nlohmann::json* change);
+  std::optional<ApiError> unload_variant(const Caller& caller, const std::string& name, nlohmann::json* change);
+  std::optional<ApiError> rollback_variant(const Caller& caller, const std::string& name, nlohmann::json* change);
+  // glassbox_variant_info for a version that now serves (or no longer does).
+  void set_variant_info(const VariantStatus& v, bool serving);
+  // Unloads variants no longer routed, once every request that resolved them has been submitted.
+  void retire_variants(const std::vector<int32_t>& ids);
+  // One greedy token on the model (base or variant): it must finish cleanly (finite logits).
+  Status test_variant(const ServedModel& m, Clock::time_point deadline);
   // /admin/glassbox/...: policy, presets, vectors, sessions, the default set (admin role).
   void handle_admin_glass(const httplib::Request& req, const std::string& body, httplib::Response& res);
   // GET /admin/audit: the audit store's rows (admin role); query: kind, key_id, request_id, since,
@@ -178,7 +192,11 @@ class Server {
   int32_t max_model_len_ = 0;
   std::unique_ptr<GlassService> glass_;  // made by attach()
   mutable std::mutex models_mutex_;
-  std::vector<ServedModel> models_;                                     // [0] the base, then the variants (attach())
+  std::vector<ServedModel> models_;             // [0] the base, then the variants (attach())
+  std::map<std::string, ServedModel> standby_;  // by name: the version a replace displaced, for rollback
+  // Held shared from resolving a request's model to submitting it; a variant is unloaded only
+  // after taking it exclusively (retire_variants), so no request can name a freed id.
+  std::shared_mutex routes_mutex_;
   std::map<std::string, std::unique_ptr<ModelMetrics>> model_metrics_;  // by name; never removed
   std::unique_ptr<AuditStore> audit_;                                   // opened by start() when audit_db is set
   std::thread monitor_thread_;

@@ -80,7 +80,9 @@ test(`${CLIENTS} streaming clients for ${SECONDS} s, a slow reader and a disconn
           stats.rejected429++;
           await sleep(1000 * Number(e.headers?.get?.('retry-after') ?? 1) * Math.random());
         } else {
-          stats.errors.push(`client ${id}: ${e.status ?? ''} ${e.message}`);
+          // A connection error names its cause (ECONNRESET, a socket hang up, ...).
+          const cause = e.cause ? ` (${e.cause.code ?? ''} ${e.cause.message ?? e.cause})` : '';
+          stats.errors.push(`client ${id}: ${e.status ?? ''} ${e.message}${cause}`);
         }
       }
     }

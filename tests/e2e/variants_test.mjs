@@ -12,7 +12,9 @@
 // Run: node --test tests/e2e/variants_test.mjs
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { readFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { metric, require, startServer } from './server_process.mjs';
 
 const OpenAI = require('openai');
@@ -62,8 +64,11 @@ before(async () => {
   const lora = 'testdata/patches/qwen3-lora';
   qwen3 = await serve(`--model ${SHARED}/testdata/reference/qwen3-qknorm/hf --variant lora=${SHARED}/${lora}/adapter`, [
     'served_model_name: qwen3',
+    `audit_db: ${join(mkdtempSync(join(tmpdir(), 'glassbox-variants-')), 'audit.db')}`,
     'variants:',
     `  - {name: lora-gguf, path: ${SHARED}/${lora}/adapter.gguf}`,
+    'routes:',
+    '  canary: [{variant: base, weight: 90}, {variant: lora, weight: 10}]',
   ]);
   hybrid = await serve(
     `--model ${SHARED}/testdata/reference/qwen35-hybrid/hf --variant loopfix=${SHARED}/testdata/patches/qwen35-loopfix/edited-hf`,
@@ -89,7 +94,9 @@ test('an edited checkpoint, diffed at load, serves the loop-fix edit beside the 
 test('/v1/models lists the base and its variants with their parent', async () => {
   const models = (await qwen3.client.models.list()).data;
   // The config file's variants first, then the --variant flags.
-  assert.deepEqual(models.map((m) => [m.id, m.parent]), [['qwen3', null], ['lora-gguf', 'qwen3'], ['lora', 'qwen3']]);
+  assert.deepEqual(models.map((m) => [m.id, m.parent]),
+    [['qwen3', null], ['lora-gguf', 'qwen3'], ['lora', 'qwen3'], ['canary', null]]);
+  assert.deepEqual(models[3].glassbox.route, [{ model: 'qwen3', weight: 90 }, { model: 'lora', weight: 10 }]);
   assert.equal(models[1].glassbox.variant.source, 'gguf-lora');
   assert.equal(models[2].glassbox.variant.source, 'peft');
   assert.equal(models[2].glassbox.variant.edited_matrices, 9);
@@ -102,7 +109,7 @@ test('/v1/models lists the base and its variants with their parent', async () =>
 test('an unknown model is a 404 naming what is served', async () => {
   await assert.rejects(
     qwen3.client.completions.create({ model: 'lora2', prompt: [1, 2, 3], max_tokens: 2 }),
-    (e) => e.status === 404 && /does not exist; this server serves 'qwen3', 'lora-gguf', 'lora'/.test(e.message),
+    (e) => e.status === 404 && /does not exist; this server serves 'qwen3', 'lora-gguf', 'lora', 'canary'/.test(e.message),
   );
 });
 
@@ -124,10 +131,105 @@ test('request metrics and logs carry the model; variant info and lora_requests_i
   assert.equal(count(m, 'qwen3') - count(before, 'qwen3'), 1);
   assert.equal(count(m, 'lora-gguf') - count(before, 'lora-gguf'), 0);
   assert.ok(metric(m, 'glassbox_time_to_first_token_seconds_count{model="lora"}') >= 2, m);
-  assert.match(m, /glassbox_variant_info\{model="lora",version="",sha256="[0-9a-f]{64}",source="peft"\} 1/);
+  assert.match(m, /glassbox_variant_info\{model="lora",version="[0-9a-f]{12}",sha256="[0-9a-f]{64}",source="peft"\} 1/);
   assert.match(m, /glassbox_variant_memory_bytes\{model="lora-gguf"\} \d+/);
   assert.match(m, /glassbox_lora_requests_info\{max_lora="2",running_lora_adapters="[^"]*",waiting_lora_adapters="[^"]*"\} \d+/);
   assert.ok(metric(m, 'glassbox_model_requests_running{model="lora"}') >= 0);
   const lines = qwen3.requestLog().filter((l) => l.event === 'request' && l.status === 200);
   assert.ok(lines.some((l) => l.model === 'lora') && lines.some((l) => l.model === 'qwen3'));
+});
+
+async function admin(s, method, path, body) {
+  const r = await fetch(`${s.origin}${path}`, {
+    method, headers: { Authorization: `Bearer ${KEY}`, 'Content-Type': 'application/json' },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  return { status: r.status, body: await r.json() };
+}
+
+test('run-time load, a refused wrong hash under traffic, replace, rollback and unload, each audited', async () => {
+  const ref = readJson('testdata/patches/qwen3-lora/reference.json');
+  const base = readJson('testdata/reference/qwen3-qknorm/reference.json');
+  const seq = ref.sequences[1];
+  const wantLora = ref.greedy_16[1], wantBase = base.greedy.f32[1].slice(0, 16);
+  const adapter = `${SHARED}/testdata/patches/qwen3-lora/adapter`;
+  const gguf = `${SHARED}/testdata/patches/qwen3-lora/adapter.gguf`;
+
+  // Traffic on the base and on a served variant while a load with a wrong hash is refused.
+  let stop = false, served = 0;
+  const errors = [];
+  const traffic = ['qwen3', 'lora', 'qwen3', 'lora-gguf'].map(async (model) => {
+    while (!stop) {
+      try {
+        const ids = await greedyIds(qwen3.client, model, seq, 16);
+        assert.deepEqual(ids, model === 'qwen3' ? wantBase : wantLora, model);
+        served++;
+      } catch (e) {
+        errors.push(`${model}: ${e.message}`);
+      }
+    }
+  });
+  const wrong = await admin(qwen3, 'PUT', '/admin/variants/lora', { path: gguf, sha256: '0'.repeat(64) });
+  assert.equal(wrong.status, 409, JSON.stringify(wrong.body));
+  assert.match(wrong.body.error.message, /the running version keeps serving/);
+  await new Promise((r) => setTimeout(r, 300));
+  stop = true;
+  await Promise.all(traffic);
+  assert.deepEqual(errors, [], 'no request failed while the load was refused');
+  assert.ok(served >= 4, `${served} requests served`);
+  assert.equal((await qwen3.client.models.retrieve('lora')).glassbox.variant.source, 'peft', 'lora is unchanged');
+
+  // A new name loaded while serving.
+  const loaded = await admin(qwen3, 'PUT', '/admin/variants/lora-rt', { path: adapter });
+  assert.equal(loaded.status, 200, JSON.stringify(loaded.body));
+  assert.deepEqual(await greedyIds(qwen3.client, 'lora-rt', seq, 16), wantLora);
+  const v1 = await qwen3.client.completions.create({ model: 'lora-rt', prompt: seq, max_tokens: 8, temperature: 0, logprobs: 2 });
+
+  // Replaced by a second version (the same adapter at half strength): other outputs.
+  const sha = (await qwen3.client.models.retrieve('lora-rt')).glassbox.variant.sha256;
+  const v2 = await admin(qwen3, 'PUT', '/admin/variants/lora-rt', { path: adapter, sha256: sha, scale: 0.5 });
+  assert.equal(v2.status, 200, JSON.stringify(v2.body));
+  assert.notDeepEqual(await greedyIds(qwen3.client, 'lora-rt', seq, 16), wantLora);
+
+  // Rolled back: the first version's outputs exactly (tokens and logprobs).
+  const back = await admin(qwen3, 'POST', '/admin/variants/lora-rt/rollback');
+  assert.equal(back.status, 200, JSON.stringify(back.body));
+  const again = await qwen3.client.completions.create({ model: 'lora-rt', prompt: seq, max_tokens: 8, temperature: 0, logprobs: 2 });
+  assert.deepEqual(again.choices[0].logprobs, v1.choices[0].logprobs);
+  const listed = (await admin(qwen3, 'GET', '/admin/variants')).body.data.find((v) => v.name === 'lora-rt');
+  assert.ok(listed.previous, 'the replaced version stands by');
+
+  // Unloaded: 404 for requests, gone from /v1/models, a second delete is 404.
+  const del = await admin(qwen3, 'DELETE', '/admin/variants/lora-rt');
+  assert.equal(del.status, 200, JSON.stringify(del.body));
+  await assert.rejects(qwen3.client.completions.create({ model: 'lora-rt', prompt: seq, max_tokens: 2 }), (e) => e.status === 404);
+  assert.ok(!(await qwen3.client.models.list()).data.some((m) => m.id === 'lora-rt'));
+  assert.equal((await admin(qwen3, 'DELETE', '/admin/variants/lora-rt')).status, 404);
+  assert.equal((await admin(qwen3, 'POST', '/admin/variants/lora/rollback')).status, 409, 'no previous version');
+  assert.equal((await admin(qwen3, 'PUT', '/admin/variants/qwen3', { path: adapter })).status, 400, 'not the base');
+  assert.equal((await admin(qwen3, 'PUT', '/admin/variants/x', { path: `${SHARED}/nope` })).status, 400);
+
+  // Every change is an audit row; the refused one is not.
+  const rows = (await admin(qwen3, 'GET', '/admin/audit?kind=variant')).body.data;
+  assert.deepEqual(rows.map((r) => r.action), ['load', 'load', 'rollback', 'unload']);
+});
+
+test('a 90/10 canary over 1,000 users lands inside binomial bounds and keeps each user on one arm', async () => {
+  const ask = async (user) => {
+    const r = await qwen3.client.completions.create({ model: 'canary', prompt: [1, 2, 3], max_tokens: 1, temperature: 0, user });
+    return r.model;
+  };
+  const arms = new Array(1000);
+  for (let start = 0; start < 1000; start += 25) {
+    await Promise.all(Array.from({ length: 25 }, (_, k) => ask(`user-${start + k}`).then((m) => { arms[start + k] = m; })));
+  }
+  const onLora = arms.filter((m) => m === 'lora').length;
+  assert.equal(arms.filter((m) => m === 'qwen3').length + onLora, 1000, 'every answer names an arm');
+  // Binomial(1000, 0.1): mean 100, sd 9.5; 4.5 sd either side.
+  assert.ok(onLora >= 57 && onLora <= 143, `${onLora} of 1000 on the 10% arm`);
+  for (let i = 0; i < 100; i++) assert.equal(await ask(`user-${i}`), arms[i], `user-${i} changed arm`);
+  const m = await (await fetch(`${qwen3.origin}/metrics`)).text();
+  assert.ok(metric(m, 'glassbox_route_requests_total{route="canary",model="lora"}') >= onLora);
+  const logged = qwen3.requestLog().filter((l) => l.route === 'canary');
+  assert.ok(logged.length >= 1000 && logged.every((l) => l.model === 'qwen3' || l.model === 'lora'));
 });

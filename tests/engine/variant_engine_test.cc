@@ -136,5 +136,88 @@ TEST(VariantEngine, UnknownVariantIsRefusedAtSubmit) {
   }
 }
 
+// Waits for a channel's finish while an engine thread steps (background mode).
+test::Output wait_for(RequestChannel& ch) {
+  test::Output out;
+  GenerationEvent ev;
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (out.finish == FinishReason::kNone && std::chrono::steady_clock::now() < end) {
+    if (!ch.pop(&ev, std::chrono::milliseconds(20))) continue;
+    for (const auto& t : ev.tokens) out.tokens.push_back(t.token);
+    if (ev.finish != FinishReason::kNone) {
+      out.finish = ev.finish;
+      out.error = ev.error;
+    }
+  }
+  return out;
+}
+
+// Loading while serving (issue 12.3): a running engine thread keeps answering base requests while
+// a variant is resolved and committed between two steps; the variant then gives the fixture's
+// reference tokens; unloaded, it is refused at once and freed once nothing runs on it; ids are
+// never reused, so a reload is a new id with the same outputs.
+TEST(VariantEngine, LoadAndUnloadWhileServing) {
+  auto m =
+      load_model(test::shared_path("testdata/reference/qwen3-qknorm/hf"), {.max_batch_tokens = 64, .n_threads = 2});
+  ASSERT_TRUE(m.is_ok()) << m.message();
+  std::unique_ptr<Model> model = std::move(m).value();
+  const json ref = read_json(test::shared_path("testdata/patches/qwen3-lora/reference.json"));
+  const json base_ref = read_json(test::shared_path("testdata/reference/qwen3-qknorm/reference.json"));
+  auto p = patch::load_patch(test::shared_path("testdata/patches/qwen3-lora/adapter"));
+  ASSERT_TRUE(p.is_ok()) << p.message();
+  auto e = make_engine(model.get());
+  e->start();
+  const auto ids = ref["sequences"][1].get<std::vector<int32_t>>();
+  auto want_base = base_ref["greedy"]["f32"][1].get<std::vector<int32_t>>();
+  want_base.resize(16);
+  // Base traffic in flight across the load.
+  std::vector<std::shared_ptr<RequestChannel>> base;
+  for (int i = 0; i < 4; ++i) {
+    base.push_back(std::make_shared<RequestChannel>());
+    ASSERT_TRUE(e->submit(greedy(ids, 0), base.back()).is_ok());
+  }
+  auto id = e->load_variant(*p, "lora", 1.0);
+  ASSERT_TRUE(id.is_ok()) << id.message();
+  EXPECT_EQ(*id, 1);
+  ASSERT_EQ(e->variants().size(), 1u);
+  EXPECT_EQ(e->variants()[0].name, "lora");
+  auto on_variant = std::make_shared<RequestChannel>();
+  ASSERT_TRUE(e->submit(greedy(ids, *id), on_variant).is_ok());
+  for (auto& ch : base) EXPECT_EQ(wait_for(*ch).tokens, want_base);
+  EXPECT_EQ(wait_for(*on_variant).tokens, ref["greedy_16"][1].get<std::vector<int32_t>>());
+
+  // Unload with a request still running on it: refused for new requests at once, freed after.
+  auto running = std::make_shared<RequestChannel>();
+  GenerationRequest longer = greedy(ids, *id);
+  longer.max_tokens = 200;
+  ASSERT_TRUE(e->submit(longer, running).is_ok());
+  ASSERT_TRUE(e->unload_variant(*id).is_ok());
+  EXPECT_TRUE(e->variants().empty());
+  Status refused = e->submit(greedy(ids, *id), std::make_shared<RequestChannel>());
+  EXPECT_FALSE(refused.is_ok());
+  EXPECT_NE(refused.message().find("is not loaded"), std::string::npos) << refused.message();
+  const test::Output finished = wait_for(*running);
+  EXPECT_EQ(finished.finish, FinishReason::kLength) << finished.error;
+  EXPECT_EQ(finished.tokens.size(), 200u);
+  // Freed at the next step boundary.
+  for (int i = 0; i < 200 && model->variant_active(*id); ++i) {
+    auto poke = std::make_shared<RequestChannel>();
+    ASSERT_TRUE(e->submit(greedy({1, 2}, 0), poke).is_ok());
+    wait_for(*poke);
+  }
+  EXPECT_FALSE(model->variant_active(*id));
+  EXPECT_EQ(model->variants()[0].bytes, 0);
+  EXPECT_FALSE(e->unload_variant(*id).is_ok());
+
+  // Reloaded: a new id, the same outputs.
+  auto again = e->load_variant(*p, "lora", 1.0);
+  ASSERT_TRUE(again.is_ok()) << again.message();
+  EXPECT_EQ(*again, 2);
+  auto ch = std::make_shared<RequestChannel>();
+  ASSERT_TRUE(e->submit(greedy(ids, *again), ch).is_ok());
+  EXPECT_EQ(wait_for(*ch).tokens, ref["greedy_16"][1].get<std::vector<int32_t>>());
+  e->stop();
+}
+
 }  // namespace
 }  // namespace gb

@@ -222,7 +222,7 @@ TEST_F(RequestTest, UnknownModelIs404) {
 }
 
 TEST_F(RequestTest, VariantsAreModelsToo) {
-  limits_.variant_names = {"lora", "fix"};
+  limits_.other_models = {"lora", "fix"};
   ASSERT_FALSE(completion({{"model", "lora"}}));
   EXPECT_EQ(out_.model, "lora");
   auto err = completion({{"model", "lora2"}});
@@ -233,7 +233,7 @@ TEST_F(RequestTest, VariantsAreModelsToo) {
   for (int i = 0; i < 20; ++i) {
     std::string name = "v";  // (not "v" + to_string: GCC 12's -Wrestrict false positive)
     name += std::to_string(i);
-    limits_.variant_names.push_back(name);
+    limits_.other_models.push_back(name);
   }
   err = completion({{"model", "nope"}});
   ASSERT_TRUE(err);

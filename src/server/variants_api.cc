@@ -1,0 +1,256 @@
+// The weight variants' admin API (issue 12.3, admin role): GET /admin/variants, PUT
+// /admin/variants/NAME {path, sha256?, scale?} (load or replace while serving), DELETE
+// /admin/variants/NAME, POST /admin/variants/NAME/rollback. Every change is an audit row,
+// committed before the change takes effect, and a log line.
+//
+// A load is checked before it takes traffic: the patch's own hashes (load_patch), the sha256 the
+// caller pinned (409 on a mismatch: the running version keeps serving), the fit to the model
+// (engine load_variant) and a one-token self-test. A replaced version stays loaded beside the
+// new one, not routed, so rollback is a routing switch back to the same deltas (its outputs are
+// the old version's exactly); the version before that is unloaded.
+#include <httplib.h>
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "patch/patch.h"
+#include "server/json_input.h"
+#include "server/server.h"
+#include "server/server_internal.h"
+
+namespace gb::server {
+
+using json = nlohmann::json;
+
+namespace {
+
+// A message of ours that may carry a long path: at most 600 bytes.
+std::string bounded(const std::string& s) { return s.size() <= 600 ? s : s.substr(0, 600) + "..."; }
+
+std::string version_of(const VariantStatus& v) {
+  return !v.version.empty() ? v.version : v.sha256.substr(0, 12);
+}
+
+json variant_json(const VariantStatus& v, bool with_path) {
+  json j = {{"version", version_of(v)},
+            {"sha256", v.sha256},
+            {"source", v.source},
+            {"memory_bytes", v.bytes},
+            {"edited_matrices", v.edits}};
+  if (with_path) j["path"] = v.path;
+  return j;
+}
+
+ApiError variant_error(int status, const char* code, const std::string& message) {
+  const char* type = status == 404 ? "not_found_error" : status == 409 ? "conflict_error" : "invalid_request_error";
+  if (status == 503) type = "service_unavailable";
+  return make_error(status, type, code, message);
+}
+
+}  // namespace
+
+void Server::set_variant_info(const VariantStatus& v, bool serving) {
+  const Labels labels = {{"model", v.name}, {"version", version_of(v)}, {"sha256", v.sha256}, {"source", v.source}};
+  if (!serving) {
+    metrics_.remove("glassbox_variant_info", labels);
+    return;
+  }
+  metrics_.gauge("glassbox_variant_info", "A weight variant served beside the base (value 1)", labels).set(1);
+  metrics_
+      .gauge("glassbox_variant_memory_bytes", "Memory a variant's deltas take beside the base weights",
+             {{"model", v.name}})
+      .set(static_cast<double>(v.bytes));
+}
+
+void Server::retire_variants(const std::vector<int32_t>& ids) {
+  if (ids.empty()) return;
+  // Requests that resolved a model name before the routing changed hold this shared until they
+  // have reached the engine: once it is ours, none can still name a retired id.
+  { std::unique_lock<std::shared_mutex> flush(routes_mutex_); }
+  for (int32_t id : ids) {
+    if (Status st = engine_->unload_variant(id); !st.is_ok()) spdlog::warn("variant {}: {}", id, st.message());
+  }
+}
+
+Status Server::test_variant(const ServedModel& m, Clock::time_point deadline) {
+  const std::string what = m.variant == 0 ? "self-test" : "self-test of variant '" + m.name + "'";
+  auto channel = std::make_shared<RequestChannel>();
+  GenerationRequest r;
+  r.id = "self-test";
+  r.prompt = codec_->encode("Hello", /*add_special=*/true);
+  if (r.prompt.empty()) r.prompt = {0};
+  r.max_tokens = 1;
+  r.sampling.temperature = 0;
+  r.variant = m.variant;
+  r.deadline = deadline;
+  GB_RETURN_IF_ERROR(engine_->submit(std::move(r), channel).with_context(what));
+  GenerationEvent ev;
+  while (Clock::now() < deadline) {
+    if (!channel->pop(&ev, std::chrono::milliseconds(50))) continue;
+    if (ev.finish == FinishReason::kNone) continue;
+    if (ev.finish == FinishReason::kStop || ev.finish == FinishReason::kLength) return Status::ok();
+    return Status::error(what + ": generation ended with " + finish_reason_name(ev.finish) +
+                         (ev.error.empty() ? "" : ": " + ev.error));
+  }
+  channel->cancel();
+  return Status::error(what + ": no token in time");
+}
+
+void Server::handle_admin_variants(const httplib::Request& req, const std::string& body_text, httplib::Response& res) {
+  Caller caller;
+  ApiError err;
+  if (!authorize(req, Role::kAdmin, &caller, &err)) return send_error(res, err);
+  if (req.method == "GET") {
+    json data = json::array();
+    std::lock_guard<std::mutex> lock(models_mutex_);
+    for (const ServedModel& m : models_) {
+      if (m.variant == 0) continue;
+      json j = variant_json(m.info, true);
+      j["name"] = m.name;
+      auto prev = standby_.find(m.name);
+      j["previous"] = prev == standby_.end() ? json(nullptr) : variant_json(prev->second.info, true);
+      data.push_back(std::move(j));
+    }
+    return res.set_content(json{{"object", "list"}, {"data", data}}.dump(), "application/json");
+  }
+  const std::string name = req.matches[1].str();
+  const std::string action = req.method == "PUT" ? "load" : req.method == "DELETE" ? "unload" : "rollback";
+  json change = {{"name", name}};
+  std::optional<ApiError> e;
+  {
+    std::lock_guard<std::mutex> lock(admin_mutex_);
+    if (action == "load") e = load_variant(caller, name, body_text, &change);
+    else if (action == "unload") e = unload_variant(caller, name, &change);
+    else e = rollback_variant(caller, name, &change);
+  }
+  if (e) return send_error(res, *e);
+  spdlog::info("variant '{}': {} by key '{}': {}", name, action, caller.key_id, change.dump());
+  write_log({{"event", "variant_change"}, {"action", action}, {"key_id", caller.key_id}, {"change", change}});
+  res.set_content(json{{"ok", true}, {"action", action}, {"change", change}}.dump(), "application/json");
+}
+
+std::optional<ApiError> Server::load_variant(const Caller& caller, const std::string& name,
+                                             const std::string& body_text, json* change) {
+  if (!valid_model_name(name))
+    return variant_error(400, "invalid_variant_name",
+                         "a variant name is 1 to 64 letters, digits or the characters . _ - :");
+  if (name == cfg_.served_model_name)
+    return variant_error(400, "invalid_variant_name", "'" + name + "' is the base model's name");
+  json body;
+  if (std::optional<ApiError> e = parse_json_body(body_text, &body)) return e;
+  if (!body.is_object()) return invalid_field("", "expected an object {path, sha256?, scale?}");
+  std::string path, sha;
+  double scale = 1.0;
+  for (const auto& [k, v] : body.items()) {
+    if (k == "path" && v.is_string()) path = v.get<std::string>();
+    else if (k == "sha256" && v.is_string()) sha = v.get<std::string>();
+    else if (k == "scale" && v.is_number() && std::isfinite(v.get<double>())) scale = v.get<double>();
+    else return invalid_field(k, "unknown or mistyped field " + quote_input(k) + " (expected path: string, sha256: string, scale: number)");
+  }
+  if (path.empty()) return invalid_field("path", "path: required (a patch, PEFT adapter, LoRA GGUF or checkpoint)");
+  Result<patch::Patch> p = patch::load_patch(path, cfg_.model);
+  if (!p.is_ok()) return variant_error(400, "invalid_variant", bounded(p.message()));
+  const std::string have = patch::identity_sha256(*p);
+  if (!sha.empty() && sha != have)
+    return variant_error(409, "variant_hash_mismatch",
+                         "'" + name + "' at " + bounded(path) + " has SHA-256 " + have + ", not the expected " +
+                             bounded(sha) + "; nothing was changed, the running version keeps serving");
+  Result<int32_t> id = engine_->load_variant(*p, name, scale);
+  if (!id.is_ok()) return variant_error(400, "invalid_variant", bounded(id.message()));
+  ServedModel loaded;
+  for (const VariantStatus& v : engine_->variants()) {
+    if (v.id == *id) loaded = ServedModel{name, *id, v, nullptr};
+  }
+  if (Status st = test_variant(loaded, Clock::now() + std::chrono::seconds(60)); !st.is_ok()) {
+    retire_variants({*id});
+    return variant_error(400, "variant_self_test_failed", bounded(st.message()) + "; nothing was changed");
+  }
+  *change = {{"name", name}, {"loaded", variant_json(loaded.info, true)}, {"scale", scale}};
+  ServedModel current;
+  const bool replacing = find_model(name, &current);
+  if (replacing) (*change)["replaced"] = variant_json(current.info, true);
+  if (Status st = audit_change(caller, "variant", "load", *change); !st.is_ok()) {
+    retire_variants({*id});
+    return variant_error(503, "audit_unavailable",
+                         "the variant was not loaded: the audit store cannot record it: " + st.message());
+  }
+  // Route: the new version serves; the one it replaces stands by for rollback; the one before that goes.
+  std::vector<int32_t> retired;
+  {
+    std::lock_guard<std::mutex> lock(models_mutex_);
+    std::unique_ptr<ModelMetrics>& metrics = model_metrics_[name];
+    if (metrics == nullptr) metrics = std::make_unique<ModelMetrics>(metrics_, name);
+    loaded.metrics = metrics.get();
+    auto it = std::find_if(models_.begin(), models_.end(), [&](const ServedModel& m) { return m.name == name; });
+    if (it == models_.end()) {
+      models_.push_back(loaded);
+    } else {
+      if (auto prev = standby_.find(name); prev != standby_.end()) retired.push_back(prev->second.variant);
+      standby_[name] = *it;
+      *it = loaded;
+    }
+  }
+  if (replacing) set_variant_info(current.info, false);
+  set_variant_info(loaded.info, true);
+  retire_variants(retired);
+  return std::nullopt;
+}
+
+std::optional<ApiError> Server::unload_variant(const Caller& caller, const std::string& name, json* change) {
+  if (name == cfg_.served_model_name)
+    return variant_error(400, "invalid_variant_name", "the base model cannot be unloaded");
+  ServedModel current;
+  if (!find_model(name, &current))
+    return variant_error(404, "variant_not_found", "no variant " + quote_input(name) + " is served");
+  *change = {{"name", name}, {"unloaded", variant_json(current.info, true)}};
+  if (Status st = audit_change(caller, "variant", "unload", *change); !st.is_ok())
+    return variant_error(503, "audit_unavailable",
+                         "the variant was not unloaded: the audit store cannot record it: " + st.message());
+  std::vector<int32_t> retired = {current.variant};
+  {
+    std::lock_guard<std::mutex> lock(models_mutex_);
+    std::erase_if(models_, [&](const ServedModel& m) { return m.name == name; });
+    if (auto prev = standby_.find(name); prev != standby_.end()) {
+      retired.push_back(prev->second.variant);
+      standby_.erase(prev);
+    }
+  }
+  set_variant_info(current.info, false);
+  metrics_.remove("glassbox_variant_memory_bytes", {{"model", name}});
+  // Requests already running on it finish; the engine frees its deltas after them.
+  retire_variants(retired);
+  return std::nullopt;
+}
+
+std::optional<ApiError> Server::rollback_variant(const Caller& caller, const std::string& name, json* change) {
+  ServedModel current;
+  if (!find_model(name, &current) || current.variant == 0)
+    return variant_error(404, "variant_not_found", "no variant " + quote_input(name) + " is served");
+  ServedModel previous;
+  {
+    std::lock_guard<std::mutex> lock(models_mutex_);
+    auto prev = standby_.find(name);
+    if (prev == standby_.end())
+      return variant_error(409, "no_previous_version",
+                           "'" + name + "' has no previous version to roll back to (one is kept per replace)");
+    previous = prev->second;
+  }
+  *change = {{"name", name}, {"serving", variant_json(previous.info, true)}, {"replaced", variant_json(current.info, true)}};
+  if (Status st = audit_change(caller, "variant", "rollback", *change); !st.is_ok())
+    return variant_error(503, "audit_unavailable",
+                         "the variant was not rolled back: the audit store cannot record it: " + st.message());
+  {
+    // Both stay loaded: a second rollback rolls forward again.
+    std::lock_guard<std::mutex> lock(models_mutex_);
+    for (ServedModel& m : models_) {
+      if (m.name == name) std::swap(m, standby_[name]);
+    }
+  }
+  set_variant_info(current.info, false);
+  set_variant_info(previous.info, true);
+  return std::nullopt;
+}
+
+}  // namespace gb::server
