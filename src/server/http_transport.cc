@@ -207,6 +207,9 @@ class InlineQueue : public httplib::TaskQueue {
 
 HttpTransport::HttpTransport(TransportLimits limits) : limits_(limits) {
   new_task_queue = [] { return new InlineQueue; };
+  // What the Keep-Alive header says (httplib writes it from these; the reactor enforces limits_).
+  set_keep_alive_timeout(static_cast<time_t>(limits_.keep_alive_advertised.count()));
+  set_keep_alive_max_count(limits_.keep_alive_max_count);
   // SO_REUSEADDR only (httplib's default adds SO_REUSEPORT, which lets a second server bind the
   // same port and silently share its connections).
   set_socket_options([this](socket_t sock) {

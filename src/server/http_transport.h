@@ -40,9 +40,16 @@ struct TransportLimits {
   std::chrono::milliseconds body_timeout{60000};    // the whole body
   std::chrono::milliseconds read_timeout{30000};    // one read during the body
   std::chrono::milliseconds write_timeout{30000};   // one write
-  std::chrono::milliseconds keep_alive_timeout{5000};  // idle between requests
-  size_t keep_alive_max_count = 100;                   // requests per connection
-  int listen_backlog = SOMAXCONN;                      // the kernel's accept queue (capped by net.core.somaxconn)
+  // A connection idle between requests is closed after keep_alive_timeout, but its responses
+  // advertise only keep_alive_advertised (`Keep-Alive: timeout=5`), so clients (which close an
+  // idle socket a second before the hint) always close first. A server that closes first races
+  // the client's next request on that socket, which then fails with a reset (it did under load:
+  // Node's fetch closes at hint − 1 s, and a starved event loop is late). An idle connection
+  // costs no thread here, and max_connections bounds them.
+  std::chrono::milliseconds keep_alive_timeout{60000};
+  std::chrono::seconds keep_alive_advertised{5};
+  size_t keep_alive_max_count = 100;  // requests per connection (advertised as max=)
+  int listen_backlog = SOMAXCONN;     // the kernel's accept queue (capped by net.core.somaxconn)
 };
 
 struct TransportStats {

@@ -29,9 +29,7 @@ namespace {
 // A message of ours that may carry a long path: at most 600 bytes.
 std::string bounded(const std::string& s) { return s.size() <= 600 ? s : s.substr(0, 600) + "..."; }
 
-std::string version_of(const VariantStatus& v) {
-  return !v.version.empty() ? v.version : v.sha256.substr(0, 12);
-}
+std::string version_of(const VariantStatus& v) { return !v.version.empty() ? v.version : v.sha256.substr(0, 12); }
 
 json variant_json(const VariantStatus& v, bool with_path) {
   json j = {{"version", version_of(v)},
@@ -147,7 +145,9 @@ std::optional<ApiError> Server::load_variant(const Caller& caller, const std::st
     if (k == "path" && v.is_string()) path = v.get<std::string>();
     else if (k == "sha256" && v.is_string()) sha = v.get<std::string>();
     else if (k == "scale" && v.is_number() && std::isfinite(v.get<double>())) scale = v.get<double>();
-    else return invalid_field(k, "unknown or mistyped field " + quote_input(k) + " (expected path: string, sha256: string, scale: number)");
+    else
+      return invalid_field(
+          k, "unknown or mistyped field " + quote_input(k) + " (expected path: string, sha256: string, scale: number)");
   }
   if (path.empty()) return invalid_field("path", "path: required (a patch, PEFT adapter, LoRA GGUF or checkpoint)");
   Result<patch::Patch> p = patch::load_patch(path, cfg_.model);
@@ -237,7 +237,8 @@ std::optional<ApiError> Server::rollback_variant(const Caller& caller, const std
                            "'" + name + "' has no previous version to roll back to (one is kept per replace)");
     previous = prev->second;
   }
-  *change = {{"name", name}, {"serving", variant_json(previous.info, true)}, {"replaced", variant_json(current.info, true)}};
+  *change = {
+      {"name", name}, {"serving", variant_json(previous.info, true)}, {"replaced", variant_json(current.info, true)}};
   if (Status st = audit_change(caller, "variant", "rollback", *change); !st.is_ok())
     return variant_error(503, "audit_unavailable",
                          "the variant was not rolled back: the audit store cannot record it: " + st.message());
