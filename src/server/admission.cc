@@ -84,6 +84,7 @@ void Server::handle_generate(Endpoint endpoint, const httplib::Request& req, con
   g->http11 = req.version == "HTTP/1.1";
   if (std::optional<Refusal> r = submit_choices(g.get())) return reject(*r);
   routing.unlock();
+  maybe_shadow(*g);
   if (g->req.stream) return Generation::start_stream(g, res);
   g->answer_whole(res);
   g->finalize();
@@ -168,6 +169,66 @@ std::optional<Server::Refusal> Server::admit(Endpoint endpoint, const httplib::R
     return Refusal{e, "concurrency"};
   }
   return std::nullopt;
+}
+
+void Server::maybe_shadow(const Generation& g) {
+  const std::string& asked = g.route.empty() ? g.req.model : g.route;
+  auto it = cfg_.shadow.find(asked);
+  if (it == cfg_.shadow.end() || g.glass.spec != nullptr) return;  // steered or observed requests are not copied
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  if (std::uniform_real_distribution<double>(0, 1)(rng) >= it->second.share) return;
+  ServedModel target;
+  if (!find_model(it->second.model, &target)) return;
+  const ParsedPrompt& p = g.req.prompts[0];
+  GenerationRequest r;
+  r.id = g.meta.id + "-shadow";
+  r.prompt = p.tokens;
+  r.sampling = g.req.sampling;
+  r.max_tokens = p.max_tokens;
+  r.ignore_eos = g.req.ignore_eos;
+  r.variant = target.variant;
+  r.deadline = g.deadline;
+  auto channel = std::make_shared<RequestChannel>();
+  if (!engine_->submit(std::move(r), channel).is_ok()) return;  // a full queue drops the copy, never the request
+  metrics_
+      .counter("glassbox_shadow_requests_total", "Requests copied onto a shadow model (answers never returned)",
+               {{"model", g.model.name}, {"shadow", target.name}})
+      .inc();
+  std::lock_guard<std::mutex> lock(shadow_mutex_);
+  shadows_.push_back({g.meta.id, g.model.name, target.name, std::move(channel), {}, Clock::now()});
+}
+
+void Server::drain_shadows(bool cancel) {
+  {
+    std::lock_guard<std::mutex> lock(shadow_mutex_);
+    for (size_t i = 0; i < shadows_.size();) {
+      ShadowRun& s = shadows_[i];
+      if (cancel) s.channel->cancel();
+      GenerationEvent ev;
+      bool done = false;
+      while (!done && s.channel->pop(&ev, std::chrono::milliseconds(0))) {
+        for (const GeneratedToken& t : ev.tokens) s.tokens.push_back(t.token);
+        if (ev.finish != FinishReason::kNone) {
+          done = true;
+          json line = {{"event", "shadow"},
+                       {"request_id", s.request_id},
+                       {"model", s.model},
+                       {"shadow_model", s.shadow_model},
+                       {"finish_reason", finish_reason_name(ev.finish)},
+                       {"completion_tokens", s.tokens.size()},
+                       {"token_ids", s.tokens},
+                       {"e2e_s", seconds_between(s.start, Clock::now())}};
+          if (!ev.error.empty()) line["error"] = ev.error;
+          write_log(line);
+        }
+      }
+      if (done || cancel) {
+        shadows_.erase(shadows_.begin() + static_cast<std::ptrdiff_t>(i));
+      } else {
+        ++i;
+      }
+    }
+  }
 }
 
 std::optional<Server::Refusal> Server::submit_choices(Generation* g) {

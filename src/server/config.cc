@@ -190,6 +190,32 @@ Status parse_routes(const YAML::Node& node, std::map<std::string, std::vector<Ro
   return Status::ok();
 }
 
+Status parse_shadow(const YAML::Node& node, std::map<std::string, ShadowConfig>* shadow) {
+  if (!node.IsMap()) return Status::error("config key 'shadow': expected a map of MODEL: {variant: NAME, share: S}");
+  shadow->clear();
+  for (const auto& kv : node) {
+    const std::string model = kv.first.as<std::string>();
+    const std::string where = "config key 'shadow." + model;
+    if (!kv.second.IsMap()) return Status::error(where + "': expected {variant: NAME, share: S}");
+    ShadowConfig sc;
+    for (const auto& f : kv.second) {
+      const std::string key = f.first.as<std::string>();
+      if (!f.second.IsScalar()) return Status::error(where + "." + key + "': expected a scalar");
+      if (key == "variant" || key == "model") {
+        sc.model = f.second.Scalar();
+      } else if (key == "share") {
+        FieldInfo info{"share", "", 1e-9, 1};
+        GB_RETURN_IF_ERROR(parse_value(info, where + ".share'", f.second.Scalar(), &sc.share));
+      } else {
+        return Status::error(where + "." + key + "': unknown key (expected variant, share)");
+      }
+    }
+    if (sc.model.empty() || sc.share <= 0) return Status::error(where + "': needs a variant and a share in (0, 1]");
+    (*shadow)[model] = std::move(sc);
+  }
+  return Status::ok();
+}
+
 Status parse_variants(const YAML::Node& node, std::vector<VariantConfig>* variants) {
   if (!node.IsSequence()) return Status::error("config key 'variants': expected a list of {name, path, scale}");
   variants->clear();
@@ -401,6 +427,10 @@ Status apply_yaml(std::string_view yaml_text, ServerConfig* cfg) {
         GB_RETURN_IF_ERROR(parse_routes(kv.second, &cfg->routes));
         continue;
       }
+      if (name == "shadow") {
+        GB_RETURN_IF_ERROR(parse_shadow(kv.second, &cfg->shadow));
+        continue;
+      }
       if (!kv.second.IsScalar())
         return Status::error("config key '" + name + "': expected a single value, not a list or map");
       values[name] = node_text(kv.second);
@@ -478,6 +508,14 @@ Status validate_config(const EnvLookup& env, ServerConfig* cfg) {
         return Status::error(where + ": arm '" + brief_name(arm.model) + "' is neither the base ('base' or '" +
                              cfg->served_model_name + "') nor a variant");
     }
+  }
+  for (auto& [model, sc] : cfg->shadow) {
+    const std::string where = "shadow." + model;
+    if (model != cfg->served_model_name && !variant_names.count(model) && !cfg->routes.count(model))
+      return Status::error(where + ": '" + brief_name(model) + "' is not a served model or route");
+    if (sc.model == "base") sc.model = cfg->served_model_name;
+    if (sc.model != cfg->served_model_name && !variant_names.count(sc.model))
+      return Status::error(where + ": the shadow '" + brief_name(sc.model) + "' is neither the base nor a variant");
   }
   if (cfg->host.empty()) return Status::error("host: must not be empty");
   if (cfg->kv_cache_bytes > 0 && cfg->kv_cache_fraction > 0)
@@ -558,6 +596,9 @@ nlohmann::json config_to_json(const ServerConfig& cfg) {
     routes[alias] = std::move(a);
   }
   j["routes"] = std::move(routes);
+  nlohmann::json shadow = nlohmann::json::object();
+  for (const auto& [model, sc] : cfg.shadow) shadow[model] = {{"variant", sc.model}, {"share", sc.share}};
+  j["shadow"] = std::move(shadow);
   return j;
 }
 

@@ -51,6 +51,11 @@ struct VariantConfig {
   double scale = 1.0;  // multiplies low-rank, column and sparse deltas (a LoRA's strength)
 };
 
+struct ShadowConfig {
+  std::string model;  // the served model the copies run on ("base": the base)
+  double share = 0;   // in (0, 1]: the fraction of requests copied
+};
+
 struct GlassPolicyConfig {
   std::vector<Role> intervention_roles = {Role::kResearcher, Role::kAdmin};
   std::vector<Role> observe_roles = {Role::kUser, Role::kResearcher, Role::kAdmin};
@@ -75,6 +80,9 @@ struct ServerConfig {
   std::vector<VariantConfig> variants;
   // Canary routes: `model: ALIAS` split over served models by weight (file only; see routing.h).
   std::map<std::string, std::vector<RouteArm>> routes;
+  // Shadow mode: a share of the requests sent to a model (or alias) also runs on another served
+  // model in the background; its tokens are logged for comparison, never returned (file only).
+  std::map<std::string, ShadowConfig> shadow;
 
   // Engine (passed through to the engine factory)
   int64_t max_num_seqs = 64;

@@ -147,6 +147,7 @@ void Server::monitor_loop() {
         spdlog::debug("idle: returned {} KiB of free heap to the OS", released >> 10);
     }
     was_idle = idle;
+    drain_shadows(false);
     const MonitorSnapshot m = engine_->monitor();
     for (const MonitorSnapshot::Event& e : m.recent) {
       if (e.index <= monitor_logged_) continue;
@@ -229,6 +230,7 @@ void Server::stop() {
   }
   monitor_wake_.notify_all();
   if (monitor_thread_.joinable()) monitor_thread_.join();
+  drain_shadows(/*cancel=*/true);
   state_.store(State::kStopped, std::memory_order_release);
 }
 

@@ -157,6 +157,10 @@ class Server {
   void set_variant_info(const VariantStatus& v, bool serving);
   // Unloads variants no longer routed, once every request that resolved them has been submitted.
   void retire_variants(const std::vector<int32_t>& ids);
+  // Shadow mode: maybe copies the admitted request (its first choice) onto the configured shadow
+  // model; the monitor thread drains the copies and logs what they produced.
+  void maybe_shadow(const Generation& g);
+  void drain_shadows(bool cancel);
   // One greedy token on the model (base or variant): it must finish cleanly (finite logits).
   Status test_variant(const ServedModel& m, Clock::time_point deadline);
   // /admin/glassbox/...: policy, presets, vectors, sessions, the default set (admin role).
@@ -197,6 +201,14 @@ class Server {
   // Held shared from resolving a request's model to submitting it; a variant is unloaded only
   // after taking it exclusively (retire_variants), so no request can name a freed id.
   std::shared_mutex routes_mutex_;
+  struct ShadowRun {
+    std::string request_id, model, shadow_model;
+    std::shared_ptr<RequestChannel> channel;
+    std::vector<int32_t> tokens;
+    Clock::time_point start;
+  };
+  std::mutex shadow_mutex_;
+  std::vector<ShadowRun> shadows_;                                      // in flight
   std::map<std::string, std::unique_ptr<ModelMetrics>> model_metrics_;  // by name; never removed
   std::unique_ptr<AuditStore> audit_;                                   // opened by start() when audit_db is set
   std::thread monitor_thread_;

@@ -69,6 +69,8 @@ before(async () => {
     `  - {name: lora-gguf, path: ${SHARED}/${lora}/adapter.gguf}`,
     'routes:',
     '  canary: [{variant: base, weight: 90}, {variant: lora, weight: 10}]',
+    'shadow:',
+    '  lora-gguf: {variant: base, share: 1}',
   ]);
   hybrid = await serve(
     `--model ${SHARED}/testdata/reference/qwen35-hybrid/hf --variant loopfix=${SHARED}/testdata/patches/qwen35-loopfix/edited-hf`,
@@ -232,4 +234,34 @@ test('a 90/10 canary over 1,000 users lands inside binomial bounds and keeps eac
   assert.ok(metric(m, 'glassbox_route_requests_total{route="canary",model="lora"}') >= onLora);
   const logged = qwen3.requestLog().filter((l) => l.route === 'canary');
   assert.ok(logged.length >= 1000 && logged.every((l) => l.model === 'qwen3' || l.model === 'lora'));
+});
+
+test('shadow mode: every lora-gguf request also runs on the base in the background, logged, never returned', async () => {
+  const ref = readJson('testdata/patches/qwen3-lora/reference.json');
+  const base = readJson('testdata/reference/qwen3-qknorm/reference.json');
+  const ids = [];
+  for (let i = 0; i < 3; i++) {
+    const r = await qwen3.client.completions.create({
+      model: 'lora-gguf', prompt: ref.sequences[i], max_tokens: 16, temperature: 0, ignore_eos: true, logprobs: 0,
+      return_tokens_as_token_ids: true,
+    });
+    assert.equal(r.model, 'lora-gguf');
+    assert.deepEqual(r.choices[0].logprobs.tokens.map((t) => Number(t.slice(9))), ref.greedy_16[i], 'the answer is the variant\'s');
+    ids.push(r.id);
+  }
+  // The monitor thread logs finished copies every 500 ms.
+  let lines = [];
+  for (let k = 0; k < 100 && lines.length < 3; k++) {
+    lines = qwen3.requestLog().filter((l) => l.event === 'shadow' && ids.includes(l.request_id));
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  assert.equal(lines.length, 3);
+  for (const l of lines) {
+    const i = ids.indexOf(l.request_id);
+    assert.equal(l.model, 'lora-gguf');
+    assert.equal(l.shadow_model, 'qwen3');
+    assert.deepEqual(l.token_ids, base.greedy.f32[i].slice(0, 16), 'the copy ran on the base');
+  }
+  const m = await (await fetch(`${qwen3.origin}/metrics`)).text();
+  assert.ok(metric(m, 'glassbox_shadow_requests_total{model="lora-gguf",shadow="qwen3"}') >= 3);
 });

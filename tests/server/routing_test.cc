@@ -60,6 +60,17 @@ TEST(Routing, ConfigNamesEveryArm) {
   EXPECT_NE(error("routes: {c: []}").find("expected a list of arms"), std::string::npos);
   EXPECT_NE(error("routes: {c: [{variant: base, weight: 1, sticky: no}]}").find("unknown key"), std::string::npos);
   EXPECT_NE(error("routes: [a]").find("expected a map"), std::string::npos);
+  // Shadow copies: from a served model or route, onto the base or a variant, a share in (0, 1].
+  auto [shadow_ok, with_shadow] = load("shadow: {qwen3: {variant: fix, share: 0.25}}\n");
+  ASSERT_TRUE(shadow_ok.is_ok()) << shadow_ok.message();
+  EXPECT_EQ(with_shadow.shadow.at("qwen3").model, "fix");
+  EXPECT_EQ(with_shadow.shadow.at("qwen3").share, 0.25);
+  EXPECT_EQ(config_to_json(with_shadow)["shadow"]["qwen3"]["share"], 0.25);
+  EXPECT_NE(error("shadow: {nope: {variant: fix, share: 1}}").find("not a served model or route"), std::string::npos);
+  EXPECT_NE(error("shadow: {fix: {variant: nope, share: 1}}").find("neither the base nor a variant"),
+            std::string::npos);
+  EXPECT_NE(error("shadow: {fix: {variant: base, share: 2}}").find("share"), std::string::npos);
+  EXPECT_EQ(error("shadow: {fix: {variant: base, share: 1}}"), "ok");
 }
 
 }  // namespace
