@@ -229,6 +229,26 @@ Result<Patch> load_artifact(const std::string& dir) {
       p.files.push_back(std::move(o));
     }
   }
+  if (m.contains("golden")) {
+    const json& g = m["golden"];
+    if (!g.is_array() || g.size() > 16) return Status::error(mpath + ": \"golden\" must be an array of at most 16");
+    auto ids = [&](const json& v, size_t most, std::vector<int32_t>* out) {
+      if (!v.is_array() || v.empty() || v.size() > most) return false;
+      for (const json& t : v) {
+        if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() > INT32_MAX) return false;
+        out->push_back(static_cast<int32_t>(t.get<int64_t>()));
+      }
+      return true;
+    };
+    for (size_t i = 0; i < g.size(); ++i) {
+      GoldenPrompt gp;
+      if (!g[i].is_object() || !ids(g[i].value("prompt", json()), 4096, &gp.prompt) ||
+          !ids(g[i].value("greedy", json()), 256, &gp.greedy))
+        return Status::error(mpath + ": golden[" + std::to_string(i) +
+                             "] must be {\"prompt\": 1-4096 token ids, \"greedy\": 1-256 token ids}");
+      p.golden.push_back(std::move(gp));
+    }
+  }
   if (!m.contains("edits") || !m["edits"].is_array()) return Status::error(mpath + ": missing \"edits\" array");
   for (size_t i = 0; i < m["edits"].size(); ++i) {
     const json& j = m["edits"][i];

@@ -9,6 +9,8 @@
 //                               "header": null | a file in the patch holding the edited header}],
 //                    "edits": [{"tensor", "kind", "file", "sha256", "dtype", "shape", "count",
 //                               "weights_changed", ("rank", "scale" for low_rank)}]}
+//                    optional "golden": [{"prompt": [ids], "greedy": [ids]}] (at most 16; checked
+//                    when the variant is loaded while serving)
 //   edit-NNNN.safetensors, one per edit:
 //     columns  "indices" I64 [k] (strictly increasing column indices), "values" [rows, k]
 //     rows     "indices" I64 [k] (row indices), "values" [k, cols]
@@ -71,8 +73,16 @@ enum class PatchSource { kArtifact, kPeft, kGgufLora, kCheckpoint };
 // "patch", "peft", "gguf-lora", "checkpoint" (an edited checkpoint diffed in memory)
 const char* patch_source_name(PatchSource s);
 
+// A prompt and the greedy tokens the edited model must produce for it (the manifest's optional
+// "golden": [{"prompt": [ids], "greedy": [ids]}]): checked before a variant loaded while serving
+// takes traffic.
+struct GoldenPrompt {
+  std::vector<int32_t> prompt, greedy;
+};
+
 struct Patch {
   PatchSource source = PatchSource::kArtifact;
+  std::vector<GoldenPrompt> golden;
   std::string path;
   std::string name, version, description;
   std::string base_model;                           // a name, for people

@@ -31,6 +31,10 @@ struct Request;
 struct Response;
 }  // namespace httplib
 
+namespace gb::patch {
+struct GoldenPrompt;
+}
+
 namespace gb::server {
 
 using json = nlohmann::json;
@@ -161,6 +165,8 @@ class Server {
   // model; the monitor thread drains the copies and logs what they produced.
   void maybe_shadow(const Generation& g);
   void drain_shadows(bool cancel);
+  // A manifest's golden prompt, run greedily on a variant: its tokens must be the expected ones.
+  Status check_golden(const ServedModel& m, const patch::GoldenPrompt& golden, size_t index);
   // One greedy token on the model (base or variant): it must finish cleanly (finite logits).
   Status test_variant(const ServedModel& m, Clock::time_point deadline);
   // /admin/glassbox/...: policy, presets, vectors, sessions, the default set (admin role).

@@ -96,6 +96,41 @@ Status Server::test_variant(const ServedModel& m, Clock::time_point deadline) {
   return Status::error(what + ": no token in time");
 }
 
+Status Server::check_golden(const ServedModel& m, const patch::GoldenPrompt& golden, size_t index) {
+  auto channel = std::make_shared<RequestChannel>();
+  GenerationRequest r;
+  r.id = "golden-";
+  r.id += std::to_string(index);
+  r.prompt = golden.prompt;
+  r.max_tokens = static_cast<int32_t>(golden.greedy.size());
+  r.ignore_eos = true;
+  r.sampling.temperature = 0;
+  r.variant = m.variant;
+  const Clock::time_point deadline = Clock::now() + std::chrono::seconds(120);
+  r.deadline = deadline;
+  GB_RETURN_IF_ERROR(engine_->submit(std::move(r), channel));
+  std::vector<int32_t> got;
+  GenerationEvent ev;
+  while (Clock::now() < deadline) {
+    if (!channel->pop(&ev, std::chrono::milliseconds(50))) continue;
+    for (const GeneratedToken& t : ev.tokens) got.push_back(t.token);
+    if (ev.finish == FinishReason::kNone) continue;
+    if (got == golden.greedy) return Status::ok();
+    auto list = [](const std::vector<int32_t>& v) {
+      std::string s;
+      for (size_t i = 0; i < v.size() && i < 24; ++i) {
+        if (i > 0) s += ',';
+        s += std::to_string(v[i]);
+      }
+      return "[" + s + (v.size() > 24 ? ",...]" : "]");
+    };
+    return Status::error("golden prompt " + std::to_string(index) + " of the manifest: greedy tokens " + list(got) +
+                         ", the manifest expects " + list(golden.greedy));
+  }
+  channel->cancel();
+  return Status::error("golden prompt " + std::to_string(index) + ": no answer in time");
+}
+
 void Server::handle_admin_variants(const httplib::Request& req, const std::string& body_text, httplib::Response& res) {
   Caller caller;
   ApiError err;
@@ -163,9 +198,11 @@ std::optional<ApiError> Server::load_variant(const Caller& caller, const std::st
   for (const VariantStatus& v : engine_->variants()) {
     if (v.id == *id) loaded = ServedModel{name, *id, v, nullptr};
   }
-  if (Status st = test_variant(loaded, Clock::now() + std::chrono::seconds(60)); !st.is_ok()) {
+  Status tested = test_variant(loaded, Clock::now() + std::chrono::seconds(60));
+  for (size_t i = 0; tested.is_ok() && i < p->golden.size(); ++i) tested = check_golden(loaded, p->golden[i], i);
+  if (!tested.is_ok()) {
     retire_variants({*id});
-    return variant_error(400, "variant_self_test_failed", bounded(st.message()) + "; nothing was changed");
+    return variant_error(400, "variant_self_test_failed", bounded(tested.message()) + "; nothing was changed");
   }
   *change = {{"name", name}, {"loaded", variant_json(loaded.info, true)}, {"scale", scale}};
   ServedModel current;

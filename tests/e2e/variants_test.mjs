@@ -12,7 +12,8 @@
 // Run: node --test tests/e2e/variants_test.mjs
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, readFileSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { metric, require, startServer } from './server_process.mjs';
@@ -264,4 +265,29 @@ test('shadow mode: every lora-gguf request also runs on the base in the backgrou
   }
   const m = await (await fetch(`${qwen3.origin}/metrics`)).text();
   assert.ok(metric(m, 'glassbox_shadow_requests_total{model="lora-gguf",shadow="qwen3"}') >= 3);
+});
+
+test('a patch whose manifest gives golden prompts loads only when its greedy tokens match them', async () => {
+  const ref = readJson('testdata/patches/qwen35-loopfix/reference.json');
+  const dir = mkdtempSync(join(tmpdir(), 'glassbox-golden-'));
+  const patchDir = (name, golden) => {
+    const out = join(dir, name);
+    execFileSync(BIN, ['patch', 'diff', '--base', `${SHARED}/testdata/reference/qwen35-hybrid/hf`,
+      '--edited', `${SHARED}/testdata/patches/qwen35-loopfix/edited-hf`, '-o', out, '--name', name]);
+    const manifest = JSON.parse(readFileSync(join(out, 'manifest.json'), 'utf8'));
+    manifest.golden = golden;
+    writeFileSync(join(out, 'manifest.json'), JSON.stringify(manifest));
+    return out;
+  };
+  const good = patchDir('good', [0, 1].map((i) => ({ prompt: ref.sequences[i], greedy: ref.greedy_16[i] })));
+  const loaded = await admin(hybrid, 'PUT', '/admin/variants/loopfix-v2', { path: good });
+  assert.equal(loaded.status, 200, JSON.stringify(loaded.body));
+  assert.deepEqual(await greedyIds(hybrid.client, 'loopfix-v2', ref.sequences[2], 16), ref.greedy_16[2]);
+  // The base's tokens are not the edit's: refused, nothing changed.
+  const base = readJson('testdata/reference/qwen35-hybrid/reference.json');
+  const bad = patchDir('bad', [{ prompt: ref.sequences[0], greedy: base.greedy.f32[0].slice(0, 16) }]);
+  const refused = await admin(hybrid, 'PUT', '/admin/variants/loopfix-v3', { path: bad });
+  assert.equal(refused.status, 400, JSON.stringify(refused.body));
+  assert.match(refused.body.error.message, /golden prompt 0 of the manifest: greedy tokens \[.*\], the manifest expects/);
+  assert.ok(!(await hybrid.client.models.list()).data.some((m) => m.id === 'loopfix-v3'));
 });

@@ -237,6 +237,17 @@ TEST(PatchArtifact, MalformedManifestsAreClearErrors) {
       {"base hash not hex", [](json& m) { m["base_model"]["tensors"].begin().value() = "00"; }, "not a SHA-256"},
       {"no base_model", [](json& m) { m.erase("base_model"); }, "base_model"},
       {"files not array", [](json& m) { m["files"] = "x"; }, "\"files\""},
+      {"golden not array", [](json& m) { m["golden"] = 1; }, "\"golden\" must be an array"},
+      {"golden without greedy",
+       [](json& m) {
+         m["golden"] = json::array({{{"prompt", {1, 2}}}});
+       },
+       "golden[0]"},
+      {"golden negative id",
+       [](json& m) {
+         m["golden"] = json::array({{{"prompt", {1, -2}}, {"greedy", {3}}}});
+       },
+       "golden[0]"},
       {"header traversal", [](json& m) { m["files"][0]["header"] = "../h"; }, "not a file name"},
       {"low_rank without rank", [](json& m) { m["edits"][0]["kind"] = "low_rank"; }, "\"rank\""},
   };
