@@ -174,7 +174,9 @@ void Engine::refresh_variants_locked() {
     const VariantInfo& v = vs[i];
     const int32_t id = static_cast<int32_t>(i + 1);
     if (!v.active || std::find(retiring_.begin(), retiring_.end(), id) != retiring_.end()) continue;
-    variants_.push_back({id, v.name, v.source, v.path, v.version, v.sha256, v.bytes, v.n_edits});
+    VariantStatus s{id, v.name, v.source, v.path, v.version, v.sha256, v.bytes, v.n_edits, {}};
+    for (const patch::GoldenPrompt& g : v.golden) s.golden.emplace_back(g.prompt, g.greedy);
+    variants_.push_back(std::move(s));
   }
 }
 

@@ -187,6 +187,8 @@ struct VariantStatus {
   std::string sha256;   // its identity: the manifest's, the adapter file's or the edited checkpoint's hash
   int64_t bytes = 0;    // memory its deltas take beside the base weights
   int32_t edits = 0;    // matrices it edits
+  // Prompts with the greedy tokens the variant must give (its patch manifest's `golden`).
+  std::vector<std::pair<std::vector<int32_t>, std::vector<int32_t>>> golden;
 };
 
 // What the server sees of the engine.

@@ -272,7 +272,8 @@ Result<std::shared_ptr<PreparedVariant>> Model::prepare_variant(const patch::Pat
   prepared->info = VariantInfo{true,      name,
                                p.path,    patch::patch_source_name(p.source),
                                bytes,     static_cast<int32_t>(p.edits.size()),
-                               p.version, patch::identity_sha256(p)};
+                               p.version, patch::identity_sha256(p),
+                               p.golden};
   prepared->max_in = max_in;
   prepared->max_rank = max_rank;
   prepared->max_out = max_out;

@@ -45,8 +45,9 @@ struct VariantInfo {
   std::string source;  // "patch", "peft", "gguf-lora", "checkpoint"
   int64_t bytes = 0;   // memory its deltas take beside the base
   int32_t n_edits = 0;
-  std::string version;  // the patch's
-  std::string sha256;   // the patch's identity (patch::identity_sha256)
+  std::string version;                      // the patch's
+  std::string sha256;                       // the patch's identity (patch::identity_sha256)
+  std::vector<patch::GoldenPrompt> golden;  // the manifest's, checked before the variant serves
 };
 
 // A variant resolved against a model's matrices, not yet served (Model::prepare_variant): the

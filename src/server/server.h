@@ -31,10 +31,6 @@ struct Request;
 struct Response;
 }  // namespace httplib
 
-namespace gb::patch {
-struct GoldenPrompt;
-}
-
 namespace gb::server {
 
 using json = nlohmann::json;
@@ -166,8 +162,10 @@ class Server {
   void maybe_shadow(const Generation& g);
   void drain_shadows(bool cancel);
   // A manifest's golden prompt, run greedily on a variant: its tokens must be the expected ones.
-  Status check_golden(const ServedModel& m, const patch::GoldenPrompt& golden, size_t index);
-  // One greedy token on the model (base or variant): it must finish cleanly (finite logits).
+  Status check_golden(const ServedModel& m, const std::vector<int32_t>& prompt, const std::vector<int32_t>& greedy,
+                      size_t index);
+  // One greedy token on the model (base or variant): it must finish cleanly (finite logits); then
+  // a variant's golden prompts (check_golden). At start (self_test) and for each load.
   Status test_variant(const ServedModel& m, Clock::time_point deadline);
   // /admin/glassbox/...: policy, presets, vectors, sessions, the default set (admin role).
   void handle_admin_glass(const httplib::Request& req, const std::string& body, httplib::Response& res);

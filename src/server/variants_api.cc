@@ -85,24 +85,34 @@ Status Server::test_variant(const ServedModel& m, Clock::time_point deadline) {
   r.deadline = deadline;
   GB_RETURN_IF_ERROR(engine_->submit(std::move(r), channel).with_context(what));
   GenerationEvent ev;
-  while (Clock::now() < deadline) {
+  bool done = false;
+  while (!done && Clock::now() < deadline) {
     if (!channel->pop(&ev, std::chrono::milliseconds(50))) continue;
     if (ev.finish == FinishReason::kNone) continue;
-    if (ev.finish == FinishReason::kStop || ev.finish == FinishReason::kLength) return Status::ok();
-    return Status::error(what + ": generation ended with " + finish_reason_name(ev.finish) +
-                         (ev.error.empty() ? "" : ": " + ev.error));
+    if (ev.finish != FinishReason::kStop && ev.finish != FinishReason::kLength)
+      return Status::error(what + ": generation ended with " + finish_reason_name(ev.finish) +
+                           (ev.error.empty() ? "" : ": " + ev.error));
+    done = true;
   }
-  channel->cancel();
-  return Status::error(what + ": no token in time");
+  if (!done) {
+    channel->cancel();
+    return Status::error(what + ": no token in time");
+  }
+  // The manifest's golden prompts, greedy, token for token.
+  for (size_t i = 0; i < m.info.golden.size(); ++i) {
+    GB_RETURN_IF_ERROR(check_golden(m, m.info.golden[i].first, m.info.golden[i].second, i).with_context(what));
+  }
+  return Status::ok();
 }
 
-Status Server::check_golden(const ServedModel& m, const patch::GoldenPrompt& golden, size_t index) {
+Status Server::check_golden(const ServedModel& m, const std::vector<int32_t>& prompt,
+                            const std::vector<int32_t>& greedy, size_t index) {
   auto channel = std::make_shared<RequestChannel>();
   GenerationRequest r;
   r.id = "golden-";
   r.id += std::to_string(index);
-  r.prompt = golden.prompt;
-  r.max_tokens = static_cast<int32_t>(golden.greedy.size());
+  r.prompt = prompt;
+  r.max_tokens = static_cast<int32_t>(greedy.size());
   r.ignore_eos = true;
   r.sampling.temperature = 0;
   r.variant = m.variant;
@@ -115,7 +125,7 @@ Status Server::check_golden(const ServedModel& m, const patch::GoldenPrompt& gol
     if (!channel->pop(&ev, std::chrono::milliseconds(50))) continue;
     for (const GeneratedToken& t : ev.tokens) got.push_back(t.token);
     if (ev.finish == FinishReason::kNone) continue;
-    if (got == golden.greedy) return Status::ok();
+    if (got == greedy) return Status::ok();
     auto list = [](const std::vector<int32_t>& v) {
       std::string s;
       for (size_t i = 0; i < v.size() && i < 24; ++i) {
@@ -125,7 +135,7 @@ Status Server::check_golden(const ServedModel& m, const patch::GoldenPrompt& gol
       return "[" + s + (v.size() > 24 ? ",...]" : "]");
     };
     return Status::error("golden prompt " + std::to_string(index) + " of the manifest: greedy tokens " + list(got) +
-                         ", the manifest expects " + list(golden.greedy));
+                         ", the manifest expects " + list(greedy));
   }
   channel->cancel();
   return Status::error("golden prompt " + std::to_string(index) + ": no answer in time");
@@ -198,9 +208,7 @@ std::optional<ApiError> Server::load_variant(const Caller& caller, const std::st
   for (const VariantStatus& v : engine_->variants()) {
     if (v.id == *id) loaded = ServedModel{name, *id, v, nullptr};
   }
-  Status tested = test_variant(loaded, Clock::now() + std::chrono::seconds(60));
-  for (size_t i = 0; tested.is_ok() && i < p->golden.size(); ++i) tested = check_golden(loaded, p->golden[i], i);
-  if (!tested.is_ok()) {
+  if (Status tested = test_variant(loaded, Clock::now() + std::chrono::seconds(60)); !tested.is_ok()) {
     retire_variants({*id});
     return variant_error(400, "variant_self_test_failed", bounded(tested.message()) + "; nothing was changed");
   }

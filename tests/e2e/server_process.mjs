@@ -45,6 +45,8 @@ export async function startServer(command, config, options = {}) {
   });
   const origin = `http://127.0.0.1:${port}`;
   for (let i = 0; i < 1200; i++) {
+    // A server that fails its start-up (a self-test) exits after listening: say so at once.
+    if (proc.exitCode !== null) throw new Error(`server exited with ${proc.exitCode} before it was ready:\n${stderr}`);
     const r = await fetch(`${origin}/ready`).catch(() => null);
     if (r && r.status === 200) return { proc, origin, baseURL: `${origin}/v1`, stderr: () => stderr, requestLog: () => log };
     await new Promise((res) => setTimeout(res, 100));

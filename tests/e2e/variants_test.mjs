@@ -290,4 +290,9 @@ test('a patch whose manifest gives golden prompts loads only when its greedy tok
   assert.equal(refused.status, 400, JSON.stringify(refused.body));
   assert.match(refused.body.error.message, /golden prompt 0 of the manifest: greedy tokens \[.*\], the manifest expects/);
   assert.ok(!(await hybrid.client.models.list()).data.some((m) => m.id === 'loopfix-v3'));
+  // Configured at start, the same patch stops the server before it is ready.
+  await assert.rejects(
+    startServer(`${BIN} serve --threads 1 --model ${SHARED}/testdata/reference/qwen35-hybrid/hf --variant bad=${bad}`,
+      [`api_key: ${KEY}`]),
+    /self-test of variant 'bad': golden prompt 0 of the manifest/);
 });
