@@ -171,12 +171,11 @@ int run_depth(const DepthOptions& o) {
     std::printf("%s, %lld tokens\n\n%s", m.describe().c_str(), static_cast<long long>(n), md.c_str());
   }
   if (!o.out.empty()) {
-    const Status st = write_report_files(o.out, {{"depth.json", dump(j) + "\n"},
-                                                 {"depth.md", "# Layer contributions: " + m.describe() + "\n\n" + md},
-                                                 {"depth.svg", svg_heat(dist, "Angular distance between layers")}});
+    const Status st = write_report_files("depth", o.out,
+                                         {{"depth.json", dump(j) + "\n"},
+                                          {"depth.md", "# Layer contributions: " + m.describe() + "\n\n" + md},
+                                          {"depth.svg", svg_heat(dist, "Angular distance between layers")}});
     if (!st) return fail(st.message());
-    std::fflush(stdout);
-    std::fprintf(stderr, "glassbox depth: wrote %s/depth.{json,md,svg}\n", o.out.c_str());
   }
   return 0;
 }

@@ -189,13 +189,12 @@ int run_lens(const LensOptions& o) {
                 md.c_str());
   }
   if (!o.out.empty()) {
-    const Status st = write_report_files(
-        o.out, {{"lens.json", dump(j) + "\n"},
-                {"lens.md", "# Logit lens: " + m.describe() + "\n\nPrompt: `" + o.prompt + "`\n\n" + md},
-                {"lens.svg", svg(cells, inputs, text, "Logit lens — " + m.describe())}});
+    const Status st =
+        write_report_files("lens", o.out,
+                           {{"lens.json", dump(j) + "\n"},
+                            {"lens.md", "# Logit lens: " + m.describe() + "\n\nPrompt: `" + o.prompt + "`\n\n" + md},
+                            {"lens.svg", svg(cells, inputs, text, "Logit lens — " + m.describe())}});
     if (!st) return fail(st.message());
-    std::fflush(stdout);
-    std::fprintf(stderr, "glassbox lens: wrote %s/lens.{json,md,svg}\n", o.out.c_str());
   }
   return 0;
 }

@@ -1,6 +1,7 @@
 // The analysis commands' shared I/O (report_files.h).
 #include "cli/report_files.h"
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -27,7 +28,8 @@ std::string json_text(const nlohmann::json& j) {
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
-Status write_report_files(const std::string& dir, const std::vector<std::pair<std::string, std::string>>& files) {
+Status write_report_files(const std::string& command, const std::string& dir,
+                          const std::vector<std::pair<std::string, std::string>>& files) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return Status::error("cannot create " + dir + ": " + ec.message());
@@ -37,6 +39,13 @@ Status write_report_files(const std::string& dir, const std::vector<std::pair<st
     out << contents;
     if (!out.good()) return Status::error("cannot write " + path.string());
   }
+  std::string exts;
+  for (const auto& [name, contents] : files) {
+    if (!exts.empty()) exts += ',';
+    exts += name.substr(name.rfind('.') + 1);
+  }
+  std::fflush(stdout);
+  std::fprintf(stderr, "glassbox %s: wrote %s/%s.{%s}\n", command.c_str(), dir.c_str(), command.c_str(), exts.c_str());
   return Status::ok();
 }
 

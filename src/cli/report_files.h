@@ -18,7 +18,9 @@ Result<std::vector<std::string>> read_prompts(const std::string& prompt, const s
 // One line of JSON, invalid UTF-8 replaced.
 std::string json_text(const nlohmann::json& j);
 
-// Writes each (file name, contents) into dir (created if needed); the error names what failed.
-Status write_report_files(const std::string& dir, const std::vector<std::pair<std::string, std::string>>& files);
+// Writes each (file name, contents) into dir (created if needed), then says so on stderr
+// ("glassbox CMD: wrote DIR/cmd.{json,md,svg}", after flushing stdout); the error names what failed.
+Status write_report_files(const std::string& command, const std::string& dir,
+                          const std::vector<std::pair<std::string, std::string>>& files);
 
 }  // namespace gb::cli

@@ -332,9 +332,7 @@ int run_scan(const ScanOptions& o) {
       {"scan.json", json_text(rep.json) + "\n"},
       {"scan.md", "# Massive-activation scan: " + m.describe() + "\n\n" + rep.verdict + "\n\n" + rep.md}};
   if (!resid.empty()) files.emplace_back("scan.svg", svg_top3(resid, std::min(o.top_k, 5), "Top |x| per layer"));
-  if (Status st = write_report_files(o.out, files); !st) return fail(st.message());
-  std::fflush(stdout);
-  std::fprintf(stderr, "glassbox scan: wrote %s/scan.{json,md%s}\n", o.out.c_str(), resid.empty() ? "" : ",svg");
+  if (Status st = write_report_files("scan", o.out, files); !st) return fail(st.message());
   return 0;
 }
 

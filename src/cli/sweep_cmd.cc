@@ -303,13 +303,12 @@ int run_sweep(const SweepOptions& o) {
                 prompts.size(), o.max_tokens, json_text(item).c_str(), md.c_str());
   }
   if (o.out.empty()) return 0;
-  const Status st = write_report_files(o.out, {{"sweep.json", json_text(j) + "\n"},
-                                               {"sweep.md", "# Strength sweep: " + m.describe() +
-                                                                "\n\nIntervention: `" + json_text(item) + "`\n\n" + md},
-                                               {"sweep.svg", svg_curves(strengths, metrics, "Strength sweep")}});
+  const Status st = write_report_files(
+      "sweep", o.out,
+      {{"sweep.json", json_text(j) + "\n"},
+       {"sweep.md", "# Strength sweep: " + m.describe() + "\n\nIntervention: `" + json_text(item) + "`\n\n" + md},
+       {"sweep.svg", svg_curves(strengths, metrics, "Strength sweep")}});
   if (!st) return fail(st.message());
-  std::fflush(stdout);
-  std::fprintf(stderr, "glassbox sweep: wrote %s/sweep.{json,md,svg}\n", o.out.c_str());
   return 0;
 }
 
