@@ -120,7 +120,7 @@ std::optional<Server::Refusal> Server::admit(Endpoint endpoint, const httplib::R
   for (const ServedModel& m : models()) {
     if (m.variant != 0) limits.other_models.push_back(m.name);
   }
-  for (const auto& [alias, arms] : cfg_.routes) limits.other_models.push_back(alias);
+  for (const auto& [alias, arms] : routes()) limits.other_models.push_back(alias);
   limits.max_model_len = max_model_len_;
   limits.max_n = static_cast<int32_t>(cfg_.max_n);
   limits.max_stop = static_cast<int32_t>(cfg_.max_stop);
@@ -128,12 +128,12 @@ std::optional<Server::Refusal> Server::admit(Endpoint endpoint, const httplib::R
   if (std::optional<ApiError> e = parse_request(endpoint, body, limits, *codec_, &g->req))
     return Refusal{*e, e->status == 404 ? "unknown_model" : "invalid"};
   // A route alias: the arm this client lands on serves it, and the answer names that arm.
-  if (auto route = cfg_.routes.find(g->req.model); route != cfg_.routes.end()) {
+  if (std::vector<RouteArm> arms; find_route(g->req.model, &arms)) {
     const std::string session = req.get_header_value("X-Glassbox-Session");
     const std::string& key = !g->req.user.empty() ? g->req.user : session;
-    const size_t arm = pick_arm(route->second, route->first, key, std::random_device{}() * 0x9e3779b97f4a7c15ull);
-    g->route = route->first;
-    g->req.model = route->second[arm].model;
+    const size_t arm = pick_arm(arms, g->req.model, key, std::random_device{}() * 0x9e3779b97f4a7c15ull);
+    g->route = g->req.model;
+    g->req.model = arms[arm].model;
     metrics_
         .counter("glassbox_route_requests_total", "Requests sent to a route alias, by the arm that served them",
                  {{"route", g->route}, {"model", g->req.model}})
@@ -173,12 +173,12 @@ std::optional<Server::Refusal> Server::admit(Endpoint endpoint, const httplib::R
 
 void Server::maybe_shadow(const Generation& g) {
   const std::string& asked = g.route.empty() ? g.req.model : g.route;
-  auto it = cfg_.shadow.find(asked);
-  if (it == cfg_.shadow.end() || g.glass.spec != nullptr) return;  // steered or observed requests are not copied
+  ShadowConfig shadow;
+  if (g.glass.spec != nullptr || !find_shadow(asked, &shadow)) return;  // steered or observed requests are not copied
   thread_local std::mt19937_64 rng{std::random_device{}()};
-  if (std::uniform_real_distribution<double>(0, 1)(rng) >= it->second.share) return;
+  if (std::uniform_real_distribution<double>(0, 1)(rng) >= shadow.share) return;
   ServedModel target;
-  if (!find_model(it->second.model, &target)) return;
+  if (!find_model(shadow.model, &target)) return;
   const ParsedPrompt& p = g.req.prompts[0];
   GenerationRequest r;
   r.id = g.meta.id + "-shadow";

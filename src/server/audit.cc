@@ -163,8 +163,8 @@ int64_t days_from_civil(int64_t y, int64_t m, int64_t d) {
 }  // namespace
 
 const std::vector<std::string>& audit_kinds() {
-  static const std::vector<std::string> kinds = {"request", "policy",      "preset", "vector",
-                                                 "session", "default_set", "variant"};
+  static const std::vector<std::string> kinds = {"request", "policy",      "preset",  "vector",
+                                                 "session", "default_set", "variant", "route"};
   return kinds;
 }
 

@@ -157,35 +157,16 @@ Status parse_keys(const YAML::Node& node, std::vector<KeyConfig>* keys) {
   return Status::ok();
 }
 
+nlohmann::json yaml_to_json(const YAML::Node& node);
+
 Status parse_routes(const YAML::Node& node, std::map<std::string, std::vector<RouteArm>>* routes) {
-  const char* shape = "config key 'routes': expected a map of ALIAS: [{variant: NAME, weight: W}, ...]";
-  if (!node.IsMap()) return Status::error(shape);
+  if (!node.IsMap())
+    return Status::error("config key 'routes': expected a map of ALIAS: [{variant: NAME, weight: W}, ...]");
   routes->clear();
   for (const auto& kv : node) {
     const std::string alias = kv.first.as<std::string>();
-    const std::string where = "config key 'routes." + alias;
-    if (!kv.second.IsSequence() || kv.second.size() == 0) return Status::error(where + "': expected a list of arms");
-    std::vector<RouteArm>& arms = (*routes)[alias];
-    for (size_t i = 0; i < kv.second.size(); ++i) {
-      const YAML::Node& item = kv.second[i];
-      const std::string at = where + "[" + std::to_string(i) + "]";
-      if (!item.IsMap()) return Status::error(at + "': expected {variant: NAME, weight: W}");
-      RouteArm arm;
-      for (const auto& f : item) {
-        const std::string key = f.first.as<std::string>();
-        if (!f.second.IsScalar()) return Status::error(at + "." + key + "': expected a scalar");
-        if (key == "variant" || key == "model") {
-          arm.model = f.second.Scalar();
-        } else if (key == "weight") {
-          FieldInfo info{"weight", "", 1e-9, 1e9};
-          GB_RETURN_IF_ERROR(parse_value(info, at + ".weight'", f.second.Scalar(), &arm.weight));
-        } else {
-          return Status::error(at + "." + key + "': unknown key (expected variant, weight)");
-        }
-      }
-      if (arm.model.empty() || arm.weight <= 0) return Status::error(at + "': needs a variant and a weight > 0");
-      arms.push_back(std::move(arm));
-    }
+    GB_RETURN_IF_ERROR(
+        parse_route_arms(yaml_to_json(kv.second), "config key 'routes." + alias + "'", &(*routes)[alias]));
   }
   return Status::ok();
 }
@@ -195,23 +176,8 @@ Status parse_shadow(const YAML::Node& node, std::map<std::string, ShadowConfig>*
   shadow->clear();
   for (const auto& kv : node) {
     const std::string model = kv.first.as<std::string>();
-    const std::string where = "config key 'shadow." + model;
-    if (!kv.second.IsMap()) return Status::error(where + "': expected {variant: NAME, share: S}");
-    ShadowConfig sc;
-    for (const auto& f : kv.second) {
-      const std::string key = f.first.as<std::string>();
-      if (!f.second.IsScalar()) return Status::error(where + "." + key + "': expected a scalar");
-      if (key == "variant" || key == "model") {
-        sc.model = f.second.Scalar();
-      } else if (key == "share") {
-        FieldInfo info{"share", "", 1e-9, 1};
-        GB_RETURN_IF_ERROR(parse_value(info, where + ".share'", f.second.Scalar(), &sc.share));
-      } else {
-        return Status::error(where + "." + key + "': unknown key (expected variant, share)");
-      }
-    }
-    if (sc.model.empty() || sc.share <= 0) return Status::error(where + "': needs a variant and a share in (0, 1]");
-    (*shadow)[model] = std::move(sc);
+    GB_RETURN_IF_ERROR(
+        parse_shadow_target(yaml_to_json(kv.second), "config key 'shadow." + model + "'", &(*shadow)[model]));
   }
   return Status::ok();
 }
@@ -290,6 +256,53 @@ bool int_in(const nlohmann::json& v, int64_t lo, int64_t hi) {
   return v.get<int64_t>() >= lo && v.get<int64_t>() <= hi;
 }
 }  // namespace
+
+Status parse_route_arms(const nlohmann::json& j, const std::string& where, std::vector<RouteArm>* out) {
+  if (!j.is_array() || j.empty() || j.size() > kMaxRouteArms)
+    return Status::error(where + ": expected a list of 1 to " + std::to_string(kMaxRouteArms) +
+                         " arms [{variant: NAME, weight: W}, ...]");
+  out->clear();
+  for (size_t i = 0; i < j.size(); ++i) {
+    const std::string at = where + "[" + std::to_string(i) + "]";
+    if (!j[i].is_object()) return Status::error(at + ": expected {variant: NAME, weight: W}");
+    RouteArm arm;
+    for (const auto& [key, v] : j[i].items()) {
+      if (key == "variant" || key == "model") {
+        if (!v.is_string()) return Status::error(at + "." + brief_name(key) + ": expected a model name");
+        arm.model = v.get<std::string>();
+      } else if (key == "weight") {
+        if (!v.is_number() || !(v.get<double>() >= 1e-9 && v.get<double>() <= 1e9))
+          return Status::error(at + ".weight: expected a number in [1e-9, 1e9], got " + brief(v));
+        arm.weight = v.get<double>();
+      } else {
+        return Status::error(at + "." + brief_name(key) + ": unknown key (expected variant, weight)");
+      }
+    }
+    if (arm.model.empty() || arm.weight <= 0) return Status::error(at + ": needs a variant and a weight > 0");
+    out->push_back(std::move(arm));
+  }
+  return Status::ok();
+}
+
+Status parse_shadow_target(const nlohmann::json& j, const std::string& where, ShadowConfig* out) {
+  if (!j.is_object()) return Status::error(where + ": expected {variant: NAME, share: S}");
+  ShadowConfig sc;
+  for (const auto& [key, v] : j.items()) {
+    if (key == "variant" || key == "model") {
+      if (!v.is_string()) return Status::error(where + "." + brief_name(key) + ": expected a model name");
+      sc.model = v.get<std::string>();
+    } else if (key == "share") {
+      if (!v.is_number() || !(v.get<double>() > 0 && v.get<double>() <= 1))
+        return Status::error(where + ".share: expected a number in (0, 1], got " + brief(v));
+      sc.share = v.get<double>();
+    } else {
+      return Status::error(where + "." + brief_name(key) + ": unknown key (expected variant, share)");
+    }
+  }
+  if (sc.model.empty() || sc.share <= 0) return Status::error(where + ": needs a variant and a share in (0, 1]");
+  *out = std::move(sc);
+  return Status::ok();
+}
 
 Status parse_glass_policy(const nlohmann::json& j, GlassPolicyConfig* out) {
   const std::string w = "glassbox_policy";

@@ -68,6 +68,13 @@ struct GlassPolicyConfig {
   int64_t max_interventions = 256;  // resolved interventions per request (after presets, vectors, session, default set)
 };
 
+// One canary route's arms ([{variant, weight}, ...], at most kMaxRouteArms) or one shadow copy
+// ({variant, share}) from JSON (the YAML config converted, or an admin request); errors start
+// with `where`. Names are checked against the served models by the caller.
+inline constexpr size_t kMaxRouteArms = 16;
+Status parse_route_arms(const nlohmann::json& j, const std::string& where, std::vector<RouteArm>* out);
+Status parse_shadow_target(const nlohmann::json& j, const std::string& where, ShadowConfig* out);
+
 // Parses the policy from JSON (the YAML map converted, or an admin request); errors name the key.
 Status parse_glass_policy(const nlohmann::json& j, GlassPolicyConfig* out);
 nlohmann::json glass_policy_json(const GlassPolicyConfig& p);

@@ -97,6 +97,12 @@ void Server::install_routes() {
   http_->Put(R"(/admin/variants/([^/]+))", admin_variants);
   http_->Delete(R"(/admin/variants/([^/]+))", admin_variants);
   http_->Post(R"(/admin/variants/([^/]+)/rollback)", admin_variants);
+  auto admin_routes = with_body(
+      [this](const httplib::Request& q, const std::string& b, httplib::Response& r) { handle_admin_routes(q, b, r); });
+  http_->Get("/admin/routes",
+             guard([this](const httplib::Request& q, httplib::Response& r) { handle_admin_routes(q, "", r); }));
+  http_->Put(R"(/admin/(routes|shadow)/([^/]+))", admin_routes);
+  http_->Delete(R"(/admin/(routes|shadow)/([^/]+))", admin_routes);
   http_->Get("/admin/audit",
              guard([this](const httplib::Request& q, httplib::Response& r) { handle_admin_audit(q, r); }));
 
@@ -365,11 +371,11 @@ void Server::handle_models(const httplib::Request& req, httplib::Response& res, 
   if (id.empty()) {
     json data = json::array();
     for (const ServedModel& m : models()) data.push_back(card(m));
-    for (const auto& [alias, arms] : cfg_.routes) data.push_back(route_card(alias, arms));
+    for (const auto& [alias, arms] : routes()) data.push_back(route_card(alias, arms));
     return res.set_content(json{{"object", "list"}, {"data", data}}.dump(), "application/json");
   }
-  if (auto route = cfg_.routes.find(id); route != cfg_.routes.end())
-    return res.set_content(route_card(route->first, route->second).dump(), "application/json");
+  if (std::vector<RouteArm> arms; find_route(id, &arms))
+    return res.set_content(route_card(id, arms).dump(), "application/json");
   ServedModel m;
   if (!find_model(id, &m)) {
     ApiError e =

@@ -123,6 +123,8 @@ void Server::attach(EngineApi* engine, const TextCodec* codec, int32_t max_model
     for (const VariantStatus& v : engine->variants()) {
       models_.push_back(ServedModel{v.name, v.id, v, metrics_for(v.name)});
     }
+    routes_ = cfg_.routes;
+    shadow_ = cfg_.shadow;
   }
   for (const ServedModel& m : models()) {
     if (m.variant != 0) set_variant_info(m.info, true);
@@ -190,6 +192,27 @@ bool Server::find_model(const std::string& name, ServedModel* out) const {
     }
   }
   return false;
+}
+
+std::map<std::string, std::vector<RouteArm>> Server::routes() const {
+  std::lock_guard<std::mutex> lock(models_mutex_);
+  return routes_;
+}
+
+bool Server::find_route(const std::string& alias, std::vector<RouteArm>* arms) const {
+  std::lock_guard<std::mutex> lock(models_mutex_);
+  auto it = routes_.find(alias);
+  if (it == routes_.end()) return false;
+  *arms = it->second;
+  return true;
+}
+
+bool Server::find_shadow(const std::string& model, ShadowConfig* out) const {
+  std::lock_guard<std::mutex> lock(models_mutex_);
+  auto it = shadow_.find(model);
+  if (it == shadow_.end()) return false;
+  *out = it->second;
+  return true;
 }
 
 void Server::set_ready() {

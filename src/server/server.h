@@ -144,6 +144,10 @@ class Server {
   void handle_models(const httplib::Request& req, httplib::Response& res, const std::string& id);
   // The served model called `name` (empty: the base); false if none.
   bool find_model(const std::string& name, ServedModel* out) const;
+  // The canary routes and shadow copies now in force (the config's, then /admin/routes changes).
+  std::map<std::string, std::vector<RouteArm>> routes() const;
+  bool find_route(const std::string& alias, std::vector<RouteArm>* arms) const;
+  bool find_shadow(const std::string& model, ShadowConfig* out) const;
   void handle_metrics(httplib::Response& res);
   void handle_admin_config(const httplib::Request& req, httplib::Response& res);
   // /admin/variants: list, load or replace (PUT), unload (DELETE), rollback (POST); admin role.
@@ -153,6 +157,17 @@ class Server {
                                        nlohmann::json* change);
   std::optional<ApiError> unload_variant(const Caller& caller, const std::string& name, nlohmann::json* change);
   std::optional<ApiError> rollback_variant(const Caller& caller, const std::string& name, nlohmann::json* change);
+  // /admin/routes (GET: routes and shadows; PUT / DELETE /admin/routes/ALIAS) and PUT / DELETE
+  // /admin/shadow/MODEL; admin role, audited before the change takes effect.
+  void handle_admin_routes(const httplib::Request& req, const std::string& body, httplib::Response& res);
+  std::optional<ApiError> set_route(const Caller& caller, const std::string& alias, const std::string& body,
+                                    nlohmann::json* change);
+  std::optional<ApiError> set_shadow(const Caller& caller, const std::string& model, const std::string& body,
+                                     nlohmann::json* change);
+  std::optional<ApiError> delete_route_or_shadow(const Caller& caller, bool shadow, const std::string& name,
+                                                 nlohmann::json* change);
+  // Why `name` may not be unloaded or renamed: the routes and shadows that name it ("" if none).
+  std::string route_users(const std::string& name) const;
   // glassbox_variant_info for a version that now serves (or no longer does).
   void set_variant_info(const VariantStatus& v, bool serving);
   // Unloads variants no longer routed, once every request that resolved them has been submitted.
@@ -200,8 +215,10 @@ class Server {
   int32_t max_model_len_ = 0;
   std::unique_ptr<GlassService> glass_;  // made by attach()
   mutable std::mutex models_mutex_;
-  std::vector<ServedModel> models_;             // [0] the base, then the variants (attach())
-  std::map<std::string, ServedModel> standby_;  // by name: the version a replace displaced, for rollback
+  std::vector<ServedModel> models_;                      // [0] the base, then the variants (attach())
+  std::map<std::string, ServedModel> standby_;           // by name: the version a replace displaced, for rollback
+  std::map<std::string, std::vector<RouteArm>> routes_;  // canary routes by alias (arms name served models)
+  std::map<std::string, ShadowConfig> shadow_;           // shadow copies by the model or route copied from
   // Held shared from resolving a request's model to submitting it; a variant is unloaded only
   // after taking it exclusively (retire_variants), so no request can name a freed id.
   std::shared_mutex routes_mutex_;

@@ -1,7 +1,9 @@
 // The weight variants' admin API (issue 12.3, admin role): GET /admin/variants, PUT
 // /admin/variants/NAME {path, sha256?, scale?} (load or replace while serving), DELETE
-// /admin/variants/NAME, POST /admin/variants/NAME/rollback. Every change is an audit row,
-// committed before the change takes effect, and a log line.
+// /admin/variants/NAME, POST /admin/variants/NAME/rollback; and the roll-out's: GET
+// /admin/routes, PUT / DELETE /admin/routes/ALIAS {arms: [{variant, weight}]} (canary weights),
+// PUT / DELETE /admin/shadow/MODEL {variant, share}. Every change is an audit row, committed
+// before the change takes effect, and a log line.
 //
 // A load is checked before it takes traffic: the patch's own hashes (load_patch), the sha256 the
 // caller pinned (409 on a mismatch: the running version keeps serving), the fit to the model
@@ -181,6 +183,9 @@ std::optional<ApiError> Server::load_variant(const Caller& caller, const std::st
                          "a variant name is 1 to 64 letters, digits or the characters . _ - :");
   if (name == cfg_.served_model_name)
     return variant_error(400, "invalid_variant_name", "'" + name + "' is the base model's name");
+  if (std::vector<RouteArm> arms; find_route(name, &arms))
+    return variant_error(409, "name_in_use",
+                         "'" + name + "' is a route alias; DELETE /admin/routes/" + name + " first");
   json body;
   if (std::optional<ApiError> e = parse_json_body(body_text, &body)) return e;
   if (!body.is_object()) return invalid_field("", "expected an object {path, sha256?, scale?}");
@@ -249,6 +254,8 @@ std::optional<ApiError> Server::unload_variant(const Caller& caller, const std::
   ServedModel current;
   if (!find_model(name, &current))
     return variant_error(404, "variant_not_found", "no variant " + quote_input(name) + " is served");
+  if (const std::string users = route_users(name); !users.empty())
+    return variant_error(409, "variant_in_use", "'" + name + "' is still " + users + "; change those first");
   *change = {{"name", name}, {"unloaded", variant_json(current.info, true)}};
   if (Status st = audit_change(caller, "variant", "unload", *change); !st.is_ok())
     return variant_error(503, "audit_unavailable",
@@ -296,6 +303,149 @@ std::optional<ApiError> Server::rollback_variant(const Caller& caller, const std
   }
   set_variant_info(current.info, false);
   set_variant_info(previous.info, true);
+  return std::nullopt;
+}
+
+std::string Server::route_users(const std::string& name) const {
+  std::string users;
+  auto add = [&](const std::string& what) {
+    if (!users.empty()) users += ", ";
+    users += what;
+  };
+  std::lock_guard<std::mutex> lock(models_mutex_);
+  for (const auto& [alias, arms] : routes_) {
+    for (const RouteArm& arm : arms) {
+      if (arm.model == name) add("an arm of route '" + alias + "'");
+    }
+  }
+  for (const auto& [from, sc] : shadow_) {
+    if (from == name) add("copied onto '" + sc.model + "' (shadow '" + from + "')");
+    else if (sc.model == name) add("the shadow of '" + from + "'");
+  }
+  return users;
+}
+
+namespace {
+
+json routes_json(const std::map<std::string, std::vector<RouteArm>>& routes) {
+  json j = json::object();
+  for (const auto& [alias, arms] : routes) {
+    json a = json::array();
+    for (const RouteArm& arm : arms) a.push_back({{"variant", arm.model}, {"weight", arm.weight}});
+    j[alias] = std::move(a);
+  }
+  return j;
+}
+
+json shadow_json(const ShadowConfig& sc) { return {{"variant", sc.model}, {"share", sc.share}}; }
+
+}  // namespace
+
+void Server::handle_admin_routes(const httplib::Request& req, const std::string& body_text, httplib::Response& res) {
+  Caller caller;
+  ApiError err;
+  if (!authorize(req, Role::kAdmin, &caller, &err)) return send_error(res, err);
+  if (req.method == "GET") {
+    json shadow = json::object();
+    std::lock_guard<std::mutex> lock(models_mutex_);
+    for (const auto& [from, sc] : shadow_) shadow[from] = shadow_json(sc);
+    return res.set_content(json{{"routes", routes_json(routes_)}, {"shadow", shadow}}.dump(), "application/json");
+  }
+  const bool shadow = req.matches[1].str() == "shadow";
+  const std::string name = req.matches[2].str();
+  const std::string action = std::string(req.method == "PUT" ? "set" : "delete") + (shadow ? "_shadow" : "");
+  json change = {{"name", name}};
+  std::optional<ApiError> e;
+  {
+    std::lock_guard<std::mutex> lock(admin_mutex_);
+    if (req.method == "DELETE") e = delete_route_or_shadow(caller, shadow, name, &change);
+    else if (shadow) e = set_shadow(caller, name, body_text, &change);
+    else e = set_route(caller, name, body_text, &change);
+  }
+  if (e) return send_error(res, *e);
+  spdlog::info("{} '{}': {} by key '{}': {}", shadow ? "shadow" : "route", name, action, caller.key_id, change.dump());
+  write_log({{"event", "route_change"}, {"action", action}, {"key_id", caller.key_id}, {"change", change}});
+  res.set_content(json{{"ok", true}, {"action", action}, {"change", change}}.dump(), "application/json");
+}
+
+std::optional<ApiError> Server::set_route(const Caller& caller, const std::string& alias, const std::string& body_text,
+                                          json* change) {
+  if (!valid_model_name(alias))
+    return variant_error(400, "invalid_route_name",
+                         "a route alias is 1 to 64 letters, digits or the characters . _ - :");
+  if (ServedModel m; find_model(alias, &m))
+    return variant_error(409, "name_in_use", "'" + alias + "' is a served model's name, not a route alias");
+  json body;
+  if (std::optional<ApiError> e = parse_json_body(body_text, &body)) return e;
+  if (!body.is_object() || !body.contains("arms") || body.size() != 1)
+    return invalid_field("", "expected an object {arms: [{variant: NAME, weight: W}, ...]}");
+  std::vector<RouteArm> arms;
+  if (Status st = parse_route_arms(body["arms"], "arms", &arms); !st.is_ok())
+    return invalid_field("arms", st.message());
+  for (RouteArm& arm : arms) {
+    if (arm.model == "base") arm.model = cfg_.served_model_name;
+    if (ServedModel m; !find_model(arm.model, &m))
+      return invalid_field("arms", "arm " + quote_input(arm.model) + " is neither the base ('base' or '" +
+                                       cfg_.served_model_name + "') nor a served variant");
+  }
+  *change = {{"name", alias}, {"arms", routes_json({{alias, arms}})[alias]}};
+  if (std::vector<RouteArm> before; find_route(alias, &before))
+    (*change)["replaced"] = routes_json({{alias, before}})[alias];
+  if (Status st = audit_change(caller, "route", "set", *change); !st.is_ok())
+    return variant_error(503, "audit_unavailable",
+                         "the route was not changed: the audit store cannot record it: " + st.message());
+  std::lock_guard<std::mutex> lock(models_mutex_);
+  routes_[alias] = std::move(arms);
+  return std::nullopt;
+}
+
+std::optional<ApiError> Server::set_shadow(const Caller& caller, const std::string& model, const std::string& body_text,
+                                           json* change) {
+  std::vector<RouteArm> arms;
+  if (ServedModel m; !find_model(model, &m) && !find_route(model, &arms))
+    return variant_error(404, "model_not_found", "no model or route " + quote_input(model) + " is served");
+  json body;
+  if (std::optional<ApiError> e = parse_json_body(body_text, &body)) return e;
+  ShadowConfig sc;
+  if (Status st = parse_shadow_target(body, "shadow", &sc); !st.is_ok()) return invalid_field("", st.message());
+  if (sc.model == "base") sc.model = cfg_.served_model_name;
+  if (ServedModel m; !find_model(sc.model, &m))
+    return invalid_field("variant", "the shadow " + quote_input(sc.model) + " is neither the base ('base' or '" +
+                                        cfg_.served_model_name + "') nor a served variant");
+  *change = {{"name", model}, {"shadow", shadow_json(sc)}};
+  if (ShadowConfig before; find_shadow(model, &before)) (*change)["replaced"] = shadow_json(before);
+  if (Status st = audit_change(caller, "route", "set_shadow", *change); !st.is_ok())
+    return variant_error(503, "audit_unavailable",
+                         "the shadow was not changed: the audit store cannot record it: " + st.message());
+  std::lock_guard<std::mutex> lock(models_mutex_);
+  shadow_[model] = std::move(sc);
+  return std::nullopt;
+}
+
+std::optional<ApiError> Server::delete_route_or_shadow(const Caller& caller, bool shadow, const std::string& name,
+                                                       json* change) {
+  if (shadow) {
+    ShadowConfig sc;
+    if (!find_shadow(name, &sc))
+      return variant_error(404, "shadow_not_found", "no shadow copies requests of " + quote_input(name));
+    *change = {{"name", name}, {"deleted", shadow_json(sc)}};
+  } else {
+    std::vector<RouteArm> arms;
+    if (!find_route(name, &arms)) return variant_error(404, "route_not_found", "no route " + quote_input(name));
+    if (ShadowConfig sc; find_shadow(name, &sc))
+      return variant_error(
+          409, "route_in_use",
+          "route '" + name + "' is copied onto '" + sc.model + "'; DELETE /admin/shadow/" + name + " first");
+    *change = {{"name", name}, {"deleted", routes_json({{name, arms}})[name]}};
+  }
+  const char* action = shadow ? "delete_shadow" : "delete";
+  if (Status st = audit_change(caller, "route", action, *change); !st.is_ok())
+    return variant_error(503, "audit_unavailable",
+                         std::string("the ") + (shadow ? "shadow" : "route") +
+                             " was not deleted: the audit store cannot record it: " + st.message());
+  std::lock_guard<std::mutex> lock(models_mutex_);
+  if (shadow) shadow_.erase(name);
+  else routes_.erase(name);
   return std::nullopt;
 }
 

@@ -267,6 +267,58 @@ test('shadow mode: every lora-gguf request also runs on the base in the backgrou
   assert.ok(metric(m, 'glassbox_shadow_requests_total{model="lora-gguf",shadow="qwen3"}') >= 3);
 });
 
+test('canary weights and shadow copies change at run time through /admin/routes, audited; what they name stays loaded', async () => {
+  const listed = (await admin(qwen3, 'GET', '/admin/routes')).body;
+  assert.deepEqual(listed.routes.canary, [{ variant: 'qwen3', weight: 90 }, { variant: 'lora', weight: 10 }]);
+  assert.deepEqual(listed.shadow['lora-gguf'], { variant: 'qwen3', share: 1 });
+
+  // A new 50/50 route: both arms serve, each user sticks to one, /v1/models lists it.
+  const put = await admin(qwen3, 'PUT', '/admin/routes/split', { arms: [{ variant: 'base', weight: 1 }, { variant: 'lora', weight: 1 }] });
+  assert.equal(put.status, 200, JSON.stringify(put.body));
+  assert.deepEqual((await qwen3.client.models.retrieve('split')).glassbox.route, [{ model: 'qwen3', weight: 1 }, { model: 'lora', weight: 1 }]);
+  const ask = async (user) => (await qwen3.client.completions.create({ model: 'split', prompt: [1, 2], max_tokens: 1, user })).model;
+  const served = await Promise.all(Array.from({ length: 40 }, (_, i) => ask(`u${i}`)));
+  assert.ok(served.includes('qwen3') && served.includes('lora'), served.join(' '));
+  assert.equal(await ask('u7'), served[7], 'sticky');
+  // Shift it all to the base by weight: the same users now land on the base.
+  assert.equal((await admin(qwen3, 'PUT', '/admin/routes/split', { arms: [{ variant: 'base', weight: 1 }] })).status, 200);
+  for (let i = 0; i < 10; i++) assert.equal(await ask(`u${i}`), 'qwen3');
+
+  // Refused, nothing changed: an unknown arm, a served model's name, a bad weight, a stray key.
+  const refused = [
+    ['PUT', '/admin/routes/split', { arms: [{ variant: 'nope', weight: 1 }] }, 400, /neither the base/],
+    ['PUT', '/admin/routes/lora', { arms: [{ variant: 'base', weight: 1 }] }, 409, /served model's name/],
+    ['PUT', '/admin/routes/split', { arms: [{ variant: 'base', weight: -1 }] }, 400, /weight/],
+    ['PUT', '/admin/routes/split', { arms: [{ variant: 'base', weight: 1 }], sticky: false }, 400, /expected an object/],
+    ['PUT', '/admin/shadow/split', { variant: 'base', share: 1.5 }, 400, /share/],
+    ['PUT', '/admin/shadow/nope', { variant: 'base', share: 1 }, 404, /no model or route/],
+    // What a route or shadow names cannot be unloaded under it.
+    ['DELETE', '/admin/variants/lora', undefined, 409, /an arm of route 'canary'/],
+    ['DELETE', '/admin/variants/lora-gguf', undefined, 409, /shadow 'lora-gguf'/],
+    ['PUT', '/admin/variants/split', { path: `${SHARED}/testdata/patches/qwen3-lora/adapter` }, 409, /route alias/],
+  ];
+  for (const [method, path, body, status, message] of refused) {
+    const r = await admin(qwen3, method, path, body);
+    assert.equal(r.status, status, `${method} ${path} ${JSON.stringify(body)}: ${JSON.stringify(r.body)}`);
+    assert.match(r.body.error.message, message);
+  }
+  assert.deepEqual((await qwen3.client.models.retrieve('split')).glassbox.route, [{ model: 'qwen3', weight: 1 }]);
+
+  // A shadow on the route; the route cannot go while it is copied.
+  assert.equal((await admin(qwen3, 'PUT', '/admin/shadow/split', { variant: 'lora', share: 0.5 })).status, 200);
+  assert.deepEqual((await admin(qwen3, 'GET', '/admin/routes')).body.shadow.split, { variant: 'lora', share: 0.5 });
+  assert.equal((await admin(qwen3, 'DELETE', '/admin/routes/split')).status, 409);
+  assert.equal((await admin(qwen3, 'DELETE', '/admin/shadow/split')).status, 200);
+  assert.equal((await admin(qwen3, 'DELETE', '/admin/shadow/split')).status, 404);
+  assert.equal((await admin(qwen3, 'DELETE', '/admin/routes/split')).status, 200);
+  await assert.rejects(qwen3.client.models.retrieve('split'), (e) => e.status === 404);
+  await assert.rejects(ask('u1'), (e) => e.status === 404);
+
+  const rows = (await admin(qwen3, 'GET', '/admin/audit?kind=route')).body.data;
+  assert.deepEqual(rows.map((r) => r.action), ['set', 'set', 'set_shadow', 'delete_shadow', 'delete']);
+  assert.deepEqual(rows[1].spec.replaced, [{ variant: 'qwen3', weight: 1 }, { variant: 'lora', weight: 1 }]);
+});
+
 test('a patch whose manifest gives golden prompts loads only when its greedy tokens match them', async () => {
   const ref = readJson('testdata/patches/qwen35-loopfix/reference.json');
   const dir = mkdtempSync(join(tmpdir(), 'glassbox-golden-'));

@@ -57,7 +57,7 @@ TEST(Routing, ConfigNamesEveryArm) {
             std::string::npos);
   EXPECT_NE(error("routes: {fix: [{variant: base, weight: 1}]}").find("already a served model"), std::string::npos);
   EXPECT_NE(error("routes: {c: [{variant: base, weight: 0}]}").find("weight"), std::string::npos);
-  EXPECT_NE(error("routes: {c: []}").find("expected a list of arms"), std::string::npos);
+  EXPECT_NE(error("routes: {c: []}").find("expected a list of 1 to 16 arms"), std::string::npos);
   EXPECT_NE(error("routes: {c: [{variant: base, weight: 1, sticky: no}]}").find("unknown key"), std::string::npos);
   EXPECT_NE(error("routes: [a]").find("expected a map"), std::string::npos);
   // Shadow copies: from a served model or route, onto the base or a variant, a share in (0, 1].
