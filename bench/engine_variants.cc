@@ -13,8 +13,8 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
-#include <ctime>
 #include <cstdio>
+#include <ctime>
 #include <map>
 #include <random>
 
@@ -58,9 +58,9 @@ patch::Patch make_lora(const ModelConfig& c, int rank) {
     const char* name;
     int64_t out, in;
   };
-  const Proj projs[] = {{"self_attn.q_proj.weight", q, c.n_embd},    {"self_attn.k_proj.weight", kv, c.n_embd},
-                        {"self_attn.v_proj.weight", kv, c.n_embd},   {"self_attn.o_proj.weight", c.n_embd, q},
-                        {"mlp.gate_proj.weight", c.n_ff, c.n_embd},  {"mlp.up_proj.weight", c.n_ff, c.n_embd},
+  const Proj projs[] = {{"self_attn.q_proj.weight", q, c.n_embd},   {"self_attn.k_proj.weight", kv, c.n_embd},
+                        {"self_attn.v_proj.weight", kv, c.n_embd},  {"self_attn.o_proj.weight", c.n_embd, q},
+                        {"mlp.gate_proj.weight", c.n_ff, c.n_embd}, {"mlp.up_proj.weight", c.n_ff, c.n_embd},
                         {"mlp.down_proj.weight", c.n_embd, c.n_ff}};
   for (int l = 0; l < c.n_layers; ++l) {
     for (const Proj& pr : projs) {
@@ -118,8 +118,8 @@ struct RunResult {
   double cpu_tps;  // decode tokens per CPU second of the process (all threads): less sensitive to a noisy host
 };
 
-// Decode tokens/s of one run (after an untimed warm-up run of each): n one-token prompts spread over `variants` round robin, one
-// prefill step, one warm-up decode step, then o.steps timed decode steps.
+// Decode tokens/s of one run (after an untimed warm-up run of each): n one-token prompts spread over `variants` round
+// robin, one prefill step, one warm-up decode step, then o.steps timed decode steps.
 RunResult run(Engine& e, const ModelConfig& c, const std::vector<int32_t>& variants, const Options& o) {
   std::mt19937 rng(42);
   std::vector<std::shared_ptr<RequestChannel>> chans;
@@ -172,7 +172,8 @@ int main(int argc, char** argv) {
   app.add_option("--threads", o.threads, "threads");
   app.add_option("--rank", o.rank, "LoRA rank of (b)");
   app.add_option("--columns", o.columns, "columns per down_proj of (c)");
-  app.add_option("--edit-layers", o.edit_layers, "layers whose down_proj (c) edits (default: 15/28 and 19/28 of depth)");
+  app.add_option("--edit-layers", o.edit_layers,
+                 "layers whose down_proj (c) edits (default: 15/28 and 19/28 of depth)");
   app.add_option("--configs", o.configs, "configurations to run, e.g. abcd");
   CLI11_PARSE(app, argc, argv);
 
@@ -200,21 +201,23 @@ int main(int argc, char** argv) {
 
   std::printf("%s, %d threads, %d sequences, %d timed decode steps per run, %d reps\n", (*m)->describe().c_str(),
               o.threads, o.seqs, o.steps, o.reps);
-  std::printf("\n| variant | edit | weights stored | bytes the edit stores | memory added beside the base |\n"
-              "| --- | --- | --- | --- | --- |\n");
+  std::printf(
+      "\n| variant | edit | weights stored | bytes the edit stores | memory added beside the base |\n"
+      "| --- | --- | --- | --- | --- |\n");
   for (const VariantStatus& v : (*e)->variants()) {
     const patch::Patch& p = v.name == "lora" ? lora : cols;
     int64_t stored = 0;
-    for (const patch::Edit& ed : p.edits) stored += ed.kind == patch::EditKind::kLowRank ? ed.rank * (ed.rows() + ed.cols()) : ed.weights_changed;
-    std::printf("| %s | %s | %lld | %.3f MiB | %.3f MiB |\n", v.name.c_str(),
-                v.name == "lora" ? ("rank " + std::to_string(o.rank) + ", 7 projections × " +
-                                    std::to_string(c.n_layers) + " layers")
-                                       .c_str()
-                                 : (std::to_string(o.columns) + " columns × " + std::to_string(c.n_embd) +
-                                    " rows of " + std::to_string(o.edit_layers.size()) + " down_proj")
-                                       .c_str(),
-                static_cast<long long>(stored), static_cast<double>(p.stored_bytes()) / (1 << 20),
-                static_cast<double>(v.bytes) / (1 << 20));
+    for (const patch::Edit& ed : p.edits)
+      stored += ed.kind == patch::EditKind::kLowRank ? ed.rank * (ed.rows() + ed.cols()) : ed.weights_changed;
+    std::printf(
+        "| %s | %s | %lld | %.3f MiB | %.3f MiB |\n", v.name.c_str(),
+        v.name == "lora"
+            ? ("rank " + std::to_string(o.rank) + ", 7 projections × " + std::to_string(c.n_layers) + " layers").c_str()
+            : (std::to_string(o.columns) + " columns × " + std::to_string(c.n_embd) + " rows of " +
+               std::to_string(o.edit_layers.size()) + " down_proj")
+                  .c_str(),
+        static_cast<long long>(stored), static_cast<double>(p.stored_bytes()) / (1 << 20),
+        static_cast<double>(v.bytes) / (1 << 20));
   }
   std::fflush(stdout);
 

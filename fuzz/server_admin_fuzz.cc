@@ -3,10 +3,12 @@
 // each input), each through the function its
 // route calls after parse_json_body, as handle_admin_glass does. The input is records of
 //   op (1 byte), name (1 byte), body length (2 bytes, little-endian), body
-// op % 11: 0 PUT policy, 1 PATCH policy, 2 PUT preset, 3 DELETE preset, 4 PUT vector (JSON
+// op % 14: 0 PUT policy, 1 PATCH policy, 2 PUT preset, 3 DELETE preset, 4 PUT vector (JSON
 // directions; a body naming a "path" is skipped), 5 PUT vector from a file (the body is the
 // control-vector GGUF, on a memfd), 6 DELETE vector, 7 PUT session, 8 DELETE session, 9 PUT
-// default set, 10 roll the default set back. name % 8 picks the preset / vector / session name;
+// default set, 10 roll the default set back; and the roll-out bodies as their routes parse them
+// (the files a variant names are patch_load_fuzz's): 11 PUT /admin/variants/NAME, 12 PUT
+// /admin/routes/ALIAS, 13 PUT /admin/shadow/MODEL. name % 8 picks the preset / vector / session name;
 // name & 0x80 makes the commit hook (the audit append) fail, so the change must be cancelled.
 // After at most 8 changes the state is described and a steered, observed request resolved
 // against it. Nothing may crash, hang or recurse without bound.
@@ -16,6 +18,7 @@
 
 #include "fuzz_file.h"
 #include "server/openai_response.h"
+#include "server/routing.h"
 #include "server_world.h"
 
 namespace {
@@ -49,7 +52,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const char* kNames[] = {"p", "q", "v", "w", "s", "locked", "bad name!", ""};
   size_t pos = 0;
   for (int record = 0; record < 8 && pos + 4 <= size; ++record) {
-    const uint8_t op = data[pos] % 11, name_byte = data[pos + 1];
+    const uint8_t op = data[pos] % 14, name_byte = data[pos + 1];
     const size_t declared = data[pos + 2] | (static_cast<size_t>(data[pos + 3]) << 8);
     pos += 4;
     const size_t len = std::min(declared, size - pos);
@@ -64,6 +67,31 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       e.message = "the audit store cannot record it";
       return e;
     });
+    if (op >= 11) {  // the roll-out bodies: shape and ranges, then what the route would log
+      json parsed;
+      std::optional<ApiError> e;
+      if (op == 11) {
+        gb::server::VariantLoadBody v;
+        if (!(e = gb::server::parse_variant_load_body(body_text, &v))) parsed = {v.path, v.sha256, v.scale};
+      } else if (op == 12) {
+        std::vector<gb::server::RouteArm> arms;
+        if (!(e = gb::server::parse_route_body(body_text, &arms))) {
+          double total = 0;
+          for (const auto& a : arms) total += a.weight, parsed.push_back({a.model, a.weight});
+          const size_t arm = gb::server::pick_arm(arms, name, std::string_view(body_text).substr(0, 16), size);
+          if (arm >= arms.size() || !(total > 0)) __builtin_trap();  // a pick inside the arms, always
+        }
+      } else {
+        gb::server::ShadowConfig sc;
+        if (!(e = gb::server::parse_shadow_body(body_text, &sc))) {
+          if (!(sc.share > 0 && sc.share <= 1)) __builtin_trap();
+          parsed = {sc.model, sc.share};
+        }
+      }
+      touch(e);
+      (void)parsed.dump(-1, ' ', false, json::error_handler_t::replace);
+      continue;
+    }
     json change;
     if (op == 5) {
       touch(glass->put_vector(name, {{"path", file.write(data + pos - len, len)}}, &change));

@@ -1,7 +1,8 @@
 // libFuzzer target: a whole /v1/completions or /v1/chat/completions body (chat when it has
 // "messages"), through what admission runs on it: parse_json_body (nesting limit, UTF-8),
 // parse_request (every OpenAI field, tokenizing the prompt or rendering the chat template with
-// the stories260K tokenizer), then GlassService::resolve on its `glassbox` extension with the
+// the stories260K tokenizer; `model` may also name a variant or a canary route, whose arm is
+// picked by `user` as admission picks it), then GlassService::resolve on its `glassbox` extension with the
 // session header and caller role picked by the input's length (a user, researcher or admin key;
 // no session, the open one, the restricted one, an unknown one), against a library vector, a
 // preset, two sessions and a default set. What an answer would carry is built too: the error
@@ -13,6 +14,7 @@
 
 #include "glass/accumulator.h"
 #include "server/openai_response.h"
+#include "server/routing.h"
 #include "server_world.h"
 
 namespace {
@@ -46,8 +48,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   limits.max_n = static_cast<int32_t>(w.cfg.max_n);
   limits.max_stop = static_cast<int32_t>(w.cfg.max_stop);
   limits.max_logprobs = static_cast<int32_t>(w.cfg.max_logprobs);
+  limits.other_models = {"lora", "canary"};
   gb::server::ParsedRequest req;
   if (auto e = gb::server::parse_request(endpoint, body, limits, *w.codec, &req)) return touch(*e), 0;
+  if (req.model == "canary") {
+    static const std::vector<gb::server::RouteArm> arms = {{"stories260K", 90}, {"lora", 10}};
+    req.model = arms[gb::server::pick_arm(arms, "canary", req.user, size)].model;
+  }
 
   const json* ext = body.is_object() && body.contains("glassbox") ? &body["glassbox"] : nullptr;
   static const char* kSessions[] = {"", "s", "locked", "nope"};

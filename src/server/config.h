@@ -51,11 +51,6 @@ struct VariantConfig {
   double scale = 1.0;  // multiplies low-rank, column and sparse deltas (a LoRA's strength)
 };
 
-struct ShadowConfig {
-  std::string model;  // the served model the copies run on ("base": the base)
-  double share = 0;   // in (0, 1]: the fraction of requests copied
-};
-
 struct GlassPolicyConfig {
   std::vector<Role> intervention_roles = {Role::kResearcher, Role::kAdmin};
   std::vector<Role> observe_roles = {Role::kUser, Role::kResearcher, Role::kAdmin};

@@ -186,20 +186,11 @@ std::optional<ApiError> Server::load_variant(const Caller& caller, const std::st
   if (std::vector<RouteArm> arms; find_route(name, &arms))
     return variant_error(409, "name_in_use",
                          "'" + name + "' is a route alias; DELETE /admin/routes/" + name + " first");
-  json body;
-  if (std::optional<ApiError> e = parse_json_body(body_text, &body)) return e;
-  if (!body.is_object()) return invalid_field("", "expected an object {path, sha256?, scale?}");
-  std::string path, sha;
-  double scale = 1.0;
-  for (const auto& [k, v] : body.items()) {
-    if (k == "path" && v.is_string()) path = v.get<std::string>();
-    else if (k == "sha256" && v.is_string()) sha = v.get<std::string>();
-    else if (k == "scale" && v.is_number() && std::isfinite(v.get<double>())) scale = v.get<double>();
-    else
-      return invalid_field(
-          k, "unknown or mistyped field " + quote_input(k) + " (expected path: string, sha256: string, scale: number)");
-  }
-  if (path.empty()) return invalid_field("path", "path: required (a patch, PEFT adapter, LoRA GGUF or checkpoint)");
+  VariantLoadBody body;
+  if (std::optional<ApiError> e = parse_variant_load_body(body_text, &body)) return e;
+  const std::string& path = body.path;
+  const std::string& sha = body.sha256;
+  const double scale = body.scale;
   Result<patch::Patch> p = patch::load_patch(path, cfg_.model);
   if (!p.is_ok()) return variant_error(400, "invalid_variant", bounded(p.message()));
   const std::string have = patch::identity_sha256(*p);
@@ -375,13 +366,8 @@ std::optional<ApiError> Server::set_route(const Caller& caller, const std::strin
                          "a route alias is 1 to 64 letters, digits or the characters . _ - :");
   if (ServedModel m; find_model(alias, &m))
     return variant_error(409, "name_in_use", "'" + alias + "' is a served model's name, not a route alias");
-  json body;
-  if (std::optional<ApiError> e = parse_json_body(body_text, &body)) return e;
-  if (!body.is_object() || !body.contains("arms") || body.size() != 1)
-    return invalid_field("", "expected an object {arms: [{variant: NAME, weight: W}, ...]}");
   std::vector<RouteArm> arms;
-  if (Status st = parse_route_arms(body["arms"], "arms", &arms); !st.is_ok())
-    return invalid_field("arms", st.message());
+  if (std::optional<ApiError> e = parse_route_body(body_text, &arms)) return e;
   for (RouteArm& arm : arms) {
     if (arm.model == "base") arm.model = cfg_.served_model_name;
     if (ServedModel m; !find_model(arm.model, &m))
@@ -404,10 +390,8 @@ std::optional<ApiError> Server::set_shadow(const Caller& caller, const std::stri
   std::vector<RouteArm> arms;
   if (ServedModel m; !find_model(model, &m) && !find_route(model, &arms))
     return variant_error(404, "model_not_found", "no model or route " + quote_input(model) + " is served");
-  json body;
-  if (std::optional<ApiError> e = parse_json_body(body_text, &body)) return e;
   ShadowConfig sc;
-  if (Status st = parse_shadow_target(body, "shadow", &sc); !st.is_ok()) return invalid_field("", st.message());
+  if (std::optional<ApiError> e = parse_shadow_body(body_text, &sc)) return e;
   if (sc.model == "base") sc.model = cfg_.served_model_name;
   if (ServedModel m; !find_model(sc.model, &m))
     return invalid_field("variant", "the shadow " + quote_input(sc.model) + " is neither the base ('base' or '" +
