@@ -11,6 +11,7 @@ APT_PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev libspdlog-dev libfmt-dev libcpp-httplib-dev libssl-dev
   libyaml-cpp-dev libsqlite3-dev
+  sqlite3                               # tests read the eval and audit stores independently of glassbox
   curl                                  # the README's HTTP examples (tests/readme)
   clang-format                          # tests/format: the sources stay formatted (scripts/format.sh)
   python3-jinja2                        # second Jinja implementation for chat-template cross-checks

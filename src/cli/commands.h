@@ -22,5 +22,6 @@ void register_lens(CLI::App& app, Action* action);
 void register_scan(CLI::App& app, Action* action);
 void register_depth(CLI::App& app, Action* action);
 void register_sweep(CLI::App& app, Action* action);
+void register_eval(CLI::App& app, Action* action);
 
 }  // namespace gb::cli

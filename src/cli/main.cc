@@ -43,6 +43,9 @@ int main(int argc, char** argv) {
 #ifdef GB_HAVE_CMD_SWEEP
   gb::cli::register_sweep(app, &action);
 #endif
+#if defined(GB_HAVE_CMD_EVAL) && defined(GB_HAVE_CMD_SERVE)
+  gb::cli::register_eval(app, &action);
+#endif
   CLI11_PARSE(app, argc, argv);
   if (!action) {
     std::fprintf(stderr, "glassbox: no command chosen (see --help)\n");

@@ -10,6 +10,7 @@
 #include <span>
 
 #include "chat/chat_template.h"
+#include "cli/backend.h"
 #include "cli/commands.h"
 #include "cli/common_flags.h"
 #include "core/mapped_file.h"
@@ -154,6 +155,8 @@ Status add_variants(const server::ServerConfig& cfg, Model* model) {
   return Status::ok();
 }
 
+}  // namespace
+
 Result<server::Backend> make_backend(const server::ServerConfig& cfg) {
   server::Backend backend;
   GB_ASSIGN_OR_RETURN(backend.codec, make_codec(cfg));
@@ -182,8 +185,6 @@ Result<server::Backend> make_backend(const server::ServerConfig& cfg) {
   backend.keep_alive = std::shared_ptr<Model>(std::move(model));
   return backend;
 }
-
-}  // namespace
 
 void register_serve(CLI::App& app, Action* action) {
   CLI::App* cmd = app.add_subcommand("serve", "Serve a model over an OpenAI-compatible HTTP API");

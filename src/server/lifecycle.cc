@@ -31,11 +31,45 @@ void block_shutdown_signals() {
   signal(SIGPIPE, SIG_IGN);
 }
 
+namespace {
+
+// Diagnostics on stderr (stdout carries the JSON request log, or a tool's own output).
+void configure_logging(const ServerConfig& cfg) {
+  if (spdlog::get("glassbox") == nullptr) spdlog::set_default_logger(spdlog::stderr_color_mt("glassbox"));
+  spdlog::set_level(spdlog::level::from_str(cfg.log_level));
+}
+
+}  // namespace
+
+Result<std::unique_ptr<LocalServer>> LocalServer::start(const ServerConfig& cfg, const BackendFactory& make_backend,
+                                                        std::function<void(const std::string&)> request_log) {
+  configure_logging(cfg);
+  std::unique_ptr<LocalServer> local(new LocalServer());
+  local->server_ = std::make_unique<Server>(cfg, std::move(request_log));
+  GB_RETURN_IF_ERROR(local->server_->start());
+  Result<Backend> backend = make_backend(cfg);
+  if (!backend.is_ok()) return backend.status().with_context("cannot start the engine");
+  local->backend_ = std::move(backend).value();
+  local->server_->attach(local->backend_.engine.get(), local->backend_.codec.get(), local->backend_.max_model_len);
+  GB_RETURN_IF_ERROR(local->server_->init_glass().with_context("glass box"));
+  GB_RETURN_IF_ERROR(local->server_->self_test(std::chrono::seconds(120)));
+  local->server_->set_ready();
+  return local;
+}
+
+LocalServer::~LocalServer() {
+  if (server_ != nullptr) {
+    server_->drain(std::chrono::seconds(5));
+    server_->stop();
+  }
+  server_.reset();  // before the backend it points into
+}
+
+int LocalServer::port() const { return server_->port(); }
+
 int run_server(const ServerConfig& cfg, const BackendFactory& make_backend) {
   configure_allocator();  // before the HTTP and engine threads exist
-  // Diagnostics on stderr; stdout carries only the JSON request log, one line per request.
-  spdlog::set_default_logger(spdlog::stderr_color_mt("glassbox"));
-  spdlog::set_level(spdlog::level::from_str(cfg.log_level));
+  configure_logging(cfg);
   spdlog::info("effective config: {}", config_to_json(cfg).dump());
 
   Server server(cfg);

@@ -32,4 +32,22 @@ void block_shutdown_signals();
 // start-up failed, with the reason logged).
 int run_server(const ServerConfig& cfg, const BackendFactory& make_backend);
 
+class Server;
+
+// A server inside this process for a tool that talks to it over HTTP as any client would
+// (`glassbox eval`): the same start-up as run_server (listen, backend, glass box, self-test),
+// ready when start() returns; drained and stopped by the destructor, before the backend goes.
+class LocalServer {
+ public:
+  static Result<std::unique_ptr<LocalServer>> start(const ServerConfig& cfg, const BackendFactory& make_backend,
+                                                    std::function<void(const std::string&)> request_log);
+  ~LocalServer();
+  int port() const;
+
+ private:
+  LocalServer() = default;
+  Backend backend_;
+  std::unique_ptr<Server> server_;
+};
+
 }  // namespace gb::server
