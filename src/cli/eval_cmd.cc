@@ -462,7 +462,7 @@ int run_eval(const EvalOptions& o) {
   std::vector<std::string> arm_names;
   for (const Arm& a : arms) arm_names.push_back(a.name);
   Progress progress(std::max<size_t>(jobs.size(), 1), arm_names);
-  std::atomic<size_t> next{0};
+  std::atomic<size_t> next{0}, finished{0};
   std::atomic<bool> stop{false};
   std::mutex err_mu;
   std::string first_error;
@@ -522,13 +522,15 @@ int run_eval(const EvalOptions& o) {
         stop = true;
         return;
       }
+      ++finished;
       progress.add(s);
     }
   };
   std::vector<std::thread> pool;
   for (int i = 0; i < o.concurrency; ++i) pool.emplace_back(worker);
   for (std::thread& t : pool) t.join();
-  const int rc = write_report(store, o.out);
+  // A run that stored nothing (refused at its first request) has no report to write.
+  const int rc = stored + finished > 0 || first_error.empty() ? write_report(store, o.out) : 0;
   if (!first_error.empty()) {
     return fail("stopped: " + first_error +
                     " (every finished sample is stored; fix the cause and re-run the same command to resume)",

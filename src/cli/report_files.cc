@@ -39,13 +39,19 @@ Status write_report_files(const std::string& command, const std::string& dir,
     out << contents;
     if (!out.good()) return Status::error("cannot write " + path.string());
   }
-  std::string exts;
+  // "DIR/scan.{json,md,svg}" when the names share a stem, else "DIR/{a.json,b.svg}".
+  std::string stem = files.empty() ? "" : files[0].first.substr(0, files[0].first.rfind('.'));
   for (const auto& [name, contents] : files) {
-    if (!exts.empty()) exts += ',';
-    exts += name.substr(name.rfind('.') + 1);
+    if (name.substr(0, name.rfind('.')) != stem) stem.clear();
+  }
+  std::string list;
+  for (const auto& [name, contents] : files) {
+    if (!list.empty()) list += ',';
+    list += stem.empty() ? name : name.substr(name.rfind('.') + 1);
   }
   std::fflush(stdout);
-  std::fprintf(stderr, "glassbox %s: wrote %s/%s.{%s}\n", command.c_str(), dir.c_str(), command.c_str(), exts.c_str());
+  std::fprintf(stderr, "glassbox %s: wrote %s/%s{%s}\n", command.c_str(), dir.c_str(),
+               stem.empty() ? "" : (stem + ".").c_str(), list.c_str());
   return Status::ok();
 }
 

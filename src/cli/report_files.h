@@ -19,7 +19,8 @@ Result<std::vector<std::string>> read_prompts(const std::string& prompt, const s
 std::string json_text(const nlohmann::json& j);
 
 // Writes each (file name, contents) into dir (created if needed), then says so on stderr
-// ("glassbox CMD: wrote DIR/cmd.{json,md,svg}", after flushing stdout); the error names what failed.
+// ("glassbox CMD: wrote DIR/cmd.{json,md,svg}", or DIR/{a.json,b.svg} for names with different
+// stems, after flushing stdout); the error names what failed.
 Status write_report_files(const std::string& command, const std::string& dir,
                           const std::vector<std::pair<std::string, std::string>>& files);
 

@@ -113,6 +113,7 @@ test('the report is what the stored samples count to; base 100%, steered and sho
   const md = readFileSync(join(out, 'report.md'), 'utf8');
   assert.match(md, /\| base \| 12 \| 100\.0% \[/);
   assert.match(readFileSync(join(out, 'lengths.svg'), 'utf8'), /max_tokens 4/);
+  assert.match(r.stderr, /wrote .*\/run\/\{report\.json,report\.md,lengths\.svg,accuracy\.svg\}/);
   const again = join(dir, 'rebuilt');
   const rr = spawnSync(BIN, ['eval', 'report', out, '--out', again], { encoding: 'utf8' });
   assert.equal(rr.status, 0, rr.stderr);
@@ -173,5 +174,6 @@ test('bad input is a clear error and runs nothing', async () => {
   r = evalRun(['--url', server.origin, '--api-key', KEY, '--data', data, '--out', join(dir, 'bad3'),
     '--arm', `over=${JSON.stringify({ interventions: [{ op: 'scale', point: 'mlp_act', layer: 1, dims: [0], strength: 1000 }] })}`]);
   assert.equal(r.status, 1);
-  assert.match(r.stderr, /arm 'over', problem 's0': HTTP 400: .*cap/);
+  assert.match(r.stderr, /arm 'over', problem 's\d+': HTTP 400: .*over the cap of 10 for scale/);
+  assert.doesNotMatch(r.stderr, /wrote/, 'no report of a run that stored nothing');
 });
