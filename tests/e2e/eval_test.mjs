@@ -25,7 +25,7 @@ const data = join(dir, 'stories.jsonl');
 const PROMPTS = ['Once upon a time', 'The little dog', 'Lily wanted to', 'Tom and his mom', 'One day, a bird',
   'The sun was', 'Sam liked to play', 'There was a big tree', 'A girl named Sue', 'The cat sat on', 'Ben found a box',
   'It was a cold day'];
-const STEER = { interventions: [{ op: 'scale', point: 'mlp_act', layer: 1, dims: [0, 1, 2, 3, 4, 5, 6, 7, 8, 9], strength: 10 }] };
+const STEER = { interventions: [{ op: 'scale', point: 'mlp_act', layer: 1, dims: [0, 1, 2, 3, 4, 5, 6, 7, 8, 9], strength: 3 }] };
 const ARMS = ['--arm', 'base', '--arm', `steered=${JSON.stringify(STEER)}`, '--arm', 'short={"max_tokens": 4}'];
 const COMMON = ['--data', data, ...ARMS, '--max-tokens', '16', '--temperature', '0', '--seed', '7'];
 
@@ -34,7 +34,8 @@ after(() => {
   if (server && server.proc.exitCode === null) server.proc.kill('SIGKILL');
 });
 
-const sql = (db, query) => JSON.parse(execFileSync('sqlite3', ['-json', db, query], { encoding: 'utf8' }) || '[]');
+const sql = (db, query) =>
+  JSON.parse(execFileSync('sqlite3', ['-json', '-cmd', '.timeout 10000', db, query], { encoding: 'utf8' }) || '[]');
 const evalRun = (args) => spawnSync(BIN, ['eval', ...args], { encoding: 'utf8', timeout: 240_000 });
 const report = (out) => JSON.parse(readFileSync(join(out, 'report.json'), 'utf8'));
 // The report without what the clock decides.
@@ -128,7 +129,11 @@ test('SIGKILL half way, then the same command: the same report, and no stored sa
   let before = [];
   for (let i = 0; i < 600 && before.length < 12; i++) {
     await new Promise((r) => setTimeout(r, 50));
-    if (existsSync(db)) before = sql(db, 'SELECT arm, problem_id, sample, finished_ms FROM samples');
+    try {
+      before = sql(db, 'SELECT arm, problem_id, sample, finished_ms FROM samples');
+    } catch {
+      // not created yet
+    }
   }
   child.kill('SIGKILL');
   await new Promise((r) => child.on('exit', r));
