@@ -136,7 +136,7 @@ json build_report(const json& settings, const std::vector<Sample>& samples) {
       if (s->completion_tokens > 1 && s->latency_ms > s->ttft_ms)
         tps.push_back(1000.0 * static_cast<double>(s->completion_tokens - 1) / (s->latency_ms - s->ttft_ms));
       words = words || (s->token_ids.empty() && !s->text.empty());
-      RepetitionTracker rep(kRepetitionNgram, kLoopWindow);
+      RepetitionTracker rep(kRepetitionNgram, kLoopWindow);  // ngram_repetition_rate's, with the window for loops
       for (int32_t id : units_of(*s)) rep.push(id);
       reps.push_back(rep.rate());
       loops += rep.should_stop({kRepetitionNgram, kLoopWindow, kLoopMaxRate});

@@ -1,6 +1,8 @@
 // The report's statistics, each a short closed formula or scan (docs/ARCHITECTURE.md, "eval").
 #include "eval/stats.h"
 
+#include "glass/repetition.h"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -86,40 +88,10 @@ Histogram histogram(const std::vector<double>& values, double lo, double hi, int
 }
 
 double ngram_repetition_rate(const std::vector<int32_t>& tokens, int n) {
-  if (n < 1 || tokens.size() < static_cast<size_t>(n) + 1) return 0;
-  size_t count = tokens.size() - static_cast<size_t>(n) + 1;
-  std::unordered_multimap<uint64_t, size_t> seen;  // hash of an n-gram -> where it first occurred
-  seen.reserve(count);
-  size_t repeated = 0;
-  const int32_t* data = tokens.data();
-  for (size_t i = 0; i < count; ++i) {
-    uint64_t hash = 1469598103934665603ull;  // FNV-1a over the token ids
-    for (int k = 0; k < n; ++k) hash = (hash ^ static_cast<uint32_t>(tokens[i + k])) * 1099511628211ull;
-    bool again = false;
-    auto [first, last] = seen.equal_range(hash);
-    for (auto it = first; it != last && !again; ++it) {
-      again = std::equal(data + i, data + i + n, data + it->second);
-    }
-    if (again) {
-      ++repeated;
-    } else {
-      seen.emplace(hash, i);
-    }
-  }
-  return static_cast<double>(repeated) / static_cast<double>(count);
-}
-
-int32_t loop_period(const std::vector<int32_t>& tokens, int window, int min_repeats) {
-  if (window < 2) return 0;
-  size_t w = std::min(tokens.size(), static_cast<size_t>(window));
-  size_t repeats = static_cast<size_t>(std::max(2, min_repeats));
-  const int32_t* tail = tokens.data() + (tokens.size() - w);
-  for (size_t p = 1; p * repeats <= w && p <= w / 2; ++p) {
-    bool periodic = true;
-    for (size_t i = 0; i + p < w && periodic; ++i) periodic = tail[i] == tail[i + p];
-    if (periodic) return static_cast<int32_t>(p);
-  }
-  return 0;
+  if (n < 1) return 0.0;
+  RepetitionTracker tracker(n);  // the server's measure (glassbox_request_repetition_rate), not a second one
+  for (int32_t t : tokens) tracker.push(t);
+  return tracker.rate();
 }
 
 }  // namespace gb::eval

@@ -1,5 +1,5 @@
 // The statistics of an eval report: Wilson intervals, McNemar's exact test, percentiles,
-// histograms, and the repetition and loop measures of an output's tokens.
+// histograms, and the repetition measure of an output's tokens.
 #pragma once
 
 #include <cstdint>
@@ -33,12 +33,7 @@ Histogram histogram(const std::vector<double>& values, double lo, double hi, int
 
 // Repetition of a token (or word) sequence: the share of its n-grams (n = 4 default) that already
 // occurred earlier in the sequence (overlaps count); 0 for sequences shorter than n + 1 or n < 1.
+// It is the server's RepetitionTracker (glassbox_request_repetition_rate, stop_on_repetition).
 double ngram_repetition_rate(const std::vector<int32_t>& tokens, int n = 4);
-
-// A "loop": the sequence's last `window` tokens (default 64, or all when shorter, needing at least
-// 2·period) consist of one block of 1..window/2 tokens repeated to the end at least `min_repeats`
-// (default 3) times (the window may start inside the block). Return the period found, the smallest
-// (0 = not a loop).
-int32_t loop_period(const std::vector<int32_t>& tokens, int window = 64, int min_repeats = 3);
 
 }  // namespace gb::eval

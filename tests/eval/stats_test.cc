@@ -160,41 +160,5 @@ TEST(StatsRepetition, HandCountedSequences) {
   EXPECT_DOUBLE_EQ(ngram_repetition_rate({3, 1, 3, 3, 2}, 1), 2.0 / 5);
 }
 
-std::vector<int32_t> prefix_then(std::vector<int32_t> block, int repeats) {
-  std::vector<int32_t> t;
-  for (int i = 0; i < 20; ++i) t.push_back(100 + i);  // 20 distinct tokens first
-  for (int r = 0; r < repeats; ++r) t.insert(t.end(), block.begin(), block.end());
-  return t;
-}
-
-TEST(StatsLoop, PeriodOfTheTail) {
-  EXPECT_EQ(loop_period(prefix_then({7, 8, 9}, 30)), 3);  // the last 64 tokens are all loop
-  // 10 repeats (30 tokens) after the prefix: the default window (here all 50 tokens) reaches
-  // the prefix, so not a loop; a 30-token window sees only the loop.
-  EXPECT_EQ(loop_period(prefix_then({7, 8, 9}, 10)), 0);
-  EXPECT_EQ(loop_period(prefix_then({7, 8, 9}, 10), 30), 3);
-  EXPECT_EQ(loop_period(prefix_then({5}, 70)), 1);
-  EXPECT_EQ(loop_period(prefix_then({1, 2, 3, 4, 5}, 20)), 5);  // the window starts mid-block
-  EXPECT_EQ(loop_period(prefix_then({1, 2, 1, 3}, 20)), 4);
-  EXPECT_EQ(loop_period(prefix_then({1, 2, 3, 1, 2, 3}, 20)), 3);  // the smallest period
-  std::vector<int32_t> block20;
-  for (int i = 0; i < 20; ++i) block20.push_back(i);
-  EXPECT_EQ(loop_period(prefix_then(block20, 4)), 20);        // 64 / 20 = 3.2 repeats in the window
-  EXPECT_EQ(loop_period(prefix_then(block20, 4), 64, 4), 0);  // not 4
-}
-
-TEST(StatsLoop, NotLoops) {
-  std::vector<int32_t> distinct;
-  for (int i = 0; i < 200; ++i) distinct.push_back(i);
-  EXPECT_EQ(loop_period(distinct), 0);
-  std::vector<int32_t> almost = prefix_then({7, 8, 9}, 30);
-  almost[almost.size() - 10] = 42;  // one broken repeat inside the window
-  EXPECT_EQ(loop_period(almost), 0);
-  EXPECT_EQ(loop_period({}), 0);
-  EXPECT_EQ(loop_period({4, 4}), 0);  // two tokens: fewer than 3 repeats
-  EXPECT_EQ(loop_period({4, 4, 4}), 1);
-  EXPECT_EQ(loop_period({4, 4, 4}, 1), 0);  // a window below 2 finds nothing
-}
-
 }  // namespace
 }  // namespace gb::eval
