@@ -163,6 +163,34 @@ test('--url against glassbox serve gives the in-process samples', async () => {
   assert.deepEqual(sql(join(out, 'samples.db'), q), sql(join(dir, 'run', 'samples.db'), q));
 });
 
+test('GSM8K rows go through the chat template with the prompt template and are graded', async () => {
+  const gsm = join(dir, 'gsm8k.jsonl');
+  writeFileSync(gsm, [
+    { question: 'Tom has 3 apples and buys 4 more. How many?', answer: '3 + 4 = 7\n#### 7' },
+    { question: 'A box holds 1,000 nails; 250 are used. How many are left?', answer: '#### 750' },
+  ].map((r) => JSON.stringify(r)).join('\n') + '\n');
+  const out = join(dir, 'gsm');
+  const r = evalRun(['--url', server.origin, '--api-key', KEY, '--data', gsm, '--arm', 'base', '--max-tokens', '24',
+    '--temperature', '0', '--prompt-template', 'Question: {question}\nAnswer:', '--out', out]);
+  assert.equal(r.status, 0, r.stderr);
+  const rep = report(out);
+  assert.equal(rep.settings.task, 'gsm8k');
+  const a = rep.arms[0];
+  assert.equal(a.accuracy.n, 2);
+  assert.ok(a.strict_accuracy, 'GSM8K reports strict-match beside flexible-extract');
+  const rows = sql(join(out, 'samples.db'), 'SELECT text, extracted, correct, token_ids FROM samples ORDER BY problem_id');
+  for (const row of rows) {
+    // The flexible extraction is the last number of the text (or nothing), and the verdict follows it.
+    const numbers = row.text.match(/-?[$0-9.,]{2,}|-?[0-9]+/g)?.filter((m) => /[0-9]/.test(m)) ?? [];
+    if (numbers.length === 0) assert.equal(row.extracted, '');
+    assert.ok(JSON.parse(row.token_ids).length > 0, 'the chat stream names its token ids');
+  }
+  assert.equal(a.accuracy.count, rows.filter((x) => x.correct === 1).length);
+  // The question reached the model through the chat template, with the prompt template around it.
+  const prompt = sql(join(out, 'samples.db'), 'SELECT prompt_tokens FROM samples')[0].prompt_tokens;
+  assert.ok(prompt > 12, `${prompt} prompt tokens`);
+});
+
 test('bad input is a clear error and runs nothing', async () => {
   const bad = join(dir, 'bad.jsonl');
   writeFileSync(bad, '{"prompt": "a", "expected": "b"}\n{"question": "no answer"}\n');
