@@ -4,8 +4,14 @@
 // its dim and token, the mean per-token median |x|, the largest max/median ratio and the top
 // dims; then the massive-emergence layer — the first layer where a row passes the rule
 // (|x| > min_abs and > min_ratio × median|x| of that row) — with its dims and token positions.
-// Writes a table to stdout, and with --out DIR scan.json, scan.md and scan.svg (the top-3
-// magnitudes of resid_post per layer on a log scale).
+// Writes a table to stdout, and with --out DIR scan.json, scan.md, scan.svg (the top-3
+// magnitudes of resid_post per layer on a log scale) and scan-heat.svg (layer × token of the
+// first prompt: each resid_post row's max|x| / median|x|, log scale).
+//
+// --check-ablation (Sun et al. 2024, §3): the perplexity of the prompts with the emergence
+// layer's massive values (a) untouched, (b) replaced by their mean over the prompts' events and
+// (c) zeroed — through the glass box's clip_massive intervention at that layer's resid_post (the
+// rows passing the ratio test), the same op a request can send.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -17,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/capture.h"
 #include "cli/commands.h"
 #include "cli/common_flags.h"
 #include "cli/report_files.h"
@@ -30,7 +37,7 @@ struct ScanOptions {
   std::string model, prompt, prompt_ids, prompts_file, points = "resid_post", out;
   int threads = 0, top_k = 3;
   float min_abs = 100.0f, min_ratio = 1000.0f;
-  bool json = false;
+  bool json = false, check_ablation = false;
 };
 
 int fail(const std::string& msg) {
@@ -305,6 +312,156 @@ ScanReport scan_report(const ScanOptions& o, const ScanInputs& in, const ScanRes
   return rep;
 }
 
+// Each resid_post row's max|x| / median|x| of one prompt, [layer][position].
+Result<std::vector<std::vector<double>>> ratio_grid(Model& m, const std::vector<int32_t>& ids) {
+  std::vector<std::pair<HookPoint, int32_t>> keys;
+  for (int32_t l = 0; l < m.config().n_layers; ++l) keys.push_back({HookPoint::kResidPost, l});
+  GB_ASSIGN_OR_RETURN(auto captured, capture_hidden_states(m, ids, keys));
+  std::vector<std::vector<double>> grid;
+  for (int32_t l = 0; l < m.config().n_layers; ++l) {
+    const CapturedTensor& t = captured.at(hook_key(HookPoint::kResidPost, l));
+    std::vector<double> row;
+    std::vector<float> a(static_cast<size_t>(t.width));
+    for (size_t p = 0; p < ids.size(); ++p) {
+      for (int64_t d = 0; d < t.width; ++d) a[static_cast<size_t>(d)] = std::fabs(t.data[p * t.width + d]);
+      const float mx = *std::max_element(a.begin(), a.end());
+      std::nth_element(a.begin(), a.begin() + static_cast<std::ptrdiff_t>(a.size() / 2), a.end());
+      float med = a[a.size() / 2];
+      if (a.size() % 2 == 0) {  // the mean of the two middle values, as the glass box's median
+        med = (med + *std::max_element(a.begin(), a.begin() + static_cast<std::ptrdiff_t>(a.size() / 2))) / 2;
+      }
+      row.push_back(med > 0 ? mx / med : 0.0);
+    }
+    grid.push_back(std::move(row));
+  }
+  return grid;
+}
+
+std::string svg_ratio_heat(const std::vector<std::vector<double>>& g, const std::vector<std::string>& tokens,
+                           const std::string& title) {
+  const int L = static_cast<int>(g.size()), T = g.empty() ? 0 : static_cast<int>(g[0].size());
+  const int cell = std::clamp(900 / std::max(T, 1), 10, 36), left = 70, top = 50, bottom = 90;
+  const int w = left + cell * T + 30, h = top + 16 * L + bottom;
+  double hi = 1;
+  for (const auto& r : g) {
+    for (double v : r) hi = std::max(hi, v);
+  }
+  const double lhi = std::max(1.0, std::ceil(std::log10(hi)));
+  std::string s = "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + std::to_string(w) + "\" height=\"" +
+                  std::to_string(h) + "\" font-family=\"sans-serif\" font-size=\"11\">\n";
+  s += "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
+  s += "<text x=\"" + std::to_string(left) + "\" y=\"20\" font-size=\"14\">" + title + "</text>\n";
+  s += "<text x=\"" + std::to_string(left) +
+       "\" y=\"36\" fill=\"#555\">max|x| / median|x| of each resid_post row, log " + "scale: white 1, dark red 1e" +
+       std::to_string(static_cast<int>(lhi)) + "</text>\n";
+  for (int l = 0; l < L; ++l) {
+    const int y = top + 16 * l;
+    s += "<text x=\"" + std::to_string(left - 6) + "\" y=\"" + std::to_string(y + 12) +
+         "\" text-anchor=\"end\">layer " + std::to_string(l) + "</text>\n";
+    for (int t = 0; t < T; ++t) {
+      const double v = g[static_cast<size_t>(l)][static_cast<size_t>(t)];
+      const double f = std::clamp(v > 1 ? std::log10(v) / lhi : 0.0, 0.0, 1.0);
+      char fill[16];
+      std::snprintf(fill, sizeof(fill), "#%02x%02x%02x", 255 - static_cast<int>(f * 100),
+                    255 - static_cast<int>(f * 255), 255 - static_cast<int>(f * 255));
+      char tip[48];
+      std::snprintf(tip, sizeof(tip), "%.4g", v);
+      s += "<rect x=\"" + std::to_string(left + t * cell) + "\" y=\"" + std::to_string(y) + "\" width=\"" +
+           std::to_string(cell - 1) + "\" height=\"15\" fill=\"" + fill + "\"><title>layer " + std::to_string(l) +
+           ", token " + std::to_string(t) + ": " + tip + "</title></rect>\n";
+    }
+  }
+  for (int t = 0; t < T; ++t) {
+    std::string label = t < static_cast<int>(tokens.size()) ? tokens[static_cast<size_t>(t)] : std::to_string(t);
+    std::string esc;
+    for (char c : label.substr(0, 12)) {
+      if (c == '<') esc += "&lt;";
+      else if (c == '>') esc += "&gt;";
+      else if (c == '&') esc += "&amp;";
+      else if (static_cast<unsigned char>(c) >= 0x20) esc += c;
+    }
+    const int x = left + t * cell + cell / 2, y = top + 16 * L + 8;
+    s += "<text x=\"" + std::to_string(x) + "\" y=\"" + std::to_string(y) + "\" transform=\"rotate(60 " +
+         std::to_string(x) + " " + std::to_string(y) + ")\">" + esc + "</text>\n";
+  }
+  return s + "</svg>\n";
+}
+
+// exp(−mean log p) of every prompt token after the first, under spec (null: untouched).
+Result<double> perplexity(Model& m, const std::vector<std::vector<int32_t>>& prompts,
+                          std::shared_ptr<const GlassSpec> spec) {
+  int64_t longest = 0;
+  for (const auto& p : prompts) longest = std::max<int64_t>(longest, static_cast<int64_t>(p.size()));
+  EngineConfig ec;
+  ec.scheduler.max_num_seqs = static_cast<int32_t>(std::min<size_t>(prompts.size(), 16));
+  ec.scheduler.max_num_batched_tokens = m.max_batch_tokens();
+  ec.max_model_len = static_cast<int32_t>(longest + 1);
+  GB_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::create(&m, ec));
+  std::vector<std::shared_ptr<RequestChannel>> channels;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    GenerationRequest r;
+    r.id = "ablation-" + std::to_string(i);
+    r.prompt = prompts[i];
+    r.max_tokens = 0;
+    r.prompt_logprobs = 0;
+    r.sampling.temperature = 0;
+    r.glass = spec;
+    channels.push_back(std::make_shared<RequestChannel>());
+    GB_RETURN_IF_ERROR(engine->submit(std::move(r), channels.back()));
+  }
+  GB_RETURN_IF_ERROR(engine->run_until_idle());
+  double logp = 0;
+  int64_t n = 0;
+  for (const auto& ch : channels) {
+    for (GenerationEvent ev; ch->pop(&ev, std::chrono::milliseconds(0));) {
+      if (ev.finish == FinishReason::kError) return Status::error(ev.error);
+      for (const GeneratedToken& t : ev.prompt_logprobs) logp += t.logprob, ++n;
+    }
+  }
+  if (n == 0) return Status::error("--check-ablation: the prompts have no token after the first to score");
+  return std::exp(-logp / static_cast<double>(n));
+}
+
+// (a) untouched, (b) the emergence layer's massive values replaced by their mean, (c) zeroed.
+Result<nlohmann::json> check_ablation(Model& m, const ScanOptions& o, const ScanInputs& in, const ScanResult& r) {
+  const ModelConfig& c = m.config();
+  std::vector<float> mean(static_cast<size_t>(c.n_embd), 0.0f);
+  std::map<int32_t, std::pair<double, int64_t>> sums;
+  for (const auto& ev : r.events) {
+    if (ev.e.layer != r.emergence || ev.e.point != HookPoint::kResidPost) continue;
+    sums[ev.e.dim].first += ev.e.value;
+    ++sums[ev.e.dim].second;
+  }
+  if (sums.empty())
+    return Status::error("--check-ablation: layer " + std::to_string(r.emergence) +
+                         " has no massive value at resid_post (scan --points resid_post)");
+  for (const auto& [d, s] : sums) mean[static_cast<size_t>(d)] = static_cast<float>(s.first / s.second);
+  auto clip = [&](bool with_mean) -> Result<std::shared_ptr<const GlassSpec>> {
+    GlassSpec spec;
+    Intervention iv;
+    iv.op = InterventionOp::kClipMassive;
+    iv.point = HookPoint::kResidPost;
+    iv.layer_first = iv.layer_last = r.emergence;
+    iv.threshold = o.min_ratio;
+    iv.strength = 0;
+    if (with_mean) iv.vector = mean;
+    spec.interventions.push_back(std::move(iv));
+    return resolve_glass_spec(std::move(spec), c);
+  };
+  GB_ASSIGN_OR_RETURN(const double base, perplexity(m, in.prompts, nullptr));
+  GB_ASSIGN_OR_RETURN(auto mean_spec, clip(true));
+  GB_ASSIGN_OR_RETURN(const double with_mean, perplexity(m, in.prompts, mean_spec));
+  GB_ASSIGN_OR_RETURN(auto zero_spec, clip(false));
+  GB_ASSIGN_OR_RETURN(const double zeroed, perplexity(m, in.prompts, zero_spec));
+  nlohmann::json means = nlohmann::json::object();
+  for (const auto& [d, s] : sums) means[std::to_string(d)] = mean[static_cast<size_t>(d)];
+  return nlohmann::json{{"layer", r.emergence},
+                        {"means", means},
+                        {"perplexity", {{"untouched", base}, {"mean", with_mean}, {"zeroed", zeroed}}},
+                        {"mean_vs_untouched", with_mean / base},
+                        {"zeroed_vs_untouched", zeroed / base}};
+}
+
 int run_scan(const ScanOptions& o) {
   auto in = scan_inputs(o);
   if (!in.is_ok()) return fail(in.message());
@@ -316,7 +473,23 @@ int run_scan(const ScanOptions& o) {
   auto reports = observe_prompts(m, in->prompts, *spec);
   if (!reports.is_ok()) return fail(reports.message());
   const ScanResult result = fold_reports(*reports);
-  const ScanReport rep = scan_report(o, *in, result);
+  ScanReport rep = scan_report(o, *in, result);
+  if (o.check_ablation) {
+    if (result.emergence < 0) return fail("--check-ablation: " + rep.verdict);
+    auto ab = check_ablation(m, o, *in, result);
+    if (!ab.is_ok()) return fail(ab.message());
+    rep.json["ablation"] = *ab;
+    const auto& ppl = (*ab)["perplexity"];
+    char line[320];
+    std::snprintf(
+        line, sizeof(line),
+        "\nAblation at layer %d (perplexity of the prompts): untouched %.4g, massive values replaced by their "
+        "mean %.4g (×%.3f), zeroed %.4g (×%.3g)\n",
+        result.emergence, ppl["untouched"].get<double>(), ppl["mean"].get<double>(),
+        (*ab)["mean_vs_untouched"].get<double>(), ppl["zeroed"].get<double>(),
+        (*ab)["zeroed_vs_untouched"].get<double>());
+    rep.md += line;
+  }
   if (o.json) {
     std::printf("%s\n", json_text(rep.json).c_str());
   } else {
@@ -332,6 +505,14 @@ int run_scan(const ScanOptions& o) {
       {"scan.json", json_text(rep.json) + "\n"},
       {"scan.md", "# Massive-activation scan: " + m.describe() + "\n\n" + rep.verdict + "\n\n" + rep.md}};
   if (!resid.empty()) files.emplace_back("scan.svg", svg_top3(resid, std::min(o.top_k, 5), "Top |x| per layer"));
+  auto grid = ratio_grid(m, in->prompts[0]);
+  if (!grid.is_ok()) return fail(grid.message());
+  std::vector<std::string> pieces;
+  for (int32_t id : in->prompts[0]) {
+    pieces.push_back(in->tok != nullptr ? in->tok->decode(std::span<const int32_t>(&id, 1), /*skip_special=*/false)
+                                        : std::to_string(id));
+  }
+  files.emplace_back("scan-heat.svg", svg_ratio_heat(*grid, pieces, "Max / median per layer and token (prompt 1)"));
   if (Status st = write_report_files("scan", o.out, files); !st) return fail(st.message());
   return 0;
 }
@@ -357,6 +538,8 @@ void register_scan(CLI::App& app, Action* action) {
   cmd->add_option("--out,-o", o->out, "directory for scan.json, scan.md and scan.svg");
   add_threads_flag(*cmd, &o->threads);
   cmd->add_flag("--json", o->json, "print the JSON instead of the table");
+  cmd->add_flag("--check-ablation", o->check_ablation,
+                "perplexity with the emergence layer's massive values untouched, replaced by their mean, zeroed");
   cmd->callback([action, o] { *action = [o] { return run_scan(*o); }; });
 }
 
