@@ -422,9 +422,12 @@ int run_eval(const EvalOptions& o) {
                             {"model", a.overlay.value("model", served)},
                             {"max_tokens", a.overlay.value("max_tokens", o.max_tokens)}});
   }
+  json problem_ids = json::array();
+  for (const eval::Problem& p : problems) problem_ids.push_back(p.id);
   const json settings = {{"data", o.data},
                          {"data_sha256", file_sha256(o.data)},
                          {"problems", problems.size()},
+                         {"problem_ids", problem_ids},
                          {"task", task},
                          {"prompt_template", o.prompt_template},
                          {"server", o.url.empty() ? "in-process " + o.model : o.url},

@@ -202,9 +202,19 @@ json build_report(const json& settings, const std::vector<Sample>& samples) {
         per_problem[s->problem_id].second += c;
         ++pairs_of[s->problem_id];
       }
+      // In the dataset's order when the settings give it (else by id).
+      std::vector<std::string> order;
+      for (const json& id : settings.value("problem_ids", json::array())) {
+        if (id.is_string() && per_problem.count(id.get<std::string>())) order.push_back(id.get<std::string>());
+      }
+      if (order.size() != per_problem.size()) {
+        order.clear();
+        for (const auto& [id, bc] : per_problem) order.push_back(id);
+      }
       json diffs = json::array();
       int64_t wins = 0, losses = 0;
-      for (const auto& [id, bc] : per_problem) {
+      for (const std::string& id : order) {
+        const std::pair<int64_t, int64_t>& bc = per_problem[id];
         if (bc.first == bc.second) continue;
         (bc.second > bc.first ? wins : losses) += 1;
         diffs.push_back(
