@@ -6,6 +6,12 @@
 // (means over the prompt's tokens t). The smallest d(l, n) for each n names the block of n layers
 // that changes the stream least — the first candidate to drop. Writes a table to stdout, and with
 // --out DIR depth.json, depth.md and depth.svg (the d(l, n) heat map, Gromov's picture).
+// --skip: the perplexity of the prompt (scoring.h, as `glassbox score` computes it) with nothing
+// skipped, with each single layer skipped, and with the least-change block of n = 2..--skip-block
+// layers skipped — Gromov's pruning rule — through the glass box's `skip` intervention
+// (resid_post = resid_pre), the same op a request may use over HTTP.
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -18,15 +24,19 @@
 #include "cli/commands.h"
 #include "cli/common_flags.h"
 #include "cli/report_files.h"
+#include "cli/scoring.h"
+#include "core/mapped_file.h"
 #include "tokenizer/tokenizer.h"
 
 namespace gb::cli {
 namespace {
 
 struct DepthOptions {
-  std::string model, prompt, prompt_ids, out;
+  std::string model, prompt, prompt_ids, file, out;
   int threads = 0;
   bool json = false;
+  bool skip = false;
+  int skip_block = 4;
 };
 
 int fail(const std::string& msg) {
@@ -79,16 +89,89 @@ std::string svg_heat(const std::vector<std::vector<double>>& d, const std::strin
   return s + "</svg>\n";
 }
 
+// Perplexity of ids with nothing, each layer, and the least-change block of n = 2..max_block
+// layers (by dist = d(l, n)) skipped: the JSON ("skip") and a Markdown table.
+struct SkipTable {
+  nlohmann::json json;
+  std::string md;
+};
+Result<SkipTable> skip_perplexities(Model& m, const std::vector<int32_t>& ids,
+                                    const std::vector<std::vector<double>>& dist, int32_t max_block) {
+  const ModelConfig& c = m.config();
+  const int32_t L = c.n_layers;
+  GB_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, scoring_engine(m));
+  struct Run {
+    int32_t first, n;  // n = 0: nothing skipped
+  };
+  std::vector<Run> runs = {{0, 0}};
+  for (int32_t l = 0; l < L; ++l) runs.push_back({l, 1});
+  for (int32_t len = 2; len <= std::min(max_block, L); ++len) {
+    int32_t best = 0;
+    for (int32_t l = 0; l + len <= L; ++l) {
+      if (dist[l][len - 1] < dist[best][len - 1]) best = l;
+    }
+    runs.push_back({best, len});
+  }
+  const bool tty = isatty(2) != 0;
+  std::vector<double> ppl;
+  for (size_t k = 0; k < runs.size(); ++k) {
+    if (tty) std::fprintf(stderr, "\rskip: %zu / %zu perplexities", k + 1, runs.size());
+    std::shared_ptr<const GlassSpec> spec;
+    if (runs[k].n > 0) {
+      GlassSpec s;
+      s.interventions.push_back({.op = InterventionOp::kSkip,
+                                 .point = HookPoint::kResidPost,
+                                 .layer_first = runs[k].first,
+                                 .layer_last = runs[k].first + runs[k].n - 1});
+      GB_ASSIGN_OR_RETURN(spec, resolve_glass_spec(std::move(s), c));
+    }
+    GB_ASSIGN_OR_RETURN(ScoredText scored, score_tokens(*engine, ids, spec));
+    ppl.push_back(scored.perplexity());
+  }
+  if (tty) std::fprintf(stderr, "\n");
+
+  SkipTable t;
+  t.json = {{"n_scored", ids.size() - 1}, {"perplexity", ppl[0]}};
+  t.json["layers"] = nlohmann::json::array();
+  t.json["blocks"] = nlohmann::json::array();
+  t.md = "| skipped | angular distance d(l, n) | perplexity | × none skipped |\n| --- | --- | --- | --- |\n";
+  char line[160];
+  std::snprintf(line, sizeof(line), "| none | – | %.4f | 1.000 |\n", ppl[0]);
+  t.md += line;
+  for (size_t k = 1; k < runs.size(); ++k) {
+    const Run& r = runs[k];
+    const double d = dist[r.first][r.n - 1];
+    if (r.n == 1) {
+      t.json["layers"].push_back({{"layer", r.first}, {"angular_distance", d}, {"perplexity", ppl[k]}});
+      std::snprintf(line, sizeof(line), "| layer %d | %.5f | %.4f | %.3f |\n", r.first, d, ppl[k], ppl[k] / ppl[0]);
+    } else {
+      t.json["blocks"].push_back(
+          {{"n", r.n}, {"first_layer", r.first}, {"angular_distance", d}, {"perplexity", ppl[k]}});
+      std::snprintf(line, sizeof(line), "| layers %d–%d (least-change block of %d) | %.5f | %.4f | %.3f |\n", r.first,
+                    r.first + r.n - 1, r.n, d, ppl[k], ppl[k] / ppl[0]);
+    }
+    t.md += line;
+  }
+  return t;
+}
+
 int run_depth(const DepthOptions& o) {
   std::vector<int32_t> ids;
   if (!o.prompt_ids.empty()) {
     if (Status st = parse_token_ids(o.prompt_ids, &ids); !st) return fail(st.message());
   } else {
-    if (o.prompt.empty()) return fail("give a prompt: --prompt or --prompt-ids");
+    std::string text = o.prompt;
+    if (!o.file.empty()) {
+      auto content = read_file(o.file);
+      if (!content.is_ok()) return fail(content.message());
+      text = *content;
+    }
+    if (text.empty()) return fail("give a prompt: --prompt, --prompt-ids or --file");
     auto tok = Tokenizer::load(o.model);
     if (!tok.is_ok()) return fail(tok.message());
-    ids = (*tok)->encode(o.prompt, /*add_special=*/true);
+    ids = (*tok)->encode(text, /*add_special=*/true);
   }
+  if (o.skip && ids.size() < 2) return fail("--skip: the prompt needs at least 2 tokens to have a perplexity");
   if (ids.empty()) return fail("the prompt encodes to no tokens");
   auto model = load_model(
       o.model, {.max_batch_tokens = static_cast<int32_t>(std::min<size_t>(ids.size(), 512)), .n_threads = o.threads});
@@ -162,6 +245,12 @@ int run_depth(const DepthOptions& o) {
     std::snprintf(line, sizeof(line), "| %d | %d–%d | %.5f |\n", len, best, best + len - 1, dist[best][len - 1]);
     md += line;
   }
+  if (o.skip) {
+    auto skipped = skip_perplexities(m, ids, dist, o.skip_block);
+    if (!skipped.is_ok()) return fail(skipped.message());
+    j["skip"] = std::move(skipped->json);
+    md += "\n" + skipped->md;
+  }
   const auto dump = [](const nlohmann::json& v) {
     return v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   };
@@ -188,7 +277,17 @@ void register_depth(CLI::App& app, Action* action) {
       app.add_subcommand("depth", "What each layer contributes: block influence, update ratios, angular distances");
   add_model_flag(*cmd, &o->model)->required();
   auto* text = cmd->add_option("--prompt,-p", o->prompt, "prompt text");
-  cmd->add_option("--prompt-ids", o->prompt_ids, "token ids, e.g. \"1 2 3\" (no tokenizer needed)")->excludes(text);
+  auto* ids = cmd->add_option("--prompt-ids", o->prompt_ids, "token ids, e.g. \"1 2 3\" (no tokenizer needed)");
+  ids->excludes(text);
+  cmd->add_option("--file,-f", o->file, "a text file to use as the prompt")
+      ->check(CLI::ExistingFile)
+      ->excludes(text)
+      ->excludes(ids);
+  cmd->add_flag("--skip", o->skip,
+                "perplexity of the prompt with each layer, and the least-change block of 2..--skip-block layers, "
+                "skipped (resid_post = resid_pre)");
+  cmd->add_option("--skip-block", o->skip_block, "the longest block --skip removes (default 4)")
+      ->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--out,-o", o->out, "directory for depth.json, depth.md and depth.svg");
   add_threads_flag(*cmd, &o->threads);
   cmd->add_flag("--json", o->json, "print the JSON instead of the tables");

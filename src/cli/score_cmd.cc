@@ -1,7 +1,8 @@
 // `glassbox score`: the log-probability of every token of a text given the tokens before it
 // (the engine's prompt logprobs, the same ones `echo` + `logprobs` and `prompt_logprobs` return
 // over HTTP) and its perplexity, exp(−mean log p) over the scored tokens (all but the first).
-// Long texts are scored in windows of the model's context, each window starting afresh.
+// Long texts are scored in windows of the model's context, each window starting afresh
+// (scoring.h, which depth --skip shares).
 #include <cmath>
 #include <cstdio>
 #include <memory>
@@ -11,8 +12,8 @@
 #include "cli/commands.h"
 #include "cli/common_flags.h"
 #include "cli/glass_flags.h"
+#include "cli/scoring.h"
 #include "core/mapped_file.h"
-#include "engine/engine.h"
 #include "tokenizer/tokenizer.h"
 
 namespace gb::cli {
@@ -51,45 +52,14 @@ int run_score(const ScoreOptions& o) {
   if (glass->spec != nullptr && glass->spec->observe.enabled)
     return fail("--glassbox: score applies interventions only (observe with generate or dump)");
 
-  const int32_t window = m.config().max_pos;
-  EngineConfig ec;
-  ec.scheduler.max_num_seqs = 1;
-  ec.scheduler.max_num_batched_tokens = m.max_batch_tokens();
-  ec.max_model_len = window;
-  auto engine = Engine::create(&m, ec);
+  auto engine = scoring_engine(m);
   if (!engine.is_ok()) return fail(engine.message());
-
-  // Windows of the context: tokens [w, w + window); each scores all its tokens but its first.
-  std::vector<GeneratedToken> scored(ids.size());
-  std::vector<bool> have(ids.size(), false);
-  for (size_t w = 0; w + 1 < ids.size(); w += static_cast<size_t>(window) - 1) {
-    GenerationRequest r;
-    r.id = "score";
-    r.prompt.assign(ids.begin() + static_cast<std::ptrdiff_t>(w),
-                    ids.begin() + static_cast<std::ptrdiff_t>(std::min(ids.size(), w + static_cast<size_t>(window))));
-    r.max_tokens = 0;
-    r.prompt_logprobs = o.top;
-    r.glass = glass->spec;
-    auto channel = std::make_shared<RequestChannel>();
-    if (Status st = (*engine)->submit(std::move(r), channel); !st) return fail(st.message());
-    if (Status st = (*engine)->run_until_idle(); !st) return fail(st.message());
-    size_t at = w + 1;
-    for (GenerationEvent ev; channel->pop(&ev, std::chrono::milliseconds(0));) {
-      if (ev.finish == FinishReason::kError) return fail(ev.error);
-      for (GeneratedToken& t : ev.prompt_logprobs) {
-        scored[at] = std::move(t);
-        have[at++] = true;
-      }
-    }
-  }
-  double sum = 0;
-  size_t n = 0;
-  for (size_t i = 1; i < ids.size(); ++i) {
-    if (!have[i]) return fail("token " + std::to_string(i) + " was not scored");
-    sum += scored[i].logprob;
-    ++n;
-  }
-  const double ppl = std::exp(-sum / static_cast<double>(n));
+  auto result = score_tokens(**engine, ids, glass->spec, o.top);
+  if (!result.is_ok()) return fail(result.message());
+  const std::vector<GeneratedToken>& scored = result->tokens;
+  const double sum = result->sum_logprob;
+  const size_t n = static_cast<size_t>(result->n_scored);
+  const double ppl = result->perplexity();
   // Each token's text as it continues the ones before it (the leading space kept).
   std::vector<std::string> pieces;
   if (o.tokens) {

@@ -360,12 +360,29 @@ std::optional<GlassError> parse_op_item(const json& item, const std::string& whe
   auto oit = item.find("op");
   auto op =
       oit != item.end() && oit->is_string() ? parse_intervention_op(oit->get_ref<const std::string&>()) : std::nullopt;
-  if (!op) return bad(where + ".op", where + ".op: expected scale, add, set, clamp, ablate or clip_massive");
+  if (!op) return bad(where + ".op", where + ".op: expected scale, add, set, clamp, ablate, clip_massive or skip");
   iv.op = *op;
   canon["op"] = std::string(intervention_op_name(iv.op));
+  const bool skip = iv.op == InterventionOp::kSkip;
+  if (skip) {
+    // A skip replaces whole layers (resid_post = resid_pre): nothing to edit by, no other point.
+    for (const char* k : {"dims", "strength", "vector", "threshold", "mean"}) {
+      if (item.contains(k))
+        return bad(where + "." + k, where + "." + k +
+                                        ": not used by skip (it sets each layer's resid_post to its resid_pre; give "
+                                        "op, layer | layers, and optionally point resid_post, tokens, label)");
+    }
+  }
   auto pit = item.find("point");
-  if (pit == item.end()) return bad(where + ".point", where + ".point: required");
-  if (auto e = parse_point(*pit, where + ".point", &iv.point)) return e;
+  if (pit == item.end() && !skip) return bad(where + ".point", where + ".point: required");
+  if (pit != item.end()) {
+    if (auto e = parse_point(*pit, where + ".point", &iv.point)) return e;
+  }
+  if (skip && iv.point != HookPoint::kResidPost)
+    return bad(where + ".point", where +
+                                     ".point: skip acts at resid_post (resid_post = resid_pre of the layer); give "
+                                     "resid_post or leave point out, not " +
+                                     std::string(hook_point_name(iv.point)));
   const std::string pname(hook_point_name(iv.point));
   canon["point"] = pname;
   const int64_t width = point_width(iv.point, m);
@@ -380,7 +397,7 @@ std::optional<GlassError> parse_op_item(const json& item, const std::string& whe
     if (auto e = parse_dims(*dit, where, width, pname, &iv.dims)) return e;
     canon["dims"] = iv.dims;
   }
-  if (auto e = parse_strength(item, where, iv.op != InterventionOp::kClipMassive, &iv.strength)) return e;
+  if (auto e = parse_strength(item, where, iv.op != InterventionOp::kClipMassive && !skip, &iv.strength)) return e;
   if (item.contains("strength")) canon["strength"] = float_json(iv.strength);
   if (auto e = parse_clip_fields(item, where, width, pname, &iv, &canon)) return e;
   if (auto tit = item.find("tokens"); tit != item.end()) {
@@ -726,9 +743,9 @@ json glass_report_json(const GlassReport& r, const std::vector<std::string>& sta
     json e = {{"op", std::string(intervention_op_name(a.op))},
               {"point", std::string(hook_point_name(a.point))},
               {"layers", {a.layer_first, a.layer_last}},
-              {"strength", float_json(a.strength)},
               {"tokens", selector_json(a.tokens)},
               {"rows", a.rows}};
+    if (a.op != InterventionOp::kSkip) e["strength"] = float_json(a.strength);
     if (!a.dims.empty()) e["dims"] = a.dims;
     if (a.op == InterventionOp::kClipMassive) e["threshold"] = float_json(a.threshold);
     if (a.vector_size > 0) e["vector"] = {{"size", a.vector_size}, {"norm", float_json(a.vector_norm)}};

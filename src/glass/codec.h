@@ -13,6 +13,7 @@
 //       {"op": "add", "point": "resid_post", "layers": {"from": 2, "to": 5}, "vector": [...] | "name", "strength": 4},
 //       {"op": "clamp", "point": "resid_post", "layers": "all", "strength": 30 | "inf"},
 //       {"op": "clip_massive", "point": "resid_post", "layer": 2, "threshold": 100, "strength": 0 | "mean": [...]},
+//       {"op": "skip", "layer": 3 | "layers": {"from": 2, "to": 4}},   (point: resid_post or absent)
 //       {"control_vector": "happy", "strength": 0.8},
 //       {"preset": "neuron-14-8949-low"}],
 //     "massive": {"min_abs": 100, "min_ratio": 1000},

@@ -90,7 +90,8 @@ struct Stack {
         scalar_changed = true;
         break;
       case InterventionOp::kSet:
-      case InterventionOp::kClamp: break;
+      case InterventionOp::kClamp:
+      case InterventionOp::kSkip: break;
     }
   }
   double add_at(int32_t d) const { return add_all + add_norm + (d >= 0 ? add_dim[d] : 0.0); }

@@ -22,11 +22,13 @@ inline constexpr int32_t kDefaultMaxInterventions = 256;
 
 struct GlassLimits {
   // Largest |strength| per op (indexed by InterventionOp); +inf: not capped. See check_combined
-  // for what a cap bounds when items stack.
+  // for what a cap bounds when items stack. skip has no strength: it is never capped (the roles,
+  // allowed_layers and allowed_points — its point is resid_post — bound it).
   std::array<double, kNumInterventionOps> caps = {
       std::numeric_limits<double>::infinity(), std::numeric_limits<double>::infinity(),
       std::numeric_limits<double>::infinity(), std::numeric_limits<double>::infinity(),
-      std::numeric_limits<double>::infinity(), std::numeric_limits<double>::infinity()};
+      std::numeric_limits<double>::infinity(), std::numeric_limits<double>::infinity(),
+      std::numeric_limits<double>::infinity()};
   std::vector<int32_t> allowed_layers;                   // empty: every layer
   std::vector<HookPoint> allowed_points;                 // empty: every per-layer point
   int32_t max_interventions = kDefaultMaxInterventions;  // resolved interventions per request
@@ -53,6 +55,7 @@ std::optional<GlassError> append_set(const InterventionSet& set, const std::stri
 //   scale, set, ablate, clip_massive, clamp: |strength| ≤ cap
 //   add: |strength| ≤ cap, and with a vector |strength| · ‖vector‖ ≤ cap (the size of the shift)
 //   clip_massive with a mean: every |mean_d| ≤ the set cap (it writes those values, as set does)
+//   skip: no cap (no strength); only the layers and the point (resid_post)
 std::optional<GlassError> check_item(const Intervention& iv, const std::string& where, const GlassLimits& limits);
 
 // The stacked effect of a request's interventions (its own, its session's, the default set's)

@@ -10,7 +10,8 @@ namespace gb {
 namespace {
 
 constexpr std::string_view kScopeNames[] = {"all", "prompt", "generated", "first", "positions"};
-constexpr std::string_view kOpNames[] = {"scale", "add", "set", "clamp", "ablate", "clip_massive"};
+constexpr std::string_view kOpNames[] = {"scale", "add", "set", "clamp", "ablate", "clip_massive", "skip"};
+static_assert(std::size(kOpNames) == kNumInterventionOps);
 
 uint64_t mix(uint64_t h, uint64_t v) {
   h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
@@ -89,6 +90,19 @@ int64_t point_width(HookPoint p, const ModelConfig& c) {
 
 Status resolve_intervention(Intervention& iv, const ModelConfig& c, const std::string& where) {
   GB_RETURN_IF_ERROR(check_layer_point(iv.point, where + ".point"));
+  if (iv.op == InterventionOp::kSkip) {
+    // A skip replaces a whole layer: it has no point of its own to edit but resid_post, and
+    // nothing to scale it by.
+    if (iv.point != HookPoint::kResidPost)
+      return Status::error(where +
+                           ".point: skip sets resid_post = resid_pre of the layer; its point is resid_post "
+                           "(or absent), not " +
+                           std::string(hook_point_name(iv.point)));
+    if (!iv.dims.empty()) return Status::error(where + ".dims: not used by skip (it replaces the whole row)");
+    if (iv.strength != 0) return Status::error(where + ".strength: not used by skip");
+    if (!iv.vector.empty()) return Status::error(where + ".vector: not used by skip");
+    if (iv.threshold != 0) return Status::error(where + ".threshold: not used by skip");
+  }
   if (iv.layer_first == -1 && iv.layer_last == -1) {
     iv.layer_first = 0;
     iv.layer_last = c.n_layers - 1;
@@ -147,6 +161,7 @@ Status resolve_intervention(Intervention& iv, const ModelConfig& c, const std::s
       }
       if (!iv.dims.empty()) return Status::error(where + ".dims: not used by clip_massive");
       break;
+    case InterventionOp::kSkip: break;  // checked above
   }
   return resolve_selector(iv.tokens, where + ".tokens");
 }

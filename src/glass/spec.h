@@ -38,9 +38,10 @@ struct TokenSelector {
   std::vector<int32_t> positions = {};  // kPositions: 0-based positions (sorted and deduplicated at resolution)
 };
 
-enum class InterventionOp : uint8_t { kScale, kAdd, kSet, kClamp, kAblate, kClipMassive };
-inline constexpr int kNumInterventionOps = 6;
-std::string_view intervention_op_name(InterventionOp op);  // "scale", "add", "set", "clamp", "ablate", "clip_massive"
+enum class InterventionOp : uint8_t { kScale, kAdd, kSet, kClamp, kAblate, kClipMassive, kSkip };
+inline constexpr int kNumInterventionOps = 7;
+// "scale", "add", "set", "clamp", "ablate", "clip_massive", "skip"
+std::string_view intervention_op_name(InterventionOp op);
 std::optional<InterventionOp> parse_intervention_op(std::string_view name);
 
 // One edit of the hidden state at a per-layer hook point, for layers [layer_first, layer_last].
@@ -51,6 +52,12 @@ std::optional<InterventionOp> parse_intervention_op(std::string_view name);
 //   ablate:       x ← x − strength · (x·u) u            u = vector, normalised at resolution
 //   clip_massive: where |x_d| > threshold · median|x| of the row: x_d ← vector[d] (a per-dim mean)
 //                 when vector is given, else x_d · strength (0 zeroes them)
+//   skip:         resid_post ← resid_pre of each layer: the row leaves the layer exactly as it
+//                 entered it (bitwise), as in a model without that layer. point is resid_post;
+//                 no dims, strength, vector or threshold. resid_pre is taken after that point's
+//                 interventions; resid_post's interventions apply after the restore. The layer
+//                 still runs for the batch (its inner points are computed and observable, and
+//                 its KV entries are written), but a skipped row's residual never depends on them.
 struct Intervention {
   InterventionOp op = InterventionOp::kScale;
   HookPoint point = HookPoint::kResidPost;

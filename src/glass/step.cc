@@ -55,13 +55,16 @@ void MonitorStep::reset(int32_t n_layers) {
 
 GlassStep::GlassStep(const ModelConfig& c)
     : n_layers_(c.n_layers),
+      n_embd_(c.n_embd),
       masks_(static_cast<size_t>(c.n_layers), 0),
       scratch_(static_cast<size_t>(std::max(c.n_embd, c.n_ff))) {
   const size_t n_slots = static_cast<size_t>(n_layers_) * kNumLayerPoints;
   op_offsets_.assign(n_slots + 1, 0);
   obs_offsets_.assign(n_slots + 1, 0);
   cap_offsets_.assign(n_slots + kNumGlobalPoints + 1, 0);
+  skip_offsets_.assign(static_cast<size_t>(n_layers_) + 1, 0);
   ops_stage_.reserve(256), ops_.reserve(256);
+  skips_stage_.reserve(64), skips_.reserve(64);
   obs_stage_.reserve(256), obs_.reserve(256);
   caps_stage_.reserve(64), caps_.reserve(64);
 }
@@ -72,7 +75,9 @@ void GlassStep::clear() {
   ops_stage_.clear(), ops_.clear();
   obs_stage_.clear(), obs_.clear();
   caps_stage_.clear(), caps_.clear();
+  skips_stage_.clear(), skips_.clear();
   std::fill(op_offsets_.begin(), op_offsets_.end(), 0);
+  std::fill(skip_offsets_.begin(), skip_offsets_.end(), 0);
   std::fill(obs_offsets_.begin(), obs_offsets_.end(), 0);
   std::fill(cap_offsets_.begin(), cap_offsets_.end(), 0);
   rows_needed_ = 0;
@@ -81,7 +86,7 @@ void GlassStep::clear() {
 }
 
 bool GlassStep::empty() const {
-  return ops_stage_.empty() && obs_stage_.empty() && caps_stage_.empty() && monitor_ == nullptr;
+  return ops_stage_.empty() && obs_stage_.empty() && caps_stage_.empty() && skips_stage_.empty() && monitor_ == nullptr;
 }
 
 void GlassStep::add_sequence(int32_t row_begin, int32_t n_rows, int32_t first_pos, int32_t n_prompt,
@@ -93,8 +98,13 @@ void GlassStep::add_sequence(int32_t row_begin, int32_t n_rows, int32_t first_po
     const Intervention& iv = spec.interventions[k];
     for_each_range(iv.tokens, row_begin, n_rows, first_pos, n_prompt, [&](int32_t b, int32_t e) {
       for (int32_t l = iv.layer_first; l <= iv.layer_last; ++l) {
-        ops_stage_.push_back({slot(iv.point, l), b, e, &iv, &acc->applied_rows_[k]});
-        masks_[l] |= hook_bit(iv.point);
+        if (iv.op == InterventionOp::kSkip) {
+          skips_stage_.push_back({l, b, e, &acc->applied_rows_[k]});
+          masks_[l] |= hook_bit(HookPoint::kResidPre) | hook_bit(HookPoint::kResidPost);
+        } else {
+          ops_stage_.push_back({slot(iv.point, l), b, e, &iv, &acc->applied_rows_[k]});
+          masks_[l] |= hook_bit(iv.point);
+        }
       }
     });
   }
@@ -145,6 +155,9 @@ void GlassStep::finalize() {
   sort_by_slot(ops_stage_, ops_, op_offsets_, n_slots);
   sort_by_slot(obs_stage_, obs_, obs_offsets_, n_slots);
   sort_by_slot(caps_stage_, caps_, cap_offsets_, n_slots + kNumGlobalPoints);
+  sort_by_slot(skips_stage_, skips_, skip_offsets_, n_layers_);
+  const size_t saved = skips_.empty() ? 0 : static_cast<size_t>(rows_needed_) * static_cast<size_t>(n_embd_);
+  if (saved_.size() < saved) saved_.resize(saved);
 }
 
 void GlassStep::apply_global(HookPoint p, const float* data, int64_t n_rows, int64_t width,
@@ -254,6 +267,18 @@ void GlassStep::apply(HookPoint p, int32_t layer, float* data, int64_t n_rows, i
                       const Batch& batch) const {
   const int32_t s = slot(p, layer);
   float* scratch = scratch_.data();
+  const bool skips = skip_offsets_[layer] < skip_offsets_[layer + 1];
+
+  // 0. Skips: the layer's output row is its input row, before resid_post's interventions.
+  if (skips && p == HookPoint::kResidPost) {
+    for (int32_t i = skip_offsets_[layer]; i < skip_offsets_[layer + 1]; ++i) {
+      const SkipEntry& e = skips_[i];
+      const int64_t off = int64_t{e.row_begin} * width;
+      std::memcpy(data + off, saved_.data() + off,
+                  static_cast<size_t>(int64_t{e.row_end - e.row_begin} * width) * sizeof(float));
+      *e.rows += e.row_end - e.row_begin;
+    }
+  }
 
   // 1. Interventions, in table order.
   for (int32_t i = op_offsets_[s]; i < op_offsets_[s + 1]; ++i) {
@@ -276,8 +301,19 @@ void GlassStep::apply(HookPoint p, int32_t layer, float* data, int64_t n_rows, i
         ops::clip_massive(x, rows, width, iv.threshold, iv.strength, iv.vector.empty() ? nullptr : iv.vector.data(),
                           scratch);
         break;
+      case InterventionOp::kSkip: break;  // skips_, never in ops_
     }
     *e.rows += rows;
+  }
+
+  // 1b. Skips: keep the rows as they enter the layer (after resid_pre's interventions).
+  if (skips && p == HookPoint::kResidPre) {
+    for (int32_t i = skip_offsets_[layer]; i < skip_offsets_[layer + 1]; ++i) {
+      const SkipEntry& e = skips_[i];
+      const int64_t off = int64_t{e.row_begin} * width;
+      std::memcpy(saved_.data() + off, data + off,
+                  static_cast<size_t>(int64_t{e.row_end - e.row_begin} * width) * sizeof(float));
+    }
   }
 
   // 2. Per-request observation.

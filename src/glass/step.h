@@ -84,6 +84,11 @@ class GlassStep final : public StepTable {
     int32_t slot, row;
     Capture* dst;
   };
+  // A skip of rows [row_begin, row_end) at layer `slot`: saved at resid_pre, restored at resid_post.
+  struct SkipEntry {
+    int32_t slot, row_begin, row_end;
+    int64_t* rows;  // the accumulator's applied counter
+  };
   // Per-layer points: layer · kNumLayerPoints + point; the global points (captures only) follow.
   int32_t slot(HookPoint p, int32_t layer) const {
     return is_layer_point(p) ? layer * kNumLayerPoints + static_cast<int>(p)
@@ -98,16 +103,22 @@ class GlassStep final : public StepTable {
                     float* scratch) const;
 
   int32_t n_layers_;
+  int64_t n_embd_;
   std::vector<uint32_t> masks_;  // [n_layers]
   uint32_t global_mask_ = 0;     // hook_bit()s of the captured global points
   std::vector<OpEntry> ops_stage_, ops_;
   std::vector<ObsEntry> obs_stage_, obs_;
   std::vector<CapEntry> caps_stage_, caps_;
+  std::vector<SkipEntry> skips_stage_, skips_;
   std::vector<int32_t> op_offsets_, obs_offsets_, cap_offsets_;  // [n_slots + 1]; caps: + kNumGlobalPoints
+  std::vector<int32_t> skip_offsets_;                            // [n_layers + 1]
   int32_t rows_needed_ = 0;
   const MonitorConfig* monitor_ = nullptr;
   MonitorStep* monitor_out_ = nullptr;
   mutable std::vector<float> scratch_;  // [max(n_embd, n_ff)] median workspace
+  // [rows_needed, n_embd] the skipped rows' resid_pre of the current layer, by batch row (grown in
+  // finalize only when the step skips; never shrunk).
+  mutable std::vector<float> saved_;
 };
 
 }  // namespace gb

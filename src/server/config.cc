@@ -329,6 +329,10 @@ Status parse_glass_policy(const nlohmann::json& j, GlassPolicyConfig* out) {
       static const std::set<std::string> kOps = {"scale", "add", "set", "clamp", "ablate", "clip_massive"};
       p.caps.clear();
       for (const auto& [op, cap] : v.items()) {
+        if (op == "skip")
+          return Status::error(w +
+                               ".caps.skip: skip has no strength to cap; bound it with intervention_roles and "
+                               "allowed_layers");
         if (!kOps.count(op))
           return Status::error(w + ".caps." + brief_name(op) +
                                ": unknown op (scale, add, set, clamp, ablate, clip_massive)");

@@ -346,5 +346,71 @@ TEST(GlassLimits, PerItemLayersAndPoints) {
   EXPECT_EQ(e->message.find("glassbox.interventions[0].strength: 12 is over the cap of 10"), 0u) << e->message;
 }
 
+// skip: layers only (point resid_post or absent); whatever would edit by something is refused
+// with a message saying what skip takes; no cap applies (it has no strength), the layers do.
+TEST(GlassCodec, SkipTakesLayersOnly) {
+  Fixture f;
+  InterventionSet set;
+  ASSERT_FALSE(f.parse(
+      {{{"op", "skip"}, {"layer", 2}}, {{"op", "skip"}, {"point", "resid_post"}, {"layers", {{"from", 0}, {"to", 1}}}}},
+      &set));
+  ASSERT_EQ(set.interventions.size(), 2u);
+  EXPECT_EQ(set.interventions[0].op, InterventionOp::kSkip);
+  EXPECT_EQ(set.interventions[0].point, HookPoint::kResidPost);
+  EXPECT_EQ(set.interventions[0].layer_first, 2);
+  EXPECT_EQ(set.interventions[0].layer_last, 2);
+  EXPECT_EQ(set.interventions[1].layer_first, 0);
+  EXPECT_EQ(set.interventions[1].layer_last, 1);
+  // Canonical: the point written out, no strength; it parses back to the same.
+  EXPECT_EQ(set.items[0], json({{"op", "skip"}, {"point", "resid_post"}, {"layer", 2}}));
+  InterventionSet again;
+  ASSERT_FALSE(f.parse_json(set.items, &again));
+  EXPECT_EQ(again.items, set.items);
+
+  struct Case {
+    json item;
+    std::string param, message;
+  };
+  const std::vector<Case> cases = {
+      {{{"op", "skip"}, {"layer", 1}, {"dims", {3}}}, "glassbox.interventions[0].dims", "dims: not used by skip"},
+      {{{"op", "skip"}, {"layer", 1}, {"strength", 0}}, "glassbox.interventions[0].strength", "not used by skip"},
+      {{{"op", "skip"}, {"layer", 1}, {"vector", json(repeat(0.0, 8))}},
+       "glassbox.interventions[0].vector",
+       "not used by skip"},
+      {{{"op", "skip"}, {"layer", 1}, {"threshold", 5}}, "glassbox.interventions[0].threshold", "not used by skip"},
+      {{{"op", "skip"}, {"layer", 1}, {"point", "mlp_act"}},
+       "glassbox.interventions[0].point",
+       "skip acts at resid_post (resid_post = resid_pre of the layer); give resid_post or leave point out, not "
+       "mlp_act"},
+      {{{"op", "skip"}, {"layer", 1}, {"point", "resid_pre"}}, "glassbox.interventions[0].point", "not resid_pre"},
+      {{{"op", "skip"}, {"layer", 4}}, "glassbox.interventions[0].layer", "layer 4 is outside the model's layers 0..3"},
+      {{{"op", "skip"}, {"layers", {{"from", 2}, {"to", 7}}}},
+       "glassbox.interventions[0].layers",
+       "outside the model's layers 0..3"},
+      {{{"op", "skip"}}, "glassbox.interventions[0]", "give exactly one of layer or layers"},
+      {{{"op", "skipp"}, {"layer", 1}}, "glassbox.interventions[0].op", "clip_massive or skip"},
+  };
+  for (const Case& c : cases) {
+    InterventionSet out;
+    auto e = f.parse({c.item}, &out);
+    ASSERT_TRUE(e) << c.item.dump();
+    EXPECT_FALSE(e->forbidden);
+    EXPECT_EQ(e->param, c.param) << e->message;
+    EXPECT_NE(e->message.find(c.message), std::string::npos) << e->message;
+  }
+
+  // Caps bound strengths; a skip has none, so every cap at 0 still lets it through, next to a
+  // capped op that is refused. allowed_layers does bound it.
+  Fixture capped;
+  for (double& cap : capped.limits.caps) cap = 0;
+  EXPECT_FALSE(capped.request({{{"op", "skip"}, {"layers", "all"}}}));
+  EXPECT_TRUE(capped.request({item("scale", 0.5)}));
+  capped.limits.allowed_layers = {0, 1};
+  auto e = capped.request({{{"op", "skip"}, {"layers", {{"from", 1}, {"to", 2}}}}});
+  ASSERT_TRUE(e);
+  EXPECT_TRUE(e->forbidden);
+  EXPECT_NE(e->message.find("layer 2 is not in glassbox_policy.allowed_layers"), std::string::npos) << e->message;
+}
+
 }  // namespace
 }  // namespace gb

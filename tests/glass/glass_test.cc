@@ -1,6 +1,6 @@
 // The glass box in Model::forward: identity interventions are bitwise no-ops, a neuron scale
-// equals the edited-weights model, control vectors follow llama.cpp's layer mapping, steering is
-// isolated per sequence inside one batch, observation statistics match an independent
+// equals the edited-weights model, skipping layers equals the model without them, control vectors follow llama.cpp's
+// layer mapping, steering is isolated per sequence inside one batch, observation statistics match an independent
 // computation, and the massive-activation detector finds exactly the constructed activation.
 #include <gtest/gtest.h>
 
@@ -61,14 +61,15 @@ std::vector<RunResult> run_batch(Model& m, const std::vector<SeqInput>& seqs, Ob
                                  HookPoint obs_point = HookPoint::kResidPost, MonitorStep* monitor = nullptr,
                                  const MonitorConfig* monitor_config = nullptr) {
   const ModelConfig& c = m.config();
-  auto cache = KvCache::create(c, 64, 16);
+  // One recurrent-state slot per sequence (used by hybrid models only).
+  auto cache = KvCache::create(c, 64, 16, static_cast<int32_t>(seqs.size()));
   EXPECT_TRUE(cache.is_ok());
   std::vector<std::vector<int32_t>> tables(seqs.size());
   int32_t next_block = 0;
   Batch batch;
   for (size_t s = 0; s < seqs.size(); ++s) {
     for (size_t b = 0; b * 16 < seqs[s].ids.size(); ++b) tables[s].push_back(next_block++);
-    batch.add_sequence(seqs[s].ids, 0, tables[s], 16, true);
+    batch.add_sequence(seqs[s].ids, 0, tables[s], 16, true, static_cast<int32_t>(s));
   }
   GlassStep step(c);
   std::vector<RunResult> out(seqs.size());
@@ -436,6 +437,136 @@ TEST(Glass, SpecErrorsNameTheField) {
   s5.observe.enabled = true;
   s5.observe.top_k = 99;
   EXPECT_NE(err(s5).find("observe.top_k"), std::string::npos) << err(s5);
+  // skip: resid_post only, nothing to edit by, layers in range.
+  auto skip = [](Intervention iv) {
+    iv.op = InterventionOp::kSkip;
+    if (iv.layer_first == 0 && iv.layer_last == 0) iv.layer_first = iv.layer_last = 1;
+    GlassSpec s;
+    s.interventions.push_back(iv);
+    return s;
+  };
+  EXPECT_EQ(err(skip({})), "ok");
+  EXPECT_NE(err(skip({.point = HookPoint::kMlpOut})).find("interventions[0].point: skip sets resid_post = resid_pre"),
+            std::string::npos);
+  EXPECT_NE(err(skip({.dims = {3}})).find("interventions[0].dims: not used by skip"), std::string::npos);
+  EXPECT_NE(err(skip({.strength = 1})).find("interventions[0].strength: not used by skip"), std::string::npos);
+  EXPECT_NE(err(skip({.strength = NAN})).find("not used by skip"), std::string::npos);
+  EXPECT_NE(err(skip({.vector = {1.0f}})).find("interventions[0].vector: not used by skip"), std::string::npos);
+  EXPECT_NE(err(skip({.layer_first = 2, .layer_last = 9})).find("layer 9 is outside"), std::string::npos);
+}
+
+// ---- skip ----
+
+GlassSpec skip_spec(int32_t first, int32_t last, TokenSelector tokens = {}) {
+  GlassSpec s;
+  s.interventions.push_back({.op = InterventionOp::kSkip,
+                             .point = HookPoint::kResidPost,
+                             .layer_first = first,
+                             .layer_last = last,
+                             .tokens = tokens});
+  return s;
+}
+
+// Skipping layers [a, b] gives bitwise the logits of the checkpoint with those layers removed
+// (written here: tensors dropped, later layers renamed down, num_hidden_layers and layer_types
+// cut). Why this holds although the skipped layer still runs for the batch and writes its KV
+// cache (or, in a linear-attention layer, its recurrent state): a skipped row's residual leaves
+// the layer as it entered it, so every later layer sees exactly the inputs it sees in the smaller
+// model; the skipped layer's own K/V (state) are read only by that layer's attention, whose
+// output those rows then discard; and another layer never reads them. The KV salt keeps the
+// skipped request's cache blocks apart from unskipped ones.
+TEST(Glass, SkipEqualsTheModelWithoutThoseLayers) {
+  for (const char* rel : {"testdata/reference/llama-gqa/hf", "testdata/reference/qwen3-qknorm/hf",
+                          "testdata/reference/qwen35-hybrid/hf", "models/stories260K"}) {
+    SCOPED_TRACE(rel);
+    const std::string src = test::shared_path(rel);
+    auto m = load(src, 2);
+    ASSERT_NE(m, nullptr);
+    const ModelConfig& c = m->config();
+    const auto ids = prompt_ids(27, c.vocab, 41);
+    const auto plain = run_one(*m, ids, nullptr);
+    std::vector<std::pair<int32_t, int32_t>> ranges;
+    for (int32_t l = 0; l < c.n_layers; ++l) ranges.push_back({l, l});
+    ranges.push_back({0, 1});
+    ranges.push_back({1, c.n_layers - 1});
+    for (auto [first, last] : ranges) {
+      SCOPED_TRACE("skip " + std::to_string(first) + ".." + std::to_string(last));
+      auto removed = load(test::write_fixture_without_layers(src, first, last), 2);
+      ASSERT_NE(removed, nullptr);
+      ASSERT_EQ(removed->config().n_layers, c.n_layers - (last - first + 1));
+      const auto skipped = run_one(*m, ids, resolve(skip_spec(first, last), *m));
+      const auto want = run_one(*removed, ids, nullptr);
+      EXPECT_TRUE(bitwise_equal(skipped.logits, want.logits))
+          << "max diff " << max_abs_diff(skipped.logits, want.logits);
+      EXPECT_GT(max_abs_diff(skipped.logits, plain.logits), 1e-4);  // the layer mattered
+      const GlassReport rep = skipped.acc->report();
+      ASSERT_EQ(rep.applied.size(), 1u);
+      EXPECT_EQ(rep.applied[0].op, InterventionOp::kSkip);
+      EXPECT_EQ(rep.applied[0].rows, 27 * (last - first + 1));
+    }
+  }
+}
+
+// In one batch: the sequence that skips gets what it gets alone, the others are untouched
+// (bitwise); at a skipped layer resid_post is bitwise the layer's resid_pre (after resid_pre's own
+// interventions), and resid_post's interventions still apply after the restore.
+TEST(Glass, SkipIsPerSequenceAndExact) {
+  for (const char* rel : {"testdata/reference/llama-gqa/hf", "testdata/reference/qwen35-hybrid/hf"}) {
+    SCOPED_TRACE(rel);
+    auto m = load(test::shared_path(rel), 2);
+    ASSERT_NE(m, nullptr);
+    const ModelConfig& c = m->config();
+    const auto a = prompt_ids(19, c.vocab, 51), b = prompt_ids(23, c.vocab, 52), d = prompt_ids(11, c.vocab, 53);
+    const auto skip1 = resolve(skip_spec(1, 1), *m);
+    // d skips layer 0 for its first 4 tokens only.
+    const auto skip_first = resolve(skip_spec(0, 0, {.scope = TokenScope::kPositions, .positions = {0, 1, 2, 3}}), *m);
+    const auto a_alone = run_one(*m, a, skip1), b_alone = run_one(*m, b, nullptr), d_alone = run_one(*m, d, skip_first);
+    const auto together = run_batch(*m, {{b, nullptr}, {a, skip1}, {d, skip_first}});
+    EXPECT_TRUE(bitwise_equal(together[0].logits, b_alone.logits));
+    EXPECT_TRUE(bitwise_equal(together[1].logits, a_alone.logits));
+    EXPECT_TRUE(bitwise_equal(together[2].logits, d_alone.logits));
+    EXPECT_GT(max_abs_diff(d_alone.logits, run_one(*m, d, nullptr).logits), 1e-4);
+    EXPECT_EQ(d_alone.acc->report().applied[0].rows, 4);
+
+    // resid_post of layer 1 = resid_pre of layer 1 (= resid_post of layer 0), bitwise, with an
+    // add at resid_pre of layer 1 taken along and an add at resid_post of layer 1 on top.
+    GlassSpec s = skip_spec(1, 1);
+    const std::vector<float> u = test::random_vec(static_cast<size_t>(c.n_embd), 54),
+                             v = test::random_vec(static_cast<size_t>(c.n_embd), 55);
+    s.interventions.push_back({.op = InterventionOp::kAdd,
+                               .point = HookPoint::kResidPre,
+                               .layer_first = 1,
+                               .layer_last = 1,
+                               .strength = 1.0f,
+                               .vector = u});
+    s.interventions.push_back({.op = InterventionOp::kAdd,
+                               .point = HookPoint::kResidPost,
+                               .layer_first = 1,
+                               .layer_last = 1,
+                               .strength = 1.0f,
+                               .vector = v});
+    const auto spec = resolve(s, *m);
+    CaptureObserver pre, post;
+    run_batch(*m, {{b, nullptr}, {a, spec}}, &pre, HookPoint::kResidPre);
+    run_batch(*m, {{b, nullptr}, {a, spec}}, &post, HookPoint::kResidPost);
+    const auto* pre1 = pre.find(1, "layers.1.resid_pre");
+    const auto* post1 = post.find(1, "layers.1.resid_post");
+    const auto* post0 = post.find(1, "layers.0.resid_post");
+    ASSERT_NE(pre1, nullptr);
+    ASSERT_NE(post1, nullptr);
+    ASSERT_NE(post0, nullptr);
+    for (int64_t t = 0; t < 19; ++t) {
+      for (int64_t i = 0; i < c.n_embd; ++i) {
+        const size_t k = static_cast<size_t>(t * c.n_embd + i);
+        ASSERT_EQ(pre1->data[k], post0->data[k] + u[static_cast<size_t>(i)]);
+        ASSERT_EQ(post1->data[k], pre1->data[k] + v[static_cast<size_t>(i)]);
+      }
+    }
+    // The other sequence's layer 1 did run.
+    const auto* b_pre1 = pre.find(0, "layers.1.resid_pre");
+    const auto* b_post1 = post.find(0, "layers.1.resid_post");
+    EXPECT_GT(max_abs_diff(b_pre1->data, b_post1->data), 1e-3);
+  }
 }
 
 // ---- massive activations ----

@@ -61,6 +61,8 @@ TEST(Allocation, WarmForwardStepsDoNotAllocate) {
                                     .layer_first = 1,
                                     .layer_last = 1,
                                     .threshold = 50.0f});
+      spec.interventions.push_back(
+          {.op = InterventionOp::kSkip, .point = HookPoint::kResidPost, .layer_first = 1, .layer_last = 1});
       spec.observe.enabled = true;
       spec.observe.points = {HookPoint::kResidPost, HookPoint::kMlpAct};
       spec.observe.top_k = 8;
@@ -100,6 +102,7 @@ TEST(Allocation, WarmForwardStepsDoNotAllocate) {
       EXPECT_TRUE(a.is_ok() && b.is_ok() && c.is_ok() && d.is_ok() && e.is_ok());
       EXPECT_GT(acc.report().stats[0].n_tokens, 0);
       EXPECT_TRUE(acc.report().captures[0].filled);
+      EXPECT_GT(acc.report().applied[3].rows, 0);  // the skip ran
       EXPECT_EQ(allocs, 0);
       EXPECT_GT(obs.rows, 0);
     }

@@ -269,6 +269,45 @@ TEST_F(GlassHttpTest, AuditRowForEachUseAndChange) {
   expect_error(admin("GET", "/admin/audit?since=yesterday"), 400, "invalid_request_error", "since");
 }
 
+// skip over HTTP: an intervention like the others — the intervention role, the audit row's spec
+// shows it as given (canonical), and the user role is refused; its parse errors are 400s.
+TEST_F(GlassHttpTest, SkipIsAnAuditedIntervention) {
+  start(glass_config());
+  const json skip = {{"op", "skip"}, {"layers", {{"from", 1}, {"to", 2}}}};
+  expect_error(post("/v1/completions", completion({{"interventions", {skip}}})), 403, "permission_error",
+               "the user role may not intervene");
+  json applied = applied_of(post("/v1/completions", completion({{"interventions", {skip}}}), kResearcherKey));
+  ASSERT_EQ(applied.size(), 1u);
+  EXPECT_EQ(applied[0]["op"], "skip");
+  EXPECT_EQ(applied[0]["point"], "resid_post");
+  EXPECT_EQ(applied[0]["layers"], json({1, 2}));
+  EXPECT_FALSE(applied[0].contains("strength"));
+  auto res = admin("GET", "/admin/audit?kind=request");
+  ASSERT_EQ(res->status, 200) << res->body;
+  const json rows = json::parse(res->body)["data"];
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0]["key_id"], "rita");
+  EXPECT_EQ(rows[0]["spec"]["glassbox"]["interventions"],
+            json::parse(R"([{"op": "skip", "point": "resid_post", "layers": {"from": 1, "to": 2}}])"));
+  // Bad skips are the request's error, naming the field.
+  expect_error(post("/v1/completions", completion({{"interventions", {{{"op", "skip"}, {"layer", 1}, {"dims", {3}}}}}}),
+                    kResearcherKey),
+               400, "invalid_request_error", "glassbox.interventions[0].dims: not used by skip");
+  expect_error(
+      post("/v1/completions", completion({{"interventions", {{{"op", "skip"}, {"layer", 1}, {"point", "attn_out"}}}}}),
+           kResearcherKey),
+      400, "invalid_request_error", "skip acts at resid_post");
+  expect_error(
+      post("/v1/completions", completion({{"interventions", {{{"op", "skip"}, {"layer", 4}}}}}), kResearcherKey), 400,
+      "invalid_request_error", "layer 4 is outside the model's layers 0..3");
+  // A cap on skip is a configuration error: it has no strength.
+  GlassPolicyConfig p;
+  const Status st = parse_glass_policy(json::parse(R"({"caps": {"skip": 1}})"), &p);
+  ASSERT_FALSE(st.is_ok());
+  EXPECT_NE(st.message().find("glassbox_policy.caps.skip: skip has no strength to cap"), std::string::npos)
+      << st.message();
+}
+
 TEST_F(GlassHttpTest, StreamingCarriesTheReportInTheFinalChunk) {
   start(glass_config());
   json body = completion({{"interventions", {scale(0.5)}}});

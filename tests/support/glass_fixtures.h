@@ -6,7 +6,9 @@
 
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -42,6 +44,45 @@ inline std::string write_edited_fixture(
     edit(t.name, t.shape, v);
     data.push_back(std::move(v));
     entries.push_back({t.name, DType::kF32, t.shape, data.back().data()});
+  }
+  const Status w = write_safetensors(dir + "/model.safetensors", entries);
+  EXPECT_TRUE(w.is_ok()) << w.message();
+  return dir;
+}
+
+// Copies an F32 HF checkpoint without layers [first, last]: their tensors dropped, the later
+// layers' tensors renamed down ("model.layers.5." → "model.layers.3." when 2 are removed),
+// num_hidden_layers lowered and layer_types (hybrid models) cut to match. Returns the directory.
+inline std::string write_fixture_without_layers(const std::string& src_dir, int32_t first, int32_t last) {
+  const std::string dir = temp_dir();
+  const int32_t removed = last - first + 1;
+  {
+    std::ifstream in(src_dir + "/config.json");
+    nlohmann::json config = nlohmann::json::parse(in);
+    config["num_hidden_layers"] = config["num_hidden_layers"].get<int32_t>() - removed;
+    if (config.contains("layer_types")) {
+      auto& types = config["layer_types"];
+      types.erase(types.begin() + first, types.begin() + last + 1);
+    }
+    std::ofstream(dir + "/config.json") << config.dump(2);
+  }
+  if (std::filesystem::exists(src_dir + "/generation_config.json"))
+    std::filesystem::copy_file(src_dir + "/generation_config.json", dir + "/generation_config.json");
+  auto st = read_safetensors(src_dir + "/model.safetensors");
+  EXPECT_TRUE(st.is_ok()) << st.message();
+  if (!st.is_ok()) return dir;
+  std::vector<SafetensorsEntry> entries;
+  const std::string prefix = "model.layers.";
+  for (const auto& t : st->tensors) {
+    EXPECT_EQ(t.dtype, DType::kF32) << t.name;
+    std::string name = t.name;
+    if (name.rfind(prefix, 0) == 0) {
+      const size_t dot = name.find('.', prefix.size());
+      const int32_t layer = std::stoi(name.substr(prefix.size(), dot - prefix.size()));
+      if (layer >= first && layer <= last) continue;
+      if (layer > last) name = prefix + std::to_string(layer - removed) + name.substr(dot);
+    }
+    entries.push_back({name, DType::kF32, t.shape, t.data});
   }
   const Status w = write_safetensors(dir + "/model.safetensors", entries);
   EXPECT_TRUE(w.is_ok()) << w.message();
