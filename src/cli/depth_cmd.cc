@@ -1,12 +1,13 @@
 // `glassbox depth`: what each layer contributes (ShortGPT, Gromov et al. 2024, the curse-of-depth
-// update ratios), from the hidden states of one engine request (capture.h):
+// update ratios), from the hidden states of engine requests (analysis/depth.h), averaged over
+// every token of the prompts (--prompt, --prompts FILE with one per line, --file as one prompt):
 //   Block Influence BI_l = 1 − mean_t cos(resid_pre_l, resid_post_l)
 //   update ratios        mean_t ‖attn_out_l‖ / ‖resid_pre_l‖ and mean_t ‖mlp_out_l‖ / ‖resid_mid_l‖
 //   angular distance     d(l, n) = mean_t arccos(cos(resid_pre_l, resid_post_{l+n−1})) / π, n = 1..L−l
-// (means over the prompt's tokens t). The smallest d(l, n) for each n names the block of n layers
+// (means over the prompts' tokens t). The smallest d(l, n) for each n names the block of n layers
 // that changes the stream least — the first candidate to drop. Writes a table to stdout, and with
 // --out DIR depth.json, depth.md and depth.svg (the d(l, n) heat map, Gromov's picture).
-// --skip: the perplexity of the prompt (scoring.h, as `glassbox score` computes it) with nothing
+// --skip: the perplexity of the prompts (scoring.h, as `glassbox score` computes it) with nothing
 // skipped, with each single layer skipped, and with the least-change block of n = 2..--skip-block
 // layers skipped — Gromov's pruning rule — through the glass box's `skip` intervention
 // (resid_post = resid_pre), the same op a request may use over HTTP.
@@ -20,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "cli/capture.h"
+#include "analysis/depth.h"
 #include "cli/commands.h"
 #include "cli/common_flags.h"
 #include "cli/report_files.h"
@@ -32,7 +33,7 @@ namespace gb::cli {
 namespace {
 
 struct DepthOptions {
-  std::string model, prompt, prompt_ids, file, out;
+  std::string model, prompt, prompt_ids, prompts_file, file, out;
   int threads = 0;
   bool json = false;
   bool skip = false;
@@ -42,17 +43,6 @@ struct DepthOptions {
 int fail(const std::string& msg) {
   std::fprintf(stderr, "glassbox depth: %s\n", msg.c_str());
   return 1;
-}
-
-double dot(const float* a, const float* b, int64_t n) {
-  double s = 0;
-  for (int64_t i = 0; i < n; ++i) s += static_cast<double>(a[i]) * static_cast<double>(b[i]);
-  return s;
-}
-double norm(const float* a, int64_t n) { return std::sqrt(dot(a, a, n)); }
-double cosine(const float* a, const float* b, int64_t n) {
-  const double d = norm(a, n) * norm(b, n);
-  return d > 0 ? std::clamp(dot(a, b, n) / d, -1.0, 1.0) : 1.0;
 }
 
 std::string svg_heat(const std::vector<std::vector<double>>& d, const std::string& title) {
@@ -95,7 +85,7 @@ struct SkipTable {
   nlohmann::json json;
   std::string md;
 };
-Result<SkipTable> skip_perplexities(Model& m, const std::vector<int32_t>& ids,
+Result<SkipTable> skip_perplexities(Model& m, const std::vector<std::vector<int32_t>>& prompts,
                                     const std::vector<std::vector<double>>& dist, int32_t max_block) {
   const ModelConfig& c = m.config();
   const int32_t L = c.n_layers;
@@ -125,13 +115,20 @@ Result<SkipTable> skip_perplexities(Model& m, const std::vector<int32_t>& ids,
                                  .layer_last = runs[k].first + runs[k].n - 1});
       GB_ASSIGN_OR_RETURN(spec, resolve_glass_spec(std::move(s), c));
     }
-    GB_ASSIGN_OR_RETURN(ScoredText scored, score_tokens(*engine, ids, spec));
-    ppl.push_back(scored.perplexity());
+    double sum = 0;
+    int64_t n_scored = 0;
+    for (const std::vector<int32_t>& ids : prompts) {
+      GB_ASSIGN_OR_RETURN(ScoredText scored, score_tokens(*engine, ids, spec));
+      sum += scored.sum_logprob, n_scored += scored.n_scored;
+    }
+    ppl.push_back(std::exp(-sum / static_cast<double>(n_scored)));
   }
   if (tty) std::fprintf(stderr, "\n");
 
   SkipTable t;
-  t.json = {{"n_scored", ids.size() - 1}, {"perplexity", ppl[0]}};
+  int64_t n_scored = 0;
+  for (const std::vector<int32_t>& ids : prompts) n_scored += static_cast<int64_t>(ids.size()) - 1;
+  t.json = {{"n_scored", n_scored}, {"perplexity", ppl[0]}};
   t.json["layers"] = nlohmann::json::array();
   t.json["blocks"] = nlohmann::json::array();
   t.md = "| skipped | angular distance d(l, n) | perplexity | × none skipped |\n| --- | --- | --- | --- |\n";
@@ -156,112 +153,65 @@ Result<SkipTable> skip_perplexities(Model& m, const std::vector<int32_t>& ids,
 }
 
 int run_depth(const DepthOptions& o) {
-  std::vector<int32_t> ids;
+  std::vector<std::vector<int32_t>> prompts;
   if (!o.prompt_ids.empty()) {
+    std::vector<int32_t> ids;
     if (Status st = parse_token_ids(o.prompt_ids, &ids); !st) return fail(st.message());
+    prompts.push_back(std::move(ids));
   } else {
-    std::string text = o.prompt;
+    std::vector<std::string> texts;
     if (!o.file.empty()) {
       auto content = read_file(o.file);
       if (!content.is_ok()) return fail(content.message());
-      text = *content;
+      texts.push_back(*content);
+    } else {
+      auto read = read_prompts(o.prompt, o.prompts_file);
+      if (!read.is_ok()) return fail(read.message() + " (or --prompt-ids, --file)");
+      texts = std::move(*read);
     }
-    if (text.empty()) return fail("give a prompt: --prompt, --prompt-ids or --file");
     auto tok = Tokenizer::load(o.model);
     if (!tok.is_ok()) return fail(tok.message());
-    ids = (*tok)->encode(text, /*add_special=*/true);
+    for (const std::string& t : texts) prompts.push_back((*tok)->encode(t, /*add_special=*/true));
   }
-  if (o.skip && ids.size() < 2) return fail("--skip: the prompt needs at least 2 tokens to have a perplexity");
-  if (ids.empty()) return fail("the prompt encodes to no tokens");
+  size_t longest = 0;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    if (prompts[i].empty()) return fail("prompt " + std::to_string(i + 1) + " encodes to no tokens");
+    if (o.skip && prompts[i].size() < 2)
+      return fail("--skip: prompt " + std::to_string(i + 1) + " needs at least 2 tokens to have a perplexity");
+    longest = std::max(longest, prompts[i].size());
+  }
   auto model = load_model(
-      o.model, {.max_batch_tokens = static_cast<int32_t>(std::min<size_t>(ids.size(), 512)), .n_threads = o.threads});
+      o.model, {.max_batch_tokens = static_cast<int32_t>(std::min<size_t>(longest, 512)), .n_threads = o.threads});
   if (!model.is_ok()) return fail(model.message());
   Model& m = **model;
   const ModelConfig& c = m.config();
-  if (static_cast<int64_t>(ids.size()) >= c.max_pos) return fail("the prompt does not fit the model's context");
-  std::vector<std::pair<HookPoint, int32_t>> keys;
-  for (HookPoint p :
-       {HookPoint::kResidPre, HookPoint::kAttnOut, HookPoint::kResidMid, HookPoint::kMlpOut, HookPoint::kResidPost}) {
-    for (int32_t l = 0; l < c.n_layers; ++l) keys.emplace_back(p, l);
-  }
-  auto captured = capture_hidden_states(m, ids, keys);
-  if (!captured.is_ok()) return fail(captured.message());
-  const int64_t n = static_cast<int64_t>(ids.size()), e = c.n_embd;
-  auto rows = [&](HookPoint p, int32_t l) { return captured->at(hook_key(p, l)).data.data(); };
-  auto mean_over_tokens = [&](auto f) {
-    double s = 0;
-    for (int64_t t = 0; t < n; ++t) s += f(t);
-    return s / static_cast<double>(n);
-  };
-  const int32_t L = c.n_layers;
-  std::vector<double> bi(L), attn_ratio(L), mlp_ratio(L);
-  std::vector<std::vector<double>> dist(static_cast<size_t>(L));
-  for (int32_t l = 0; l < L; ++l) {
-    const float *pre = rows(HookPoint::kResidPre, l), *post = rows(HookPoint::kResidPost, l),
-                *attn = rows(HookPoint::kAttnOut, l), *mid = rows(HookPoint::kResidMid, l),
-                *mlp = rows(HookPoint::kMlpOut, l);
-    bi[l] = 1.0 - mean_over_tokens([&](int64_t t) { return cosine(pre + t * e, post + t * e, e); });
-    attn_ratio[l] = mean_over_tokens([&](int64_t t) {
-      const double d = norm(pre + t * e, e);
-      return d > 0 ? norm(attn + t * e, e) / d : 0.0;
-    });
-    mlp_ratio[l] = mean_over_tokens([&](int64_t t) {
-      const double d = norm(mid + t * e, e);
-      return d > 0 ? norm(mlp + t * e, e) / d : 0.0;
-    });
-    for (int32_t k = l; k < L; ++k) {
-      const float* out = rows(HookPoint::kResidPost, k);
-      dist[l].push_back(
-          mean_over_tokens([&](int64_t t) { return std::acos(cosine(pre + t * e, out + t * e, e)) / M_PI; }));
-    }
-  }
+  if (static_cast<int64_t>(longest) >= c.max_pos) return fail("a prompt does not fit the model's context");
+  auto engine = analysis::local_engine(m, 1, static_cast<int32_t>(longest));
+  if (!engine.is_ok()) return fail(engine.message());
+  auto sums = analysis::run_depth(analysis::local_runner(**engine), c, prompts);
+  if (!sums.is_ok()) return fail(sums.message());
+  engine->reset();  // free its KV cache before --skip makes its scoring engine
 
-  nlohmann::json j = {{"model", o.model}, {"n_tokens", n}};
-  j["layers"] = nlohmann::json::array();
-  std::string md =
-      "| layer | block influence | ‖attn_out‖/‖resid_pre‖ | ‖mlp_out‖/‖resid_mid‖ | angular distance n=1 |\n"
-      "| --- | --- | --- | --- | --- |\n";
-  for (int32_t l = 0; l < L; ++l) {
-    j["layers"].push_back({{"layer", l},
-                           {"block_influence", bi[l]},
-                           {"attn_update_ratio", attn_ratio[l]},
-                           {"mlp_update_ratio", mlp_ratio[l]},
-                           {"angular_distance", dist[l]}});
-    char line[256];
-    std::snprintf(line, sizeof(line), "| %d | %.5f | %.4f | %.4f | %.5f |\n", l, bi[l], attn_ratio[l], mlp_ratio[l],
-                  dist[l][0]);
-    md += line;
-  }
-  // For each block length n, the start layer whose block changes the stream least.
-  md += "\n| n layers | least-change block | angular distance |\n| --- | --- | --- |\n";
-  j["best_blocks"] = nlohmann::json::array();
-  for (int32_t len = 1; len <= L; ++len) {
-    int32_t best = 0;
-    for (int32_t l = 0; l + len <= L; ++l) {
-      if (dist[l][len - 1] < dist[best][len - 1]) best = l;
-    }
-    j["best_blocks"].push_back({{"n", len}, {"first_layer", best}, {"angular_distance", dist[best][len - 1]}});
-    char line[128];
-    std::snprintf(line, sizeof(line), "| %d | %d–%d | %.5f |\n", len, best, best + len - 1, dist[best][len - 1]);
-    md += line;
-  }
+  nlohmann::json j = analysis::depth_json(*sums);
+  j["model"] = o.model;
+  j["n_prompts"] = prompts.size();
+  std::string md = analysis::depth_md(*sums);
+  const std::vector<std::vector<double>> dist = sums->distances();
   if (o.skip) {
-    auto skipped = skip_perplexities(m, ids, dist, o.skip_block);
+    auto skipped = skip_perplexities(m, prompts, dist, o.skip_block);
     if (!skipped.is_ok()) return fail(skipped.message());
     j["skip"] = std::move(skipped->json);
     md += "\n" + skipped->md;
   }
-  const auto dump = [](const nlohmann::json& v) {
-    return v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-  };
   if (o.json) {
-    std::printf("%s\n", dump(j).c_str());
+    std::printf("%s\n", json_text(j).c_str());
   } else {
-    std::printf("%s, %lld tokens\n\n%s", m.describe().c_str(), static_cast<long long>(n), md.c_str());
+    std::printf("%s, %zu prompt(s), %lld tokens\n\n%s", m.describe().c_str(), prompts.size(),
+                static_cast<long long>(sums->n_tokens()), md.c_str());
   }
   if (!o.out.empty()) {
     const Status st = write_report_files("depth", o.out,
-                                         {{"depth.json", dump(j) + "\n"},
+                                         {{"depth.json", json_text(j) + "\n"},
                                           {"depth.md", "# Layer contributions: " + m.describe() + "\n\n" + md},
                                           {"depth.svg", svg_heat(dist, "Angular distance between layers")}});
     if (!st) return fail(st.message());
@@ -279,10 +229,14 @@ void register_depth(CLI::App& app, Action* action) {
   auto* text = cmd->add_option("--prompt,-p", o->prompt, "prompt text");
   auto* ids = cmd->add_option("--prompt-ids", o->prompt_ids, "token ids, e.g. \"1 2 3\" (no tokenizer needed)");
   ids->excludes(text);
-  cmd->add_option("--file,-f", o->file, "a text file to use as the prompt")
+  auto* prompts = cmd->add_option("--prompts", o->prompts_file, "a file of prompts, one per line")
+                      ->check(CLI::ExistingFile)
+                      ->excludes(ids);
+  cmd->add_option("--file,-f", o->file, "a text file to use as one prompt")
       ->check(CLI::ExistingFile)
       ->excludes(text)
-      ->excludes(ids);
+      ->excludes(ids)
+      ->excludes(prompts);
   cmd->add_flag("--skip", o->skip,
                 "perplexity of the prompt with each layer, and the least-change block of 2..--skip-block layers, "
                 "skipped (resid_post = resid_pre)");

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "cli/capture.h"
+#include "analysis/lens.h"
 #include "cli/commands.h"
 #include "cli/common_flags.h"
 #include "cli/report_files.h"
@@ -35,10 +35,7 @@ int fail(const std::string& msg) {
   return 1;
 }
 
-struct Cell {
-  std::vector<TokenLogprob> top;  // most likely first (logprobs)
-  double entropy = 0;             // nats
-};
+using Cell = analysis::LensCell;
 
 std::string xml_escape(const std::string& s) {
   std::string o;
@@ -127,45 +124,22 @@ int run_lens(const LensOptions& o) {
   Model& m = **model;
   const ModelConfig& c = m.config();
   if (static_cast<int64_t>(ids.size()) >= c.max_pos) return fail("the prompt does not fit the model's context");
-  std::vector<std::pair<HookPoint, int32_t>> keys;
-  for (int32_t l = 0; l < c.n_layers; ++l) keys.emplace_back(HookPoint::kResidPost, l);
-  auto captured = capture_hidden_states(m, ids, keys);
-  if (!captured.is_ok()) return fail(captured.message());
-
+  auto engine = analysis::local_engine(m, 1, static_cast<int32_t>(ids.size()));
+  if (!engine.is_ok()) return fail(engine.message());
+  auto head = [&](const float* x, int64_t n, float* logits) {
+    m.output_head(x, n, logits);
+    return Status::ok();
+  };
+  auto grid = analysis::run_lens(analysis::local_runner(**engine), c, ids, head, o.top_k);
+  if (!grid.is_ok()) return fail(grid.message());
+  const analysis::LensGrid& cells = *grid;
   auto text = [&](int32_t id) { return (*tok)->decode(std::span<const int32_t>(&id, 1), /*skip_special=*/false); };
-  const int64_t n = static_cast<int64_t>(ids.size()), vocab = c.vocab;
-  std::vector<float> logits(static_cast<size_t>(n * vocab)), lp(static_cast<size_t>(vocab));
-  std::vector<std::vector<Cell>> cells(static_cast<size_t>(c.n_layers), std::vector<Cell>(static_cast<size_t>(n)));
-  for (int32_t l = 0; l < c.n_layers; ++l) {
-    const CapturedTensor& t = captured->at(hook_key(HookPoint::kResidPost, l));
-    m.output_head(t.data.data(), n, logits.data());
-    for (int64_t p = 0; p < n; ++p) {
-      log_softmax(std::span<const float>(logits.data() + p * vocab, static_cast<size_t>(vocab)), lp);
-      Cell& cell = cells[static_cast<size_t>(l)][static_cast<size_t>(p)];
-      top_logprobs(lp, o.top_k, &cell.top);
-      for (float v : lp) cell.entropy -= v > -INFINITY ? std::exp(static_cast<double>(v)) * v : 0.0;
-    }
-  }
-
   std::vector<std::string> inputs;
   for (int32_t id : ids) inputs.push_back(text(id));
-  nlohmann::json j = {{"model", o.model}, {"prompt", o.prompt}, {"top_k", o.top_k}};
-  j["tokens"] = nlohmann::json::array();
-  for (size_t p = 0; p < ids.size(); ++p) j["tokens"].push_back({{"id", ids[p]}, {"text", inputs[p]}});
-  j["layers"] = nlohmann::json::array();
-  for (int32_t l = 0; l < c.n_layers; ++l) {
-    nlohmann::json positions = nlohmann::json::array();
-    for (const Cell& cell : cells[static_cast<size_t>(l)]) {
-      nlohmann::json top = nlohmann::json::array();
-      for (const TokenLogprob& a : cell.top)
-        top.push_back({{"id", a.token}, {"text", text(a.token)}, {"prob", std::exp(static_cast<double>(a.logprob))}});
-      positions.push_back({{"top", top}, {"entropy", cell.entropy}});
-    }
-    j["layers"].push_back({{"layer", l}, {"point", "resid_post"}, {"positions", positions}});
-  }
-  const auto dump = [](const nlohmann::json& v) {
-    return v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-  };
+  nlohmann::json j = analysis::lens_json(cells, ids, text);
+  j["model"] = o.model;
+  j["prompt"] = o.prompt;
+  j["top_k"] = o.top_k;
 
   // The table: a row per layer (last first), a column per position, the top-1 token and its probability.
   std::string md = "| layer |";
@@ -178,12 +152,12 @@ int run_lens(const LensOptions& o) {
     for (const Cell& cell : cells[static_cast<size_t>(l)]) {
       char prob[16];
       std::snprintf(prob, sizeof(prob), "%.2f", cell.top.empty() ? 0.0 : std::exp(cell.top[0].logprob));
-      md += " " + nlohmann::json(label(cell.top.empty() ? "" : text(cell.top[0].token))).dump() + " " + prob + " |";
+      md += " " + json_text(label(cell.top.empty() ? "" : text(cell.top[0].token))) + " " + prob + " |";
     }
     md += "\n";
   }
   if (o.json) {
-    std::printf("%s\n", dump(j).c_str());
+    std::printf("%s\n", json_text(j).c_str());
   } else {
     std::printf("logit lens of %s (resid_post, top-1 next token and its probability)\n\n%s", m.describe().c_str(),
                 md.c_str());
@@ -191,7 +165,7 @@ int run_lens(const LensOptions& o) {
   if (!o.out.empty()) {
     const Status st =
         write_report_files("lens", o.out,
-                           {{"lens.json", dump(j) + "\n"},
+                           {{"lens.json", json_text(j) + "\n"},
                             {"lens.md", "# Logit lens: " + m.describe() + "\n\nPrompt: `" + o.prompt + "`\n\n" + md},
                             {"lens.svg", svg(cells, inputs, text, "Logit lens — " + m.describe())}});
     if (!st) return fail(st.message());

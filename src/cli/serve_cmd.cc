@@ -45,6 +45,9 @@ class TokenizerCodec : public server::TextCodec {
     return chat::apply_chat_template(template_, nlohmann::ordered_json::parse(messages.dump()), options);
   }
   int32_t vocab_size() const override { return tokenizer_->vocab_size(); }
+  std::string token_text(int32_t id) const override {
+    return tokenizer_->decode(std::span<const int32_t>(&id, 1), /*skip_special=*/false);
+  }
 
  private:
   class Detokenizer : public server::StreamDetokenizer {

@@ -209,6 +209,12 @@ Result<int32_t> Engine::load_variant(const patch::Patch& patch, const std::strin
   return id.get();
 }
 
+Status Engine::output_head(const float* x, int64_t n, float* logits) const {
+  std::lock_guard<std::mutex> lock(head_mutex_);
+  model_->output_head(x, n, logits, &head_pool_);
+  return Status::ok();
+}
+
 Status Engine::unload_variant(int32_t id) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (std::none_of(variants_.begin(), variants_.end(), [id](const VariantStatus& v) { return v.id == id; }))

@@ -49,6 +49,8 @@ class Engine : public EngineApi {
   std::vector<VariantStatus> variants() const override;
   Result<int32_t> load_variant(const patch::Patch& patch, const std::string& name, double scale) override;
   Status unload_variant(int32_t id) override;
+  // On the calling thread (one call at a time; never the engine's pool, which its thread owns).
+  Status output_head(const float* x, int64_t n, float* logits) const override;
   // Replaces the monitor configuration from the next step on (thread-safe).
   void set_monitor(const MonitorConfig& config);
 
@@ -68,6 +70,8 @@ class Engine : public EngineApi {
   const Model& model() const { return *model_; }
 
  private:
+  mutable std::mutex head_mutex_;
+  mutable ThreadPool head_pool_{1};  // output_head's matmul: the calling thread alone
   // A sequence leaving the engine this step, and why.
   struct Done {
     Sequence* seq;

@@ -214,6 +214,11 @@ class EngineApi {
   // Stops serving a variant at once (new requests naming it are refused); its memory is freed
   // once no sequence runs on it.
   virtual Status unload_variant(int32_t id) { return Status::error("this engine serves no weight variants"); }
+  // The model's output head (final norm, lm_head) on x[n, n_embd] → logits[n, vocab], callable
+  // from any thread while the engine runs (the logit lens of POST /v1/glassbox/analyze).
+  virtual Status output_head(const float* x, int64_t n, float* logits) const {
+    return Status::error("this engine has no model to apply an output head");
+  }
 };
 
 }  // namespace gb

@@ -128,13 +128,13 @@ Status Model::validate_batch(const Batch& b, const KvCache& cache) const {
   return Status::ok();
 }
 
-void Model::output_head(const float* x, int64_t n, float* logits) {
+void Model::output_head(const float* x, int64_t n, float* logits, ThreadPool* pool) const {
   const int64_t n_embd = config_.n_embd;
   std::vector<float> normed(static_cast<size_t>(n * n_embd));
   for (int64_t i = 0; i < n; ++i) {
     ops::rms_norm(x + i * n_embd, weights_.output_norm, 1, n_embd, config_.rms_eps, normed.data() + i * n_embd);
   }
-  ops::matmul(*pool_, normed.data(), n, weights_.output, logits);
+  ops::matmul(pool != nullptr ? *pool : *pool_, normed.data(), n, weights_.output, logits);
 }
 
 Status Model::forward(const Batch& batch, KvCache& cache, const Hooks* hooks, float* logits) {

@@ -51,8 +51,9 @@ class Model {
 
   // The model's output head — the final RMSNorm and lm_head, as forward applies them — on n
   // residual-stream rows x[n, n_embd], into logits[n, vocab]: the logit lens on any layer's
-  // resid_post. Allocates its normed copy (a tool's call, not the serving path).
-  void output_head(const float* x, int64_t n, float* logits);
+  // resid_post. Allocates its normed copy (a tool's call, not the serving path). pool: the threads
+  // of its matmul (null: the model's own, which only the thread running forward may use).
+  void output_head(const float* x, int64_t n, float* logits, ThreadPool* pool = nullptr) const;
   // Registers a weight variant served beside the base from the same weights: each edit is
   // resolved to the matrix it targets (shape, row order, the pinned base hash where checkable)
   // and kept as a delta (low_rank: A and scale·B in f32; columns / sparse: edited − dequantized

@@ -188,6 +188,56 @@ Status GlassService::init() {
   return Status::ok();
 }
 
+std::optional<ApiError> GlassService::may_observe(const Caller& caller, const std::string& param) const {
+  const std::shared_ptr<const GlassState> st = state();
+  if (has_role(st->policy.observe_roles, caller.role)) return std::nullopt;
+  return forbidden("role_not_allowed", param + ": the " + std::string(role_name(caller.role)) +
+                                           " role may not observe (glassbox_policy.observe_roles: " +
+                                           roles_text(st->policy.observe_roles) + ")");
+}
+
+std::optional<ApiError> GlassService::reserve_observation(int64_t per_sequence, int64_t n_sequences,
+                                                          const std::string& param,
+                                                          std::shared_ptr<const void>* reservation,
+                                                          int64_t* reserved) const {
+  const int64_t n = std::max<int64_t>(1, n_sequences);
+  if (per_sequence > max_request_observation_bytes_ / n) {
+    ApiError e = bad(param, param + ": this request would hold " + std::to_string(per_sequence) +
+                                " bytes of observation per sequence × " + std::to_string(n) +
+                                " sequence(s) (prompts × n), over max_request_observation_bytes = " +
+                                std::to_string(max_request_observation_bytes_) +
+                                "; observe fewer layers or points, capture less, or ask for fewer choices");
+    e.code = "observation_budget_exceeded";
+    return e;
+  }
+  const int64_t bytes = per_sequence * n;
+  const int64_t before = observation_used_->fetch_add(bytes);
+  if (before + bytes > max_observation_bytes_) {
+    observation_used_->fetch_sub(bytes);
+    ApiError e;
+    e.status = 429;
+    e.type = "rate_limit_error";
+    e.code = "observation_budget_busy";
+    e.message = "the server's observation memory is in use: requests in flight hold " + std::to_string(before) +
+                " bytes, this one needs " + std::to_string(bytes) +
+                ", over max_observation_bytes = " + std::to_string(max_observation_bytes_) +
+                "; retry shortly (or raise max_observation_bytes)";
+    e.retry_after_s = 1;
+    return e;
+  }
+  struct Reservation {
+    Reservation(std::shared_ptr<std::atomic<int64_t>> u, int64_t b) : used(std::move(u)), bytes(b) {}
+    Reservation(const Reservation&) = delete;
+    Reservation& operator=(const Reservation&) = delete;
+    ~Reservation() { used->fetch_sub(bytes); }
+    std::shared_ptr<std::atomic<int64_t>> used;
+    int64_t bytes;
+  };
+  *reservation = std::make_shared<const Reservation>(observation_used_, bytes);
+  if (reserved != nullptr) *reserved = bytes;
+  return std::nullopt;
+}
+
 // ---- requests ----
 
 std::optional<ApiError> GlassService::resolve(const json* ext, const std::string& session, const Caller& caller,
@@ -270,43 +320,9 @@ std::optional<ApiError> GlassService::resolve(const json* ext, const std::string
   std::shared_ptr<const GlassSpec> sealed = seal_resolved_spec(std::move(spec), *model_);
 
   // ---- observation memory: this request's, then the server's ----
-  const int64_t per_sequence = observation_bytes(*sealed, *model_);
-  const int64_t n = std::max<int64_t>(1, n_sequences);
-  if (per_sequence > max_request_observation_bytes_ / n) {
-    ApiError e =
-        bad("glassbox.observe", "glassbox.observe: this request would hold " + std::to_string(per_sequence) +
-                                    " bytes of observation per sequence × " + std::to_string(n) +
-                                    " sequence(s) (prompts × n), over max_request_observation_bytes = " +
-                                    std::to_string(max_request_observation_bytes_) +
-                                    "; observe fewer layers or points, capture less, or ask for fewer choices");
-    e.code = "observation_budget_exceeded";
+  if (auto e = reserve_observation(observation_bytes(*sealed, *model_), n_sequences, "glassbox.observe",
+                                   &out->observation, &out->observation_bytes))
     return e;
-  }
-  const int64_t bytes = per_sequence * n;
-  const int64_t before = observation_used_->fetch_add(bytes);
-  if (before + bytes > max_observation_bytes_) {
-    observation_used_->fetch_sub(bytes);
-    ApiError e;
-    e.status = 429;
-    e.type = "rate_limit_error";
-    e.code = "observation_budget_busy";
-    e.message = "the server's observation memory is in use: requests in flight hold " + std::to_string(before) +
-                " bytes, this one needs " + std::to_string(bytes) +
-                ", over max_observation_bytes = " + std::to_string(max_observation_bytes_) +
-                "; retry shortly (or raise max_observation_bytes)";
-    e.retry_after_s = 1;
-    return e;
-  }
-  struct Reservation {
-    Reservation(std::shared_ptr<std::atomic<int64_t>> u, int64_t b) : used(std::move(u)), bytes(b) {}
-    Reservation(const Reservation&) = delete;
-    Reservation& operator=(const Reservation&) = delete;
-    ~Reservation() { used->fetch_sub(bytes); }
-    std::shared_ptr<std::atomic<int64_t>> used;
-    int64_t bytes;
-  };
-  out->observation = std::make_shared<const Reservation>(observation_used_, bytes);
-  out->observation_bytes = bytes;
 
   out->intervenes = !sealed->interventions.empty();
   out->spec = std::move(sealed);

@@ -83,6 +83,14 @@ class GlassService {
   std::optional<ApiError> resolve(const nlohmann::json* ext, const std::string& session, const Caller& caller,
                                   int64_t n_sequences, GlassRequest* out) const;
 
+  // 403 unless the caller's role may observe (glassbox_policy.observe_roles); param names the field.
+  std::optional<ApiError> may_observe(const Caller& caller, const std::string& param) const;
+  // Reserves per_sequence × n_sequences bytes of observation under max_request_observation_bytes
+  // (400, naming param) and max_observation_bytes (429); *reservation gives them back when dropped.
+  std::optional<ApiError> reserve_observation(int64_t per_sequence, int64_t n_sequences, const std::string& param,
+                                              std::shared_ptr<const void>* reservation,
+                                              int64_t* reserved = nullptr) const;
+
   // ---- admin changes; each returns the change as JSON for the audit log, or an error ----
   // PUT replaces the whole policy (absent keys take their defaults, presets included; the change
   // lists what it removed); PATCH merges (RFC 7396: a key set to null returns to its default,

@@ -19,8 +19,9 @@ namespace {
 
 // Bounded label values for the per-endpoint HTTP counter.
 std::string route_label(const std::string& path) {
-  static const char* kKnown[] = {"/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/ready",
-                                 "/metrics",        "/admin/config"};
+  static const char* kKnown[] = {
+      "/v1/completions", "/v1/chat/completions", "/v1/glassbox/analyze", "/v1/models", "/health", "/ready",
+      "/metrics",        "/admin/config"};
   for (const char* k : kKnown) {
     if (path == k) return k;
   }
@@ -68,6 +69,8 @@ void Server::install_routes() {
               with_body([this](const httplib::Request& q, const std::string& b, httplib::Response& r) {
                 handle_generate(Endpoint::kChat, q, b, r);
               }));
+  http_->Post("/v1/glassbox/analyze", with_body([this](const httplib::Request& q, const std::string& b,
+                                                       httplib::Response& r) { handle_analyze(q, b, r); }));
   http_->Get("/v1/models", guard([this](const httplib::Request& q, httplib::Response& r) { handle_models(q, r, ""); }));
   http_->Get(R"(/v1/models/(.+))", guard([this](const httplib::Request& q, httplib::Response& r) {
                handle_models(q, r, q.matches[1].str());

@@ -142,6 +142,8 @@ class Server {
   // One engine request per choice; on a refusal the others are cancelled and the slot released.
   std::optional<Refusal> submit_choices(Generation* g);
   void handle_models(const httplib::Request& req, httplib::Response& res, const std::string& id);
+  // POST /v1/glassbox/analyze: scan, depth or lens (src/analysis) on the serving engine.
+  void handle_analyze(const httplib::Request& req, const std::string& body, httplib::Response& res);
   // The served model called `name` (empty: the base); false if none.
   bool find_model(const std::string& name, ServedModel* out) const;
   // The canary routes and shadow copies now in force (the config's, then /admin/routes changes).

@@ -43,6 +43,9 @@ class TextCodec {
   // (e.g. the template raised) is answered 400 with its message.
   virtual Result<std::string> render_chat(const nlohmann::json& messages, bool add_generation_prompt) const = 0;
   virtual int32_t vocab_size() const = 0;
+  // One token's text on its own, special tokens included ("<s>"): the labels of the analyses,
+  // the same as the CLI's (Tokenizer::decode of that id with skip_special false).
+  virtual std::string token_text(int32_t id) const { return stream({})->peek(id); }
 };
 
 }  // namespace gb::server

@@ -1,0 +1,151 @@
+// Layer contributions (depth.h).
+#include "analysis/depth.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+namespace gb::analysis {
+namespace {
+
+constexpr HookPoint kDepthPoints[] = {HookPoint::kResidPre, HookPoint::kAttnOut, HookPoint::kResidMid,
+                                      HookPoint::kMlpOut, HookPoint::kResidPost};
+
+double dot(const float* a, const float* b, int64_t n) {
+  double s = 0;
+  for (int64_t i = 0; i < n; ++i) s += static_cast<double>(a[i]) * static_cast<double>(b[i]);
+  return s;
+}
+double norm(const float* a, int64_t n) { return std::sqrt(dot(a, a, n)); }
+double cosine(const float* a, const float* b, int64_t n) {
+  const double d = norm(a, n) * norm(b, n);
+  return d > 0 ? std::clamp(dot(a, b, n) / d, -1.0, 1.0) : 1.0;
+}
+
+}  // namespace
+
+Result<std::shared_ptr<const GlassSpec>> depth_spec(const ModelConfig& c, int32_t n_tokens) {
+  std::vector<std::pair<HookPoint, int32_t>> keys;
+  for (HookPoint p : kDepthPoints) {
+    for (int32_t l = 0; l < c.n_layers; ++l) keys.emplace_back(p, l);
+  }
+  return capture_spec(c, n_tokens, keys);
+}
+
+DepthSums::DepthSums(int32_t n_layers)
+    : bi_(static_cast<size_t>(n_layers)), attn_(static_cast<size_t>(n_layers)), mlp_(static_cast<size_t>(n_layers)) {
+  for (int32_t l = 0; l < n_layers; ++l) dist_.emplace_back(static_cast<size_t>(n_layers - l), 0.0);
+}
+
+Status DepthSums::add(const GlassReport& report, const ModelConfig& c) {
+  GB_ASSIGN_OR_RETURN(CapturedTensors t, captured_tensors(report));
+  const int32_t L = n_layers();
+  const int64_t e = c.n_embd;
+  auto rows = [&](HookPoint p, int32_t l) -> const CapturedTensor* {
+    auto it = t.find(hook_key(p, l));
+    return it == t.end() ? nullptr : &it->second;
+  };
+  const CapturedTensor* first = rows(HookPoint::kResidPre, 0);
+  if (first == nullptr || first->width != e) return Status::error("depth: the report has no resid_pre captures");
+  const int64_t n = static_cast<int64_t>(first->data.size()) / e;
+  for (int32_t l = 0; l < L; ++l) {
+    for (HookPoint p : kDepthPoints) {
+      const CapturedTensor* r = rows(p, l);
+      if (r == nullptr || static_cast<int64_t>(r->data.size()) != n * e)
+        return Status::error("depth: the report lacks " + hook_key(p, l) + " at every token");
+    }
+  }
+  for (int32_t l = 0; l < L; ++l) {
+    const float *pre = rows(HookPoint::kResidPre, l)->data.data(), *post = rows(HookPoint::kResidPost, l)->data.data(),
+                *attn = rows(HookPoint::kAttnOut, l)->data.data(), *mid = rows(HookPoint::kResidMid, l)->data.data(),
+                *mlp = rows(HookPoint::kMlpOut, l)->data.data();
+    for (int64_t tok = 0; tok < n; ++tok) {
+      const int64_t o = tok * e;
+      bi_[l] += cosine(pre + o, post + o, e);
+      const double np = norm(pre + o, e), nm = norm(mid + o, e);
+      attn_[l] += np > 0 ? norm(attn + o, e) / np : 0.0;
+      mlp_[l] += nm > 0 ? norm(mlp + o, e) / nm : 0.0;
+      for (int32_t k = l; k < L; ++k) {
+        const float* out = rows(HookPoint::kResidPost, k)->data.data();
+        dist_[l][k - l] += std::acos(cosine(pre + o, out + o, e)) / M_PI;
+      }
+    }
+  }
+  n_ += n;
+  return Status::ok();
+}
+
+std::vector<std::vector<double>> DepthSums::distances() const {
+  std::vector<std::vector<double>> d;
+  for (int32_t l = 0; l < n_layers(); ++l) {
+    d.emplace_back();
+    for (int32_t k = 1; k <= n_layers() - l; ++k) d.back().push_back(angular_distance(l, k));
+  }
+  return d;
+}
+
+int32_t DepthSums::best_block(int32_t n) const {
+  int32_t best = 0;
+  for (int32_t l = 0; l + n <= n_layers(); ++l) {
+    if (dist_[l][n - 1] < dist_[best][n - 1]) best = l;
+  }
+  return best;
+}
+
+Result<DepthSums> run_depth(const Runner& run, const ModelConfig& c, const std::vector<std::vector<int32_t>>& prompts) {
+  DepthSums sums(c.n_layers);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    if (prompts[i].empty()) return Status::error("prompt " + std::to_string(i) + " encodes to no tokens");
+    GB_ASSIGN_OR_RETURN(auto spec, depth_spec(c, static_cast<int32_t>(prompts[i].size())));
+    std::vector<GenerationRequest> reqs;
+    reqs.push_back(observe_request("depth-" + std::to_string(i), prompts[i], spec));
+    GB_ASSIGN_OR_RETURN(std::vector<RunOutput> outs, run(std::move(reqs)));
+    if (outs.empty() || outs[0].glass == nullptr) return Status::error("the engine returned no glass report");
+    GB_RETURN_IF_ERROR(sums.add(*outs[0].glass, c));
+  }
+  return sums;
+}
+
+nlohmann::json depth_json(const DepthSums& d) {
+  nlohmann::json j = {{"n_tokens", d.n_tokens()}};
+  j["layers"] = nlohmann::json::array();
+  for (int32_t l = 0; l < d.n_layers(); ++l) {
+    std::vector<double> dist;
+    for (int32_t k = 1; k <= d.n_layers() - l; ++k) dist.push_back(d.angular_distance(l, k));
+    j["layers"].push_back({{"layer", l},
+                           {"block_influence", d.block_influence(l)},
+                           {"attn_update_ratio", d.attn_update_ratio(l)},
+                           {"mlp_update_ratio", d.mlp_update_ratio(l)},
+                           {"angular_distance", dist}});
+  }
+  j["best_blocks"] = nlohmann::json::array();
+  for (int32_t len = 1; len <= d.n_layers(); ++len) {
+    const int32_t best = d.best_block(len);
+    j["best_blocks"].push_back(
+        {{"n", len}, {"first_layer", best}, {"angular_distance", d.angular_distance(best, len)}});
+  }
+  return j;
+}
+
+std::string depth_md(const DepthSums& d) {
+  std::string md =
+      "| layer | block influence | ‖attn_out‖/‖resid_pre‖ | ‖mlp_out‖/‖resid_mid‖ | angular distance n=1 |\n"
+      "| --- | --- | --- | --- | --- |\n";
+  for (int32_t l = 0; l < d.n_layers(); ++l) {
+    char line[256];
+    std::snprintf(line, sizeof(line), "| %d | %.5f | %.4f | %.4f | %.5f |\n", l, d.block_influence(l),
+                  d.attn_update_ratio(l), d.mlp_update_ratio(l), d.angular_distance(l, 1));
+    md += line;
+  }
+  md += "\n| n layers | least-change block | angular distance |\n| --- | --- | --- |\n";
+  for (int32_t len = 1; len <= d.n_layers(); ++len) {
+    const int32_t best = d.best_block(len);
+    char line[128];
+    std::snprintf(line, sizeof(line), "| %d | %d–%d | %.5f |\n", len, best, best + len - 1,
+                  d.angular_distance(best, len));
+    md += line;
+  }
+  return md;
+}
+
+}  // namespace gb::analysis
