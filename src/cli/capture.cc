@@ -8,12 +8,14 @@
 namespace gb::cli {
 
 Result<std::map<std::string, CapturedTensor>> capture_hidden_states(
-    Model& m, const std::vector<int32_t>& ids, const std::vector<std::pair<HookPoint, int32_t>>& keys) {
+    Model& m, const std::vector<int32_t>& ids, const std::vector<std::pair<HookPoint, int32_t>>& keys,
+    LayerTime* layer_time) {
   const ModelConfig& c = m.config();
   GlassSpec spec;
   spec.observe.enabled = true;
   spec.observe.layers = {0};
   spec.observe.detect_massive = false;
+  spec.observe.layer_time = layer_time != nullptr;
   const int32_t n = static_cast<int32_t>(ids.size());
   for (const auto& [p, l] : keys) {
     for (int32_t pos = 0; pos < n; ++pos) spec.observe.captures.push_back({p, is_layer_point(p) ? l : -1, pos});
@@ -42,6 +44,7 @@ Result<std::map<std::string, CapturedTensor>> capture_hidden_states(
     if (ev.glass != nullptr) report = ev.glass;
   }
   if (report == nullptr) return Status::error("the engine returned no glass report");
+  if (layer_time != nullptr) *layer_time = report->layer_time;
 
   std::map<std::string, CapturedTensor> tensors;
   for (const Capture& cap : report->captures) {

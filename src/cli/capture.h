@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "glass/report.h"
 #include "model/model.h"
 
 namespace gb::cli {
@@ -22,8 +23,10 @@ struct CapturedTensor {
 };
 
 // Runs ids through m once and returns, keyed by hook_key ("layers.3.resid_post", "logits"), the
-// rows of every (point, layer) asked for (layer ignored for global points).
+// rows of every (point, layer) asked for (layer ignored for global points). layer_time (may be
+// null): the same run's time per layer (observe.layer_time).
 Result<std::map<std::string, CapturedTensor>> capture_hidden_states(
-    Model& m, const std::vector<int32_t>& ids, const std::vector<std::pair<HookPoint, int32_t>>& keys);
+    Model& m, const std::vector<int32_t>& ids, const std::vector<std::pair<HookPoint, int32_t>>& keys,
+    LayerTime* layer_time = nullptr);
 
 }  // namespace gb::cli

@@ -3,8 +3,9 @@
 //   Block Influence BI_l = 1 − mean_t cos(resid_pre_l, resid_post_l)
 //   update ratios        mean_t ‖attn_out_l‖ / ‖resid_pre_l‖ and mean_t ‖mlp_out_l‖ / ‖resid_mid_l‖
 //   angular distance     d(l, n) = mean_t arccos(cos(resid_pre_l, resid_post_{l+n−1})) / π, n = 1..L−l
-// (means over the prompt's tokens t). The smallest d(l, n) for each n names the block of n layers
-// that changes the stream least — the first candidate to drop. Writes a table to stdout, and with
+// (means over the prompt's tokens t), and each layer's share of the forward pass's wall time
+// (observe.layer_time of the same run; the output head has the rest). The smallest d(l, n) for each n names the block
+// of n layers that changes the stream least — the first candidate to drop. Writes a table to stdout, and with
 // --out DIR depth.json, depth.md and depth.svg (the d(l, n) heat map, Gromov's picture).
 // --skip: the perplexity of the prompt (scoring.h, as `glassbox score` computes it) with nothing
 // skipped, with each single layer skipped, and with the least-change block of n = 2..--skip-block
@@ -26,6 +27,7 @@
 #include "cli/report_files.h"
 #include "cli/scoring.h"
 #include "core/mapped_file.h"
+#include "glass/codec.h"
 #include "tokenizer/tokenizer.h"
 
 namespace gb::cli {
@@ -184,7 +186,8 @@ int run_depth(const DepthOptions& o) {
        {HookPoint::kResidPre, HookPoint::kAttnOut, HookPoint::kResidMid, HookPoint::kMlpOut, HookPoint::kResidPost}) {
     for (int32_t l = 0; l < c.n_layers; ++l) keys.emplace_back(p, l);
   }
-  auto captured = capture_hidden_states(m, ids, keys);
+  LayerTime times;
+  auto captured = capture_hidden_states(m, ids, keys, &times);
   if (!captured.is_ok()) return fail(captured.message());
   const int64_t n = static_cast<int64_t>(ids.size()), e = c.n_embd;
   auto rows = [&](HookPoint p, int32_t l) { return captured->at(hook_key(p, l)).data.data(); };
@@ -216,22 +219,30 @@ int run_depth(const DepthOptions& o) {
     }
   }
 
-  nlohmann::json j = {{"model", o.model}, {"n_tokens", n}};
+  const nlohmann::json time_json = layer_time_json(times);  // shares of the step's wall time
+  nlohmann::json j = {{"model", o.model}, {"n_tokens", n}, {"step_time", time_json}};
   j["layers"] = nlohmann::json::array();
   std::string md =
-      "| layer | block influence | ‖attn_out‖/‖resid_pre‖ | ‖mlp_out‖/‖resid_mid‖ | angular distance n=1 |\n"
-      "| --- | --- | --- | --- | --- |\n";
+      "| layer | block influence | ‖attn_out‖/‖resid_pre‖ | ‖mlp_out‖/‖resid_mid‖ | angular distance n=1 | step time "
+      "share |\n"
+      "| --- | --- | --- | --- | --- | --- |\n";
   for (int32_t l = 0; l < L; ++l) {
+    const double share = time_json["layers"][static_cast<size_t>(l)]["share"].get<double>();
     j["layers"].push_back({{"layer", l},
                            {"block_influence", bi[l]},
                            {"attn_update_ratio", attn_ratio[l]},
                            {"mlp_update_ratio", mlp_ratio[l]},
-                           {"angular_distance", dist[l]}});
+                           {"angular_distance", dist[l]},
+                           {"time_share", share}});
     char line[256];
-    std::snprintf(line, sizeof(line), "| %d | %.5f | %.4f | %.4f | %.5f |\n", l, bi[l], attn_ratio[l], mlp_ratio[l],
-                  dist[l][0]);
+    std::snprintf(line, sizeof(line), "| %d | %.5f | %.4f | %.4f | %.5f | %.1f%% |\n", l, bi[l], attn_ratio[l],
+                  mlp_ratio[l], dist[l][0], 100 * share);
     md += line;
   }
+  char head[96];
+  std::snprintf(head, sizeof(head), "| output head | | | | | %.1f%% |\n",
+                100 * time_json["head"]["share"].get<double>());
+  md += head;
   // For each block length n, the start layer whose block changes the stream least.
   md += "\n| n layers | least-change block | angular distance |\n| --- | --- | --- |\n";
   j["best_blocks"] = nlohmann::json::array();
