@@ -97,6 +97,18 @@ TEST(ScanCli, AttentionSinkModelZeroingMatters) {
               ab["perplexity"]["zeroed"].get<double>(), zero_ratio);
   EXPECT_NEAR(mean_ratio, 1.0, 0.01) << "the mean of the massive value keeps the sink";
   EXPECT_GT(zero_ratio, 10.0) << "zeroing the massive value removes the sink";
+  // The sink holds in the untouched model: every query reads BOS's value, ≈ 0, so the sink
+  // layer's attention adds next to nothing (without the sink it would add ≈ 2.6 to the marker).
+  const nlohmann::json a = nlohmann::json::parse(run(std::string(GB_GLASSBOX_BIN) + " scan -m " + dir + " --prompts " +
+                                                     dir + "/prompts.txt --points attn_out --json -t 1"));
+  bool seen = false;
+  for (const auto& l : a["layers"]) {
+    if (l["layer"] != SinkFixture::kSinkLayer) continue;
+    seen = true;
+    std::printf("sink layer attn_out: max |x| %.3g\n", l["max_abs"].get<double>());
+    EXPECT_LT(l["max_abs"].get<double>(), 0.05) << l.dump();
+  }
+  EXPECT_TRUE(seen) << a.dump();
 }
 
 }  // namespace

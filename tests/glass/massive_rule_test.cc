@@ -301,8 +301,7 @@ TEST(LayerTime, SharesSumToOneWithinTheWallTime) {
   for (int32_t pos = 0; pos < static_cast<int32_t>(ids.size());) {
     const int32_t n = pos == 0 ? 8 : 1;  // a prompt of 8, then one token a step
     Batch batch;
-    batch.add_sequence(std::span(ids).subspan(static_cast<size_t>(pos), static_cast<size_t>(n)), pos, table, 16,
-                       false);
+    batch.add_sequence(std::span(ids).subspan(static_cast<size_t>(pos), static_cast<size_t>(n)), pos, table, 16, false);
     GlassStep step(c);
     step.add_sequence(0, n, pos, 8, &acc);
     step.finalize();

@@ -874,7 +874,7 @@ class GlassRealEngineTest : public HttpTest {
 };
 
 TEST_F(GlassRealEngineTest, MassiveEventsCarryBothTestsAndTheMedian) {
-  start_real(test::MassiveFixture::make());
+  start_real(gb::test::MassiveFixture::make());
   const json observe = {{"points", {"resid_post"}}};
   // The default rule: the layer median, both tests. The BOS row from layer 1 on, once per layer;
   // the decode rows compare with the prompt's stored median and are not massive.
@@ -882,9 +882,9 @@ TEST_F(GlassRealEngineTest, MassiveEventsCarryBothTestsAndTheMedian) {
   ASSERT_EQ(g["events"].size(), 2u) << g.dump();
   for (size_t i = 0; i < 2; ++i) {
     const json& e = g["events"][i];
-    EXPECT_EQ(e["layer"], test::MassiveFixture::kLayer + static_cast<int>(i));
+    EXPECT_EQ(e["layer"], gb::test::MassiveFixture::kLayer + static_cast<int>(i));
     EXPECT_EQ(e["token"], 0);
-    EXPECT_EQ(e["dim"], test::MassiveFixture::kDim);
+    EXPECT_EQ(e["dim"], gb::test::MassiveFixture::kDim);
     EXPECT_EQ(e["median"], "layer");
     EXPECT_EQ(e["abs_test"], true);
     EXPECT_EQ(e["ratio_test"], true);
@@ -917,7 +917,7 @@ TEST_F(GlassRealEngineTest, MassiveEventsCarryBothTestsAndTheMedian) {
     for (const std::string& line : logs()) {
       const json l = json::parse(line, nullptr, false);
       if (!l.is_object() || l.value("event", "") != "massive_activation") continue;
-      EXPECT_EQ(l["dim"], test::MassiveFixture::kDim) << line;
+      EXPECT_EQ(l["dim"], gb::test::MassiveFixture::kDim) << line;
       EXPECT_TRUE(l["abs_test"].is_boolean() && l["ratio_test"].is_boolean()) << line;
       if (l["median"] == "layer" && l["abs_test"] == true && l["ratio_test"] == true) logged = true;
     }
@@ -929,7 +929,7 @@ TEST_F(GlassRealEngineTest, MassiveEventsCarryBothTestsAndTheMedian) {
 // observe.layer_time: each layer's share of the forward passes' wall time, the output head the
 // rest: shares summing to 1, every layer's time positive, all of it within the request's wall time.
 TEST_F(GlassRealEngineTest, LayerTimeSharesOverHttp) {
-  start_real(test::MassiveFixture::make());
+  start_real(gb::test::MassiveFixture::make());
   double wall_ms = 0;
   const json g = glassbox_of({{"observe", {{"layers", {0}}, {"layer_time", true}}}}, &wall_ms);
   ASSERT_TRUE(g.contains("layer_time")) << g.dump();
