@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstdio>
 
+#include "glass/codec.h"
+
 namespace gb::analysis {
 namespace {
 
@@ -29,12 +31,17 @@ Result<std::shared_ptr<const GlassSpec>> depth_spec(const ModelConfig& c, int32_
   for (HookPoint p : kDepthPoints) {
     for (int32_t l = 0; l < c.n_layers; ++l) keys.emplace_back(p, l);
   }
-  return capture_spec(c, n_tokens, keys);
+  GB_ASSIGN_OR_RETURN(std::shared_ptr<const GlassSpec> spec, capture_spec(c, n_tokens, keys));
+  GlassSpec timed = *spec;
+  timed.observe.layer_time = true;
+  return seal_resolved_spec(std::move(timed), c);
 }
 
 DepthSums::DepthSums(int32_t n_layers)
     : bi_(static_cast<size_t>(n_layers)), attn_(static_cast<size_t>(n_layers)), mlp_(static_cast<size_t>(n_layers)) {
   for (int32_t l = 0; l < n_layers; ++l) dist_.emplace_back(static_cast<size_t>(n_layers - l), 0.0);
+  time_.enabled = true;
+  time_.layer_ms.assign(static_cast<size_t>(n_layers), 0.0);
 }
 
 Status DepthSums::add(const GlassReport& report, const ModelConfig& c) {
@@ -72,6 +79,12 @@ Status DepthSums::add(const GlassReport& report, const ModelConfig& c) {
     }
   }
   n_ += n;
+  const LayerTime& lt = report.layer_time;
+  if (lt.enabled && static_cast<int32_t>(lt.layer_ms.size()) == L) {
+    time_.steps += lt.steps;
+    time_.head_ms += lt.head_ms;
+    for (int32_t l = 0; l < L; ++l) time_.layer_ms[l] += lt.layer_ms[l];
+  }
   return Status::ok();
 }
 
@@ -107,7 +120,8 @@ Result<DepthSums> run_depth(const Runner& run, const ModelConfig& c, const std::
 }
 
 nlohmann::json depth_json(const DepthSums& d) {
-  nlohmann::json j = {{"n_tokens", d.n_tokens()}};
+  const nlohmann::json time = layer_time_json(d.time());
+  nlohmann::json j = {{"n_tokens", d.n_tokens()}, {"step_time", time}};
   j["layers"] = nlohmann::json::array();
   for (int32_t l = 0; l < d.n_layers(); ++l) {
     std::vector<double> dist;
@@ -116,7 +130,8 @@ nlohmann::json depth_json(const DepthSums& d) {
                            {"block_influence", d.block_influence(l)},
                            {"attn_update_ratio", d.attn_update_ratio(l)},
                            {"mlp_update_ratio", d.mlp_update_ratio(l)},
-                           {"angular_distance", dist}});
+                           {"angular_distance", dist},
+                           {"time_share", time["layers"][static_cast<size_t>(l)]["share"]}});
   }
   j["best_blocks"] = nlohmann::json::array();
   for (int32_t len = 1; len <= d.n_layers(); ++len) {
@@ -128,15 +143,21 @@ nlohmann::json depth_json(const DepthSums& d) {
 }
 
 std::string depth_md(const DepthSums& d) {
+  const nlohmann::json time = layer_time_json(d.time());
   std::string md =
-      "| layer | block influence | ‖attn_out‖/‖resid_pre‖ | ‖mlp_out‖/‖resid_mid‖ | angular distance n=1 |\n"
-      "| --- | --- | --- | --- | --- |\n";
+      "| layer | block influence | ‖attn_out‖/‖resid_pre‖ | ‖mlp_out‖/‖resid_mid‖ | angular distance n=1 | step time "
+      "share |\n"
+      "| --- | --- | --- | --- | --- | --- |\n";
   for (int32_t l = 0; l < d.n_layers(); ++l) {
     char line[256];
-    std::snprintf(line, sizeof(line), "| %d | %.5f | %.4f | %.4f | %.5f |\n", l, d.block_influence(l),
-                  d.attn_update_ratio(l), d.mlp_update_ratio(l), d.angular_distance(l, 1));
+    std::snprintf(line, sizeof(line), "| %d | %.5f | %.4f | %.4f | %.5f | %.1f%% |\n", l, d.block_influence(l),
+                  d.attn_update_ratio(l), d.mlp_update_ratio(l), d.angular_distance(l, 1),
+                  100 * time["layers"][static_cast<size_t>(l)]["share"].get<double>());
     md += line;
   }
+  char head[96];
+  std::snprintf(head, sizeof(head), "| output head | | | | | %.1f%% |\n", 100 * time["head"]["share"].get<double>());
+  md += head;
   md += "\n| n layers | least-change block | angular distance |\n| --- | --- | --- |\n";
   for (int32_t len = 1; len <= d.n_layers(); ++len) {
     const int32_t best = d.best_block(len);

@@ -3,7 +3,8 @@
 //   Block Influence BI_l = 1 − mean_t cos(resid_pre_l, resid_post_l)
 //   update ratios        mean_t ‖attn_out_l‖ / ‖resid_pre_l‖ and mean_t ‖mlp_out_l‖ / ‖resid_mid_l‖
 //   angular distance     d(l, n) = mean_t arccos(cos(resid_pre_l, resid_post_{l+n−1})) / π, n = 1..L−l
-// The smallest d(l, n) for each n names the block of n layers that changes the stream least.
+// The smallest d(l, n) for each n names the block of n layers that changes the stream least. The
+// same requests time the forward pass per layer (observe.layer_time): each layer's share of it.
 #pragma once
 
 #include <cstdint>
@@ -17,7 +18,7 @@
 namespace gb::analysis {
 
 // The captures depth needs for a prompt of n_tokens: resid_pre, attn_out, resid_mid, mlp_out and
-// resid_post of every layer at every token.
+// resid_post of every layer at every token; and the layer times.
 Result<std::shared_ptr<const GlassSpec>> depth_spec(const ModelConfig& c, int32_t n_tokens);
 
 // Sums over tokens, prompt by prompt (a prompt's captures can be dropped once added).
@@ -38,20 +39,25 @@ class DepthSums {
   std::vector<std::vector<double>> distances() const;
   // For a block length n: the first layer of the block with the least angular distance.
   int32_t best_block(int32_t n) const;
+  // The forward passes' time per layer and in the head, summed over the prompts.
+  const LayerTime& time() const { return time_; }
 
  private:
   int64_t n_ = 0;
   std::vector<double> bi_, attn_, mlp_;    // Σ_t cos, Σ_t ratios
   std::vector<std::vector<double>> dist_;  // Σ_t arccos(...)/π
+  LayerTime time_;
 };
 
 // Runs every prompt (one at a time: each holds all its hidden states) and sums them.
 Result<DepthSums> run_depth(const Runner& run, const ModelConfig& c, const std::vector<std::vector<int32_t>>& prompts);
 
 // {"n_tokens", "layers": [{layer, block_influence, attn_update_ratio, mlp_update_ratio,
-// angular_distance: [n = 1..]}], "best_blocks": [{n, first_layer, angular_distance}]}
+// angular_distance: [n = 1..], time_share}], "best_blocks": [{n, first_layer, angular_distance}],
+// "step_time": layer_time_json}
 nlohmann::json depth_json(const DepthSums& d);
-// The per-layer table and the least-change blocks table (Markdown).
+// The per-layer table (with each layer's share of the step time, and the head's) and the
+// least-change blocks table (Markdown).
 std::string depth_md(const DepthSums& d);
 
 }  // namespace gb::analysis

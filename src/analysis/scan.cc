@@ -102,7 +102,11 @@ ScanReport scan_report(const ScanParams& p, const std::vector<std::string>& prom
                        const TokenText& text) {
   ScanReport rep;
   nlohmann::json& j = rep.json;
-  j = {{"rule", {{"min_abs", p.rule.min_abs}, {"min_ratio", p.rule.min_ratio}}},
+  j = {{"rule",
+        {{"min_abs", p.rule.min_abs},
+         {"min_ratio", p.rule.min_ratio},
+         {"median", std::string(massive_median_name(p.rule.median))},
+         {"fire_on", std::string(massive_fire_name(p.rule.fire_on))}}},
        {"prompts", prompts},
        {"events", r.events.size() + static_cast<size_t>(r.dropped)}};
   j["layers"] = nlohmann::json::array();
@@ -144,8 +148,18 @@ ScanReport scan_report(const ScanParams& p, const std::vector<std::string>& prom
     rep.md += line;
   }
   if (r.emergence < 0) {
-    char rule[96];
-    std::snprintf(rule, sizeof(rule), "|x| > %g and > %g × its median |x|", p.rule.min_abs, p.rule.min_ratio);
+    char abs_test[48], ratio_test[96], rule[160];
+    std::snprintf(abs_test, sizeof(abs_test), "|x| > %g", p.rule.min_abs);
+    std::snprintf(ratio_test, sizeof(ratio_test), "%g × the %s median |x|", p.rule.min_ratio,
+                  p.rule.median == MassiveMedian::kLayer ? "layer's" : "row's");
+    if (p.rule.fire_on == MassiveFire::kAbs) {
+      std::snprintf(rule, sizeof(rule), "%s", abs_test);
+    } else if (p.rule.fire_on == MassiveFire::kRatio) {
+      std::snprintf(rule, sizeof(rule), "|x| > %s", ratio_test);
+    } else {
+      std::snprintf(rule, sizeof(rule), "%s %s > %s", abs_test, p.rule.fire_on == MassiveFire::kEither ? "or" : "and",
+                    ratio_test);
+    }
     rep.verdict = std::string("no massive activations: no row passes ") + rule;
     j["emergence_layer"] = nullptr;
     return rep;

@@ -3,7 +3,9 @@
 // the same accumulator, detector and rule) and reports per (layer, point) the largest |x| with
 // its dim and token, the mean per-token median |x|, the largest max/median ratio and the top
 // dims; then the massive-emergence layer — the first layer where a row passes the rule
-// (|x| > min_abs and > min_ratio × median|x| of that row) — with its dims and token positions.
+// (|x| > min_abs and > min_ratio × the median |x| of the prompt's rows at that layer, Sun et al.;
+// --median token: of that row; --fire-on: which tests an event needs) — with its dims and token
+// positions.
 // Writes a table to stdout, and with --out DIR scan.json, scan.md, scan.svg (the top-3
 // magnitudes of resid_post per layer on a log scale) and scan-heat.svg (layer × token of the
 // first prompt: each resid_post row's max|x| / median|x|, log scale).
@@ -37,6 +39,7 @@ struct ScanOptions {
   std::string model, prompt, prompt_ids, prompts_file, points = "resid_post", out;
   int threads = 0, top_k = 3;
   float min_abs = 100.0f, min_ratio = 1000.0f;
+  std::string median = "layer", fire_on = "both";
   bool json = false, check_ablation = false;
 };
 
@@ -180,7 +183,8 @@ int run_scan(const ScanOptions& o) {
   if (!points.is_ok()) return fail("--points: " + points.message());
   params.points = *points;
   params.top_k = o.top_k;
-  params.rule = {o.min_abs, o.min_ratio};
+  params.rule = {o.min_abs, o.min_ratio, parse_massive_median(o.median).value_or(MassiveMedian::kLayer),
+                 parse_massive_fire(o.fire_on).value_or(MassiveFire::kBoth)};
   params.heat_map = !o.out.empty();
   int32_t longest = 0;
   for (const auto& p : in->prompts) longest = std::max(longest, static_cast<int32_t>(p.size()));
@@ -258,7 +262,14 @@ void register_scan(CLI::App& app, Action* action) {
       ->capture_default_str()
       ->check(CLI::Range(1, 16));
   cmd->add_option("--min-abs", o->min_abs, "the rule: |x| above this ...")->capture_default_str();
-  cmd->add_option("--min-ratio", o->min_ratio, "... and above this × the row's median |x|")->capture_default_str();
+  cmd->add_option("--min-ratio", o->min_ratio, "... and above this × the median |x|")->capture_default_str();
+  cmd->add_option("--median", o->median,
+                  "the median of the rule: layer (of the prompt's rows at that layer, Sun et al.) or token (the row's)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"layer", "token"}));
+  cmd->add_option("--fire-on", o->fire_on, "which tests an event needs: both, abs, ratio or either")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"both", "abs", "ratio", "either"}));
   cmd->add_option("--out,-o", o->out, "directory for scan.json, scan.md and scan.svg");
   add_threads_flag(*cmd, &o->threads);
   cmd->add_flag("--json", o->json, "print the JSON instead of the table");

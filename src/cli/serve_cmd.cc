@@ -181,6 +181,8 @@ Result<server::Backend> make_backend(const server::ServerConfig& cfg) {
   ec.monitor.every_steps = static_cast<int32_t>(std::max<int64_t>(1, cfg.monitor_every_steps));
   ec.monitor.rule.min_abs = static_cast<float>(cfg.monitor_min_abs);
   ec.monitor.rule.min_ratio = static_cast<float>(cfg.monitor_min_ratio);
+  ec.monitor.rule.median = parse_massive_median(cfg.monitor_median).value_or(MassiveMedian::kLayer);
+  ec.monitor.rule.fire_on = parse_massive_fire(cfg.monitor_fire_on).value_or(MassiveFire::kBoth);
   GB_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::create(model.get(), ec));
   engine->start();
   backend.max_model_len = engine->max_model_len();

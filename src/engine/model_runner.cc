@@ -109,7 +109,9 @@ Status ModelRunner::run(const std::vector<ScheduledSeq>& scheduled) {
     hooks_.set_glass(&glass_step_);
     hooks = &hooks_;
   }
-  return model_->forward(batch_, *cache_, hooks, logits_.data());
+  GB_RETURN_IF_ERROR(model_->forward(batch_, *cache_, hooks, logits_.data()));
+  if (hooks != nullptr) glass_step_.finish_forward();
+  return Status::ok();
 }
 
 namespace {

@@ -16,6 +16,7 @@ int64_t GlassAccumulator::storage_bytes(const GlassSpec& spec, const ModelConfig
   const int64_t n_slots = int64_t{c.n_layers} * kNumLayerPoints;
   bytes += n_slots * static_cast<int64_t>(sizeof(uint8_t) + sizeof(Acc));
   if (ob.detect_massive) bytes += kMaxEventsPerRequest * static_cast<int64_t>(sizeof(MassiveEvent));
+  if (ob.layer_time) bytes += (int64_t{c.n_layers} + 1) * static_cast<int64_t>(sizeof(int64_t));
   bytes += static_cast<int64_t>(ob.captures.size()) * static_cast<int64_t>(sizeof(Capture));
   for (const CaptureRequest& cr : ob.captures) bytes += point_width(cr.point, c) * static_cast<int64_t>(sizeof(float));
   return bytes;
@@ -50,6 +51,7 @@ void GlassAccumulator::ensure_storage() {
     captures_.push_back(std::move(cap));
   }
   if (ob.detect_massive) events_.reserve(kMaxEventsPerRequest);
+  if (ob.layer_time) layer_ns_.assign(static_cast<size_t>(n_layers_) + 1, 0);
 }
 
 GlassReport GlassAccumulator::report() const {
@@ -87,6 +89,17 @@ GlassReport GlassAccumulator::report() const {
         s.top.assign(a.top, a.top + a.n_top);
         r.stats.push_back(std::move(s));
       }
+    }
+  }
+  if (ob.enabled && ob.layer_time) {
+    LayerTime& t = r.layer_time;
+    t.enabled = true;
+    t.steps = timed_steps_;
+    t.layer_ms.assign(static_cast<size_t>(n_layers_), 0.0);
+    if (storage_) {
+      for (int32_t l = 0; l < n_layers_; ++l)
+        t.layer_ms[static_cast<size_t>(l)] = static_cast<double>(layer_ns_[static_cast<size_t>(l)]) * 1e-6;
+      t.head_ms = static_cast<double>(layer_ns_.back()) * 1e-6;
     }
   }
   r.events = events_;

@@ -42,6 +42,7 @@ class GlassAccumulator {
     double sum = 0, sum_sq = 0;
     int64_t n_values = 0;
     int32_t last_position = -1;  // rows at or below this were already counted (recompute after preemption)
+    float layer_median = -1;     // median |x| of the sequence's last multi-row step here (-1: none yet)
     int32_t n_top = 0;
     TopDim top[kMaxTopK];
   };
@@ -56,6 +57,8 @@ class GlassAccumulator {
   int64_t events_dropped_ = 0;
   std::vector<int64_t> applied_rows_;  // [interventions]
   std::vector<Capture> captures_;      // data sized by ensure_storage
+  std::vector<int64_t> layer_ns_;      // [n_layers + 1] with observe.layer_time: ns per layer, then the output head
+  int64_t timed_steps_ = 0;
 };
 
 // The most heap bytes one sequence's GlassAccumulator holds for a resolved spec (statistics

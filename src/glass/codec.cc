@@ -434,13 +434,13 @@ std::optional<GlassError> parse_one(const json& item, const std::string& where, 
 std::optional<GlassError> parse_observe(const json& o, const std::string& w, const ModelConfig& m,
                                         GlassRequestParts* out) {
   if (!o.is_object()) return bad(w, w + ": expected an object");
-  static const std::set<std::string> kKeys = {"points", "layers",         "tokens", "top_k",
-                                              "stats",  "detect_massive", "capture"};
+  static const std::set<std::string> kKeys = {"points", "layers",         "tokens",  "top_k",
+                                              "stats",  "detect_massive", "capture", "layer_time"};
   for (const auto& [k, v] : o.items()) {
     if (!kKeys.count(k))
-      return bad(
-          w + "." + name_brief(k),
-          w + "." + name_brief(k) + ": unknown field (points, layers, tokens, top_k, stats, detect_massive, capture)");
+      return bad(w + "." + name_brief(k),
+                 w + "." + name_brief(k) +
+                     ": unknown field (points, layers, tokens, top_k, stats, detect_massive, capture, layer_time)");
   }
   ObserveSpec& obs = out->observe;
   json canon = json::object();
@@ -495,6 +495,11 @@ std::optional<GlassError> parse_observe(const json& o, const std::string& w, con
     if (!it->is_boolean()) return bad(w + ".detect_massive", w + ".detect_massive: expected true or false");
     obs.detect_massive = it->get<bool>();
     canon["detect_massive"] = obs.detect_massive;
+  }
+  if (auto it = o.find("layer_time"); it != o.end()) {
+    if (!it->is_boolean()) return bad(w + ".layer_time", w + ".layer_time: expected true or false");
+    obs.layer_time = it->get<bool>();
+    canon["layer_time"] = obs.layer_time;
   }
   if (auto it = o.find("capture"); it != o.end()) {
     const json& c = *it;
@@ -560,15 +565,32 @@ std::optional<GlassError> parse_glass_request(const json& ext, const ParseContex
   }
   if (auto it = ext.find("massive"); it != ext.end()) {
     const json& m = *it;
-    if (!m.is_object()) return bad("glassbox.massive", "glassbox.massive: expected {min_abs, min_ratio}");
+    const std::string w = "glassbox.massive";
+    if (!m.is_object()) return bad(w, w + ": expected {min_abs, min_ratio, median, fire_on}");
     json canon = json::object();
     for (const auto& [k, v] : m.items()) {
+      const std::string kw = w + "." + name_brief(k);
       float f = 0;
-      if ((k != "min_abs" && k != "min_ratio") || !as_finite_float(v, &f) || f < 0)
-        return bad("glassbox.massive." + name_brief(k),
-                   "glassbox.massive." + name_brief(k) + ": expected min_abs or min_ratio, a finite number >= 0");
-      (k == "min_abs" ? out->massive.min_abs : out->massive.min_ratio) = f;
-      canon[k] = float_json(f);
+      if (k == "min_abs" || k == "min_ratio") {
+        if (!as_finite_float(v, &f) || f < 0) return bad(kw, kw + ": expected a finite number >= 0");
+        (k == "min_abs" ? out->massive.min_abs : out->massive.min_ratio) = f;
+        canon[k] = float_json(f);
+      } else if (k == "median") {
+        const auto med = v.is_string() ? parse_massive_median(v.get_ref<const std::string&>()) : std::nullopt;
+        if (!med)
+          return bad(kw, kw + ": " + json_brief(v) +
+                             " is not \"layer\" (the median |x| of the sequence's rows, Sun et al.) or \"token\" "
+                             "(each row's own)");
+        out->massive.median = *med;
+        canon[k] = std::string(massive_median_name(*med));
+      } else if (k == "fire_on") {
+        const auto fire = v.is_string() ? parse_massive_fire(v.get_ref<const std::string&>()) : std::nullopt;
+        if (!fire) return bad(kw, kw + ": " + json_brief(v) + " is not \"both\", \"abs\", \"ratio\" or \"either\"");
+        out->massive.fire_on = *fire;
+        canon[k] = std::string(massive_fire_name(*fire));
+      } else {
+        return bad(kw, kw + ": unknown field (min_abs, min_ratio, median, fire_on)");
+      }
     }
     out->canonical["massive"] = std::move(canon);
   }
@@ -695,6 +717,19 @@ Result<LocalGlass> parse_local_glass(const json& ext, const ModelConfig& m,
   return out;
 }
 
+json layer_time_json(const LayerTime& t) {
+  double total = t.head_ms;
+  for (double ms : t.layer_ms) total += ms;
+  auto share = [&](double ms) { return total > 0 ? ms / total : 0.0; };
+  json layers = json::array();
+  for (size_t l = 0; l < t.layer_ms.size(); ++l)
+    layers.push_back({{"layer", l}, {"ms", t.layer_ms[l]}, {"share", share(t.layer_ms[l])}});
+  return {{"steps", t.steps},
+          {"total_ms", total},
+          {"layers", std::move(layers)},
+          {"head", {{"ms", t.head_ms}, {"share", share(t.head_ms)}}}};
+}
+
 json glass_report_json(const GlassReport& r, const std::vector<std::string>& stats) {
   auto want = [&](const char* s) { return stats.empty() || std::find(stats.begin(), stats.end(), s) != stats.end(); };
   json report = json::array();
@@ -727,6 +762,7 @@ json glass_report_json(const GlassReport& r, const std::vector<std::string>& sta
                       {"dim", ev.dim},
                       {"value", float_json(ev.value)},
                       {"median_abs", float_json(ev.median_abs)},
+                      {"median", std::string(massive_median_name(ev.median))},
                       {"ratio", float_json(ev.ratio)},
                       {"abs_test", ev.abs_test},
                       {"ratio_test", ev.ratio_test}});
@@ -755,6 +791,7 @@ json glass_report_json(const GlassReport& r, const std::vector<std::string>& sta
   json out = {{"report", report}, {"events", events}, {"applied", applied}};
   if (r.events_dropped > 0) out["events_dropped"] = r.events_dropped;
   if (!captures.empty()) out["captures"] = captures;
+  if (r.layer_time.enabled) out["layer_time"] = layer_time_json(r.layer_time);
   return out;
 }
 

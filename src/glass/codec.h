@@ -7,7 +7,7 @@
 //     "observe": {"points": ["resid_post"] | "all", "layers": "all" | [0, 3] | {"from": 2, "to": 9},
 //                 "tokens": "all" | "prompt" | "generated" | "first" | [positions], "top_k": 4,
 //                 "stats": ["max_abs", "median_abs", "rms", "mean", "top_k"], "detect_massive": true,
-//                 "capture": [{"point": "resid_post", "layer": 3, "token": 0}]},
+//                 "capture": [{"point": "resid_post", "layer": 3, "token": 0}], "layer_time": false},
 //     "interventions": [
 //       {"op": "scale", "point": "mlp_act", "layer": 14, "dims": [8949], "strength": -0.98},
 //       {"op": "add", "point": "resid_post", "layers": {"from": 2, "to": 5}, "vector": [...] | "name", "strength": 4},
@@ -16,7 +16,8 @@
 //       {"op": "skip", "layer": 3 | "layers": {"from": 2, "to": 4}},   (point: resid_post or absent)
 //       {"control_vector": "happy", "strength": 0.8},
 //       {"preset": "neuron-14-8949-low"}],
-//     "massive": {"min_abs": 100, "min_ratio": 1000},
+//     "massive": {"min_abs": 100, "min_ratio": 1000, "median": "layer" | "token",
+//                 "fire_on": "both" | "abs" | "ratio" | "either"},
 //     "stop_on_repetition": {"ngram": 4, "window": 64, "max_rate": 0.6}
 //   }
 //
@@ -103,6 +104,10 @@ Result<LocalGlass> parse_local_glass(const nlohmann::json& ext, const ModelConfi
 // The per-choice report: stats per layer and point, events, captures and applied. stats filters
 // the report's fields (empty: all).
 nlohmann::json glass_report_json(const GlassReport& r, const std::vector<std::string>& stats);
+
+// observe.layer_time's report: {steps, total_ms, layers: [{layer, ms, share}], head: {ms, share}},
+// shares of total_ms (the layers' and the head's sum to 1).
+nlohmann::json layer_time_json(const LayerTime& t);
 
 // A float as the shortest decimal that reads back as it (-0.98, not -0.9800000190734863); "inf",
 // "-inf", "nan" for the others.

@@ -25,13 +25,14 @@ AppliedIntervention applied_intervention(const Intervention& iv) {
 }
 
 MassiveEvent massive_event(HookPoint p, int32_t layer, int32_t position, const float* x, int32_t max_dim, float max_abs,
-                           float median_abs, const MassiveTest& test) {
+                           float median_abs, MassiveMedian median, const MassiveTest& test) {
   return {p,
           layer,
           position,
           max_dim,
           x[max_dim],
           median_abs,
+          median,
           median_abs > 0 ? max_abs / median_abs : std::numeric_limits<float>::infinity(),
           test.abs_test,
           test.ratio_test};

@@ -38,16 +38,18 @@ struct MassiveEvent {
   int32_t layer = 0;
   int32_t position = 0;  // token position in its sequence
   int32_t dim = 0;
-  float value = 0;          // x (signed)
-  float median_abs = 0;     // median |x| of that row
-  float ratio = 0;          // |x| / median_abs (∞ when the median is 0)
-  bool abs_test = false;    // |x| > min_abs
-  bool ratio_test = false;  // |x| > min_ratio · median_abs
+  float value = 0;                               // x (signed)
+  float median_abs = 0;                          // the median |x| the rule compared with (see `median`)
+  MassiveMedian median = MassiveMedian::kToken;  // layer: the sequence's layer median (MassiveRule); token: the row's
+  float ratio = 0;                               // |x| / median_abs (∞ when the median is 0)
+  bool abs_test = false;                         // |x| > min_abs
+  bool ratio_test = false;                       // |x| > min_ratio · median_abs
 };
 
-// The event of a row that passed is_massive(): its largest value x[max_dim] at (p, layer, position).
+// The event of a row that passed is_massive(): its largest value x[max_dim] at (p, layer, position),
+// compared with median_abs (of kind `median`).
 MassiveEvent massive_event(HookPoint p, int32_t layer, int32_t position, const float* x, int32_t max_dim, float max_abs,
-                           float median_abs, const MassiveTest& test);
+                           float median_abs, MassiveMedian median, const MassiveTest& test);
 
 struct Capture {
   HookPoint point = HookPoint::kResidPost;
@@ -75,12 +77,25 @@ struct AppliedIntervention {
 // An intervention as resolved (rows = 0: the caller counts them).
 AppliedIntervention applied_intervention(const Intervention& iv);
 
+// observe.layer_time: the wall time (steady clock) the forward passes of the sequence's steps
+// spent in each layer — from the previous layer's resid_post (layer 0: the embed hook) to this
+// layer's, the glass box's own work at the layer's points included — and in the output head (the
+// rest of the step after the last layer's resid_post: final norm, lm_head), summed over the
+// steps. A step's time counts whole for each sequence of its batch.
+struct LayerTime {
+  bool enabled = false;
+  int64_t steps = 0;             // forward passes summed
+  std::vector<double> layer_ms;  // [n_layers]
+  double head_ms = 0;
+};
+
 struct GlassReport {
   std::vector<PointStats> stats;     // observed (layer, point) pairs, layer-major
   std::vector<MassiveEvent> events;  // in the order seen, at most kMaxEventsPerRequest
   int64_t events_dropped = 0;
   std::vector<Capture> captures;             // in ObserveSpec::captures order
   std::vector<AppliedIntervention> applied;  // in GlassSpec::interventions order
+  LayerTime layer_time;                      // with observe.layer_time
 };
 
 }  // namespace gb

@@ -71,6 +71,27 @@ std::optional<TokenScope> parse_token_scope(std::string_view name) {
   }
   return std::nullopt;
 }
+std::string_view massive_median_name(MassiveMedian m) { return m == MassiveMedian::kLayer ? "layer" : "token"; }
+std::optional<MassiveMedian> parse_massive_median(std::string_view name) {
+  if (name == "layer") return MassiveMedian::kLayer;
+  if (name == "token") return MassiveMedian::kToken;
+  return std::nullopt;
+}
+std::string_view massive_fire_name(MassiveFire f) {
+  switch (f) {
+    case MassiveFire::kBoth: return "both";
+    case MassiveFire::kAbs: return "abs";
+    case MassiveFire::kRatio: return "ratio";
+    case MassiveFire::kEither: return "either";
+  }
+  return "?";
+}
+std::optional<MassiveFire> parse_massive_fire(std::string_view name) {
+  for (MassiveFire f : {MassiveFire::kBoth, MassiveFire::kAbs, MassiveFire::kRatio, MassiveFire::kEither}) {
+    if (massive_fire_name(f) == name) return f;
+  }
+  return std::nullopt;
+}
 std::string_view intervention_op_name(InterventionOp op) {
   const auto i = static_cast<size_t>(op);
   return i < std::size(kOpNames) ? kOpNames[i] : "?";
@@ -170,6 +191,10 @@ Status check_massive_rule(const MassiveRule& m) {
   if (!(m.min_abs >= 0) || !(m.min_ratio >= 0) || !std::isfinite(m.min_abs) || !std::isfinite(m.min_ratio)) {
     return Status::error("massive: min_abs and min_ratio must be finite non-negative numbers");
   }
+  if (m.median != MassiveMedian::kLayer && m.median != MassiveMedian::kToken)
+    return Status::error("massive.median: must be layer or token");
+  if (!parse_massive_fire(massive_fire_name(m.fire_on)))
+    return Status::error("massive.fire_on: must be both, abs, ratio or either");
   return Status::ok();
 }
 

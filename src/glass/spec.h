@@ -71,22 +71,49 @@ struct Intervention {
   std::string label = {};  // free text reported back in `applied` (e.g. "control_vector:happy")
 };
 
-// The massive-activation rule (Sun et al. 2024): |x| > min_abs and |x| > min_ratio · median|x|
-// of that token's row at that (layer, point).
+// The massive-activation rule (Sun et al. 2024): a row's largest |x| is tested against
+//   abs_test:   |x| > min_abs
+//   ratio_test: |x| > min_ratio · median
+// at that (layer, point), and the row is an event when the tests fire_on asks for hold. The median
+// is, with median = layer (the paper's: "the median magnitude of the layer's hidden states"), the
+// median |x| over every value of the sequence's rows in the step — a prompt prefilled in one step
+// is exactly the paper's rule over the prompt's tokens, a chunked prompt uses each chunk's — and a
+// step with one row of the sequence (decode) uses the layer median stored from the sequence's
+// last multi-row step at that (layer, point), or its own row's median when there is none. With
+// median = token it is the row's own median |x|.
+enum class MassiveMedian : uint8_t { kLayer, kToken };
+std::string_view massive_median_name(MassiveMedian m);  // "layer", "token"
+std::optional<MassiveMedian> parse_massive_median(std::string_view name);
+enum class MassiveFire : uint8_t { kBoth, kAbs, kRatio, kEither };
+std::string_view massive_fire_name(MassiveFire f);  // "both", "abs", "ratio", "either"
+std::optional<MassiveFire> parse_massive_fire(std::string_view name);
+
 struct MassiveRule {
   float min_abs = 100.0f;
   float min_ratio = 1000.0f;
+  MassiveMedian median = MassiveMedian::kLayer;
+  MassiveFire fire_on = MassiveFire::kBoth;  // both tests, the absolute one, the ratio one, either of them
 };
 
-// The rule applied to a row's max |x| and median |x|: the one test the per-request detector and
-// the engine-wide monitor share.
+// The rule applied to a row's max |x| and the median it is compared with: the one test the
+// per-request detector and the engine-wide monitor share.
 struct MassiveTest {
   bool abs_test = false;    // max_abs > min_abs
   bool ratio_test = false;  // max_abs > min_ratio · median_abs
-  bool massive() const { return abs_test && ratio_test; }
+  bool fires = false;       // the tests rule.fire_on asks for hold
+  bool massive() const { return fires; }
 };
 inline MassiveTest is_massive(const MassiveRule& rule, float max_abs, float median_abs) {
-  return {max_abs > rule.min_abs, max_abs > rule.min_ratio * median_abs};
+  MassiveTest t;
+  t.abs_test = max_abs > rule.min_abs;
+  t.ratio_test = max_abs > rule.min_ratio * median_abs;
+  switch (rule.fire_on) {
+    case MassiveFire::kBoth: t.fires = t.abs_test && t.ratio_test; break;
+    case MassiveFire::kAbs: t.fires = t.abs_test; break;
+    case MassiveFire::kRatio: t.fires = t.ratio_test; break;
+    case MassiveFire::kEither: t.fires = t.abs_test || t.ratio_test; break;
+  }
+  return t;
 }
 
 // A raw vector to copy out: the row of (point, layer) at `position`. Global points too (embed,
@@ -106,6 +133,7 @@ struct ObserveSpec {
   TokenSelector tokens;
   int32_t top_k = 0;                               // top dims by |x| per (layer, point), 0 .. kMaxTopK
   bool detect_massive = true;                      // massive events on the observed rows
+  bool layer_time = false;                         // wall time per layer of the sequence's steps (LayerTime)
   std::vector<CaptureRequest> captures;            // raw vectors; Σ widths ≤ max_capture_floats
   int64_t max_capture_floats = kMaxCaptureFloats;  // a tool (glassbox dump) may raise it; the server never does
 };

@@ -2,6 +2,7 @@
 #include "glass/step.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 
 #include "ops/steer.h"
@@ -38,6 +39,11 @@ void for_each_range(const TokenSelector& sel, int32_t row_begin, int32_t n, int3
   }
 }
 
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
 }  // namespace
 
 // ---- MonitorStep ----
@@ -67,6 +73,8 @@ GlassStep::GlassStep(const ModelConfig& c)
   skips_stage_.reserve(64), skips_.reserve(64);
   obs_stage_.reserve(256), obs_.reserve(256);
   caps_stage_.reserve(64), caps_.reserve(64);
+  timed_.reserve(256);
+  stamps_.assign(static_cast<size_t>(n_layers_) + 1, -1);
 }
 
 void GlassStep::clear() {
@@ -76,6 +84,8 @@ void GlassStep::clear() {
   obs_stage_.clear(), obs_.clear();
   caps_stage_.clear(), caps_.clear();
   skips_stage_.clear(), skips_.clear();
+  timed_.clear();
+  std::fill(stamps_.begin(), stamps_.end(), -1);
   std::fill(op_offsets_.begin(), op_offsets_.end(), 0);
   std::fill(skip_offsets_.begin(), skip_offsets_.end(), 0);
   std::fill(obs_offsets_.begin(), obs_offsets_.end(), 0);
@@ -86,7 +96,8 @@ void GlassStep::clear() {
 }
 
 bool GlassStep::empty() const {
-  return ops_stage_.empty() && obs_stage_.empty() && caps_stage_.empty() && skips_stage_.empty() && monitor_ == nullptr;
+  return ops_stage_.empty() && obs_stage_.empty() && caps_stage_.empty() && skips_stage_.empty() && timed_.empty() &&
+         monitor_ == nullptr;
 }
 
 void GlassStep::add_sequence(int32_t row_begin, int32_t n_rows, int32_t first_pos, int32_t n_prompt,
@@ -110,14 +121,32 @@ void GlassStep::add_sequence(int32_t row_begin, int32_t n_rows, int32_t first_po
   }
   const ObserveSpec& ob = spec.observe;
   if (!ob.enabled) return;
+  const int32_t seq_end = row_begin + n_rows;
+  bool observed = false;
   for_each_range(ob.tokens, row_begin, n_rows, first_pos, n_prompt, [&](int32_t b, int32_t e) {
+    observed = true;
     for (int32_t l : ob.layers) {
       for (HookPoint p : ob.points) {
-        obs_stage_.push_back({slot(p, l), b, e, acc});
+        obs_stage_.push_back({slot(p, l), b, e, row_begin, seq_end, acc});
         masks_[l] |= hook_bit(p);
       }
     }
   });
+  // No observed row, but the rows' layer median is the one the sequence's later decode rows
+  // compare with (e.g. tokens "generated": the prompt's median).
+  if (!observed && n_rows > 1 && ob.detect_massive && spec.massive.median == MassiveMedian::kLayer) {
+    for (int32_t l : ob.layers) {
+      for (HookPoint p : ob.points) {
+        obs_stage_.push_back({slot(p, l), row_begin, row_begin, row_begin, seq_end, acc});
+        masks_[l] |= hook_bit(p);
+      }
+    }
+  }
+  if (ob.layer_time) {
+    timed_.push_back(acc);
+    global_mask_ |= hook_bit(HookPoint::kEmbed);
+    for (auto& m : masks_) m |= hook_bit(HookPoint::kResidPost);
+  }
   for (Capture& cap : acc->captures_) {
     if (cap.position >= first_pos && cap.position < first_pos + n_rows) {
       caps_stage_.push_back({slot(cap.point, cap.layer), row_begin + (cap.position - first_pos), &cap});
@@ -160,8 +189,22 @@ void GlassStep::finalize() {
   if (saved_.size() < saved) saved_.resize(saved);
 }
 
+void GlassStep::finish_forward() {
+  if (timed_.empty()) return;
+  const int64_t end = now_ns();
+  for (int64_t t : stamps_) {
+    if (t < 0) return;  // the forward did not reach every layer (it failed): nothing is counted
+  }
+  for (GlassAccumulator* acc : timed_) {
+    for (int32_t l = 0; l < n_layers_; ++l) acc->layer_ns_[static_cast<size_t>(l)] += stamps_[l + 1] - stamps_[l];
+    acc->layer_ns_.back() += end - stamps_.back();
+    ++acc->timed_steps_;
+  }
+}
+
 void GlassStep::apply_global(HookPoint p, const float* data, int64_t n_rows, int64_t width,
                              const int32_t* row_ids) const {
+  if (p == HookPoint::kEmbed && !timed_.empty()) stamps_[0] = now_ns();
   const int32_t s = slot(p, -1);
   for (int32_t i = cap_offsets_[s]; i < cap_offsets_[s + 1]; ++i) {
     const CapEntry& e = caps_[i];
@@ -175,8 +218,17 @@ void GlassStep::apply_global(HookPoint p, const float* data, int64_t n_rows, int
   }
 }
 
+float GlassStep::sequence_median(const ObsEntry& e, int32_t s, const float* data, int64_t width) const {
+  const GlassSpec& spec = e.acc->spec();
+  if (!spec.observe.detect_massive || spec.massive.median != MassiveMedian::kLayer) return -1.0f;
+  GlassAccumulator::Acc& a = e.acc->acc_[static_cast<size_t>(s)];
+  if (e.seq_end - e.seq_begin > 1)
+    a.layer_median = ops::median_abs(data + int64_t{e.seq_begin} * width, int64_t{e.seq_end - e.seq_begin} * width);
+  return a.layer_median;
+}
+
 void GlassStep::observe_rows(const ObsEntry& e, int32_t s, HookPoint p, int32_t layer, const float* data, int64_t width,
-                             const Batch& batch, float* scratch) const {
+                             const Batch& batch, float* scratch, float layer_median) const {
   GlassAccumulator& acc = *e.acc;
   const GlassSpec& spec = acc.spec();
   GlassAccumulator::Acc& a = acc.acc_[static_cast<size_t>(s)];
@@ -228,10 +280,13 @@ void GlassStep::observe_rows(const ObsEntry& e, int32_t s, HookPoint p, int32_t 
       }
     }
     if (spec.observe.detect_massive) {
-      const MassiveTest t = is_massive(spec.massive, st.max_abs, st.median_abs);
+      const bool by_layer = layer_median >= 0;
+      const float median = by_layer ? layer_median : st.median_abs;
+      const MassiveTest t = is_massive(spec.massive, st.max_abs, median);
       if (t.massive()) {
         if (acc.events_.size() < static_cast<size_t>(kMaxEventsPerRequest)) {
-          acc.events_.push_back(massive_event(p, layer, pos, x, st.max_dim, st.max_abs, st.median_abs, t));
+          acc.events_.push_back(massive_event(p, layer, pos, x, st.max_dim, st.max_abs, median,
+                                              by_layer ? MassiveMedian::kLayer : MassiveMedian::kToken, t));
         } else {
           ++acc.events_dropped_;
         }
@@ -243,16 +298,26 @@ void GlassStep::observe_rows(const ObsEntry& e, int32_t s, HookPoint p, int32_t 
 void GlassStep::monitor_rows(HookPoint p, int32_t layer, const float* data, int64_t n_rows, int64_t width,
                              const Batch& batch, float* scratch) const {
   MonitorStep& out = *monitor_out_;
+  const bool by_layer = monitor_->rule.median == MassiveMedian::kLayer;
+  int64_t run_end = 0;         // one past the last row of the current row's sequence
+  float layer_median = -1.0f;  // of that sequence's rows when it has several, else -1 (each row's own)
   for (int64_t r = 0; r < n_rows; ++r) {
     const float* x = data + r * width;
+    if (by_layer && r >= run_end) {
+      run_end = r + 1;
+      while (run_end < n_rows && batch.seq_index[run_end] == batch.seq_index[r]) ++run_end;
+      layer_median = run_end - r > 1 ? ops::median_abs(x, (run_end - r) * width) : -1.0f;
+    }
     const ops::RowStats st = ops::row_max_median(x, width, scratch);
     out.max_abs[layer] = std::max(out.max_abs[layer], st.max_abs);
     if (st.median_abs > 0) out.max_ratio[layer] = std::max(out.max_ratio[layer], st.max_abs / st.median_abs);
-    const MassiveTest t = is_massive(monitor_->rule, st.max_abs, st.median_abs);
+    const float median = layer_median >= 0 ? layer_median : st.median_abs;
+    const MassiveTest t = is_massive(monitor_->rule, st.max_abs, median);
     if (t.massive()) {
       if (out.events.size() < static_cast<size_t>(MonitorStep::kMaxEvents)) {
         MonitorEvent ev;
-        ev.event = massive_event(p, layer, batch.positions[r], x, st.max_dim, st.max_abs, st.median_abs, t);
+        ev.event = massive_event(p, layer, batch.positions[r], x, st.max_dim, st.max_abs, median,
+                                 layer_median >= 0 ? MassiveMedian::kLayer : MassiveMedian::kToken, t);
         ev.seq_index = batch.seq_index[r];
         out.events.push_back(ev);
       } else {
@@ -316,9 +381,17 @@ void GlassStep::apply(HookPoint p, int32_t layer, float* data, int64_t n_rows, i
     }
   }
 
-  // 2. Per-request observation.
-  for (int32_t i = obs_offsets_[s]; i < obs_offsets_[s + 1]; ++i)
-    observe_rows(obs_[i], s, p, layer, data, width, batch, scratch);
+  // 2. Per-request observation. A sequence's entries at a slot are adjacent (staged together,
+  // stably sorted): its layer median is computed once, at its first.
+  const GlassAccumulator* median_of = nullptr;
+  float layer_median = -1.0f;
+  for (int32_t i = obs_offsets_[s]; i < obs_offsets_[s + 1]; ++i) {
+    if (obs_[i].acc != median_of) {
+      median_of = obs_[i].acc;
+      layer_median = sequence_median(obs_[i], s, data, width);
+    }
+    observe_rows(obs_[i], s, p, layer, data, width, batch, scratch, layer_median);
+  }
 
   // 3. Raw captures.
   for (int32_t i = cap_offsets_[s]; i < cap_offsets_[s + 1]; ++i) {
@@ -330,6 +403,9 @@ void GlassStep::apply(HookPoint p, int32_t layer, float* data, int64_t n_rows, i
   // 4. The engine-wide monitor over every row.
   if (monitor_ != nullptr && (monitor_->points & hook_bit(p)))
     monitor_rows(p, layer, data, n_rows, width, batch, scratch);
+
+  // 5. layer_time: this layer's forward work (and the glass box's at its points) ends here.
+  if (p == HookPoint::kResidPost && !timed_.empty()) stamps_[static_cast<size_t>(layer) + 1] = now_ns();
 }
 
 }  // namespace gb

@@ -56,6 +56,9 @@ class GlassStep final : public StepTable {
   void set_monitor(const MonitorConfig& config, MonitorStep* out);
   // Sorts the table by (point, layer); call after the last add_sequence / set_monitor.
   void finalize();
+  // The forward pass that used this table returned: adds its per-layer times to the sequences
+  // that observe layer_time (nothing else to do otherwise). Call once per forward.
+  void finish_forward();
 
   bool empty() const;
   int32_t rows_needed() const override { return rows_needed_; }
@@ -76,8 +79,10 @@ class GlassStep final : public StepTable {
     const Intervention* op;
     int64_t* rows;  // the accumulator's applied counter
   };
+  // Rows [row_begin, row_end) observed of the sequence whose rows in this step are
+  // [seq_begin, seq_end) (the layer median's rows; row_begin == row_end: only the median).
   struct ObsEntry {
-    int32_t slot, row_begin, row_end;
+    int32_t slot, row_begin, row_end, seq_begin, seq_end;
     GlassAccumulator* acc;
   };
   struct CapEntry {
@@ -97,8 +102,12 @@ class GlassStep final : public StepTable {
   template <class E>
   static void sort_by_slot(std::vector<E>& staged, std::vector<E>& sorted, std::vector<int32_t>& offsets,
                            int32_t n_slots);
+  // layer_median: the median the rule compares this sequence's rows with (< 0: each row's own).
   void observe_rows(const ObsEntry& e, int32_t s, HookPoint p, int32_t layer, const float* data, int64_t width,
-                    const Batch& batch, float* scratch) const;
+                    const Batch& batch, float* scratch, float layer_median) const;
+  // The layer median for e's sequence at slot s (MassiveRule::median), storing a multi-row one in
+  // the accumulator; < 0 when the rows compare with their own medians.
+  float sequence_median(const ObsEntry& e, int32_t s, const float* data, int64_t width) const;
   void monitor_rows(HookPoint p, int32_t layer, const float* data, int64_t n_rows, int64_t width, const Batch& batch,
                     float* scratch) const;
 
@@ -119,6 +128,10 @@ class GlassStep final : public StepTable {
   // [rows_needed, n_embd] the skipped rows' resid_pre of the current layer, by batch row (grown in
   // finalize only when the step skips; never shrunk).
   mutable std::vector<float> saved_;
+  // observe.layer_time: the sequences timed, and the steady-clock ns of this forward's embed hook
+  // (stamps_[0]) and each layer's resid_post (stamps_[l + 1]), -1 until seen. Sized at construction.
+  std::vector<GlassAccumulator*> timed_;
+  mutable std::vector<int64_t> stamps_;
 };
 
 }  // namespace gb

@@ -65,6 +65,25 @@ float median_abs_of(const float* x, int64_t width, float* scratch) {
   return static_cast<float>((static_cast<double>(std::bit_cast<float>(lower)) + std::bit_cast<float>(upper)) / 2);
 }
 
+// The k-th smallest (0-based) |x_i| of x[n] as its bit pattern, without a workspace: radix
+// select, 8 bits per pass from the top, each pass reading all of x and counting only the values
+// whose higher digits are the ones chosen so far.
+uint32_t select_kth_abs(const float* x, int64_t n, int64_t k) {
+  uint32_t prefix = 0, mask = 0;
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    int64_t count[256] = {};
+    for (int64_t i = 0; i < n; ++i) {
+      const uint32_t key = std::bit_cast<uint32_t>(x[i]) & 0x7fffffffu;
+      if ((key & mask) == prefix) ++count[(key >> shift) & 0xff];
+    }
+    int d = 0;
+    while (k >= count[d]) k -= count[d++];
+    prefix |= static_cast<uint32_t>(d) << shift;
+    mask |= 0xffu << shift;
+  }
+  return prefix;
+}
+
 }  // namespace
 
 void scale_dims(float* x, int64_t n_rows, int64_t width, const int32_t* dims, int64_t n_dims, float s) {
@@ -116,6 +135,25 @@ int64_t clip_massive(float* x, int64_t n_rows, int64_t width, float t, float fac
     }
   }
   return changed;
+}
+
+float median_abs(const float* x, int64_t n) {
+  if (n <= 0) return 0.0f;
+  const int64_t mid = n / 2;
+  const uint32_t upper = select_kth_abs(x, n, mid);
+  if (n % 2 == 1) return std::bit_cast<float>(upper);
+  // The lower middle, as median_abs_of finds it.
+  int64_t below = 0;
+  uint32_t lower = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t key = std::bit_cast<uint32_t>(x[i]) & 0x7fffffffu;
+    if (key < upper) {
+      ++below;
+      lower = std::max(lower, key);
+    }
+  }
+  if (below < mid) lower = upper;
+  return static_cast<float>((static_cast<double>(std::bit_cast<float>(lower)) + std::bit_cast<float>(upper)) / 2);
 }
 
 RowStats row_max_median(const float* x, int64_t width, float* scratch) {

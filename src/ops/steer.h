@@ -34,6 +34,11 @@ RowStats row_max_median(const float* x, int64_t width, float* scratch);
 // Everything in RowStats; scratch: [width] f32.
 RowStats row_stats(const float* x, int64_t width, float* scratch);
 
+// The median of |x_i| over x[n] (mean of the two middle values for an even n; 0 for n = 0),
+// exactly what sorting would give, with no workspace: a few passes over x. The massive rule's
+// layer median over many rows of a sequence (x: those rows, contiguous).
+float median_abs(const float* x, int64_t n);
+
 // The k (<= 32) dims of largest |x_i| of a row, largest first (lower dim first on ties), into
 // dims[k] / values[k] (values are |x_i|). Returns how many were written (min(k, width)).
 int32_t row_top_k(const float* x, int64_t width, int32_t k, int32_t* dims, float* values);

@@ -7,7 +7,8 @@
 //
 // Body: {"kind": "scan" | "depth" | "lens", "model"?: NAME, "prompt": P | "prompts": [P, ...]}
 // (P: text, tokenized with the special tokens, or token ids), and per kind:
-//   scan:  "points"?: [point, ...], "top_k"?: 1..16, "massive"?: {"min_abs", "min_ratio"},
+//   scan:  "points"?: [point, ...], "top_k"?: 1..16, "massive"?: {"min_abs", "min_ratio", "median",
+//          "fire_on"} (the request rule's fields),
 //          "heat_map"?: bool (each resid_post row's max/median of the first prompt)
 //   depth: nothing more
 //   lens:  one prompt; "top_k"?: 1..20
@@ -112,10 +113,23 @@ std::optional<ApiError> parse_scan(const json& body, analysis::ScanParams* p) {
   if (auto e = parse_top_k(body, kMaxTopK, &p->top_k)) return e;
   if (body.contains("massive")) {
     const json& m = body["massive"];
-    if (!m.is_object()) return bad("massive", "massive: expected {\"min_abs\", \"min_ratio\"}");
+    if (!m.is_object()) return bad("massive", "massive: expected {min_abs, min_ratio, median, fire_on}");
     for (const auto& [k, v] : m.items()) {
+      if (k == "median" || k == "fire_on") {
+        const std::string name = v.is_string() ? v.get<std::string>() : "";
+        const auto med = parse_massive_median(name);
+        const auto fire = parse_massive_fire(name);
+        if (k == "median" ? !med : !fire)
+          return bad("massive." + k, k == "median"
+                                         ? "massive.median: expected \"layer\" or \"token\""
+                                         : "massive.fire_on: expected \"both\", \"abs\", \"ratio\" or \"either\"");
+        if (k == "median") p->rule.median = *med;
+        else p->rule.fire_on = *fire;
+        continue;
+      }
       if (k != "min_abs" && k != "min_ratio")
-        return bad("massive", "massive." + quote_input(k, 40) + ": unknown field (min_abs, min_ratio)");
+        return bad("massive",
+                   "massive." + quote_input(k, 40) + ": unknown field (min_abs, min_ratio, median, fire_on)");
       if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() < 0)
         return bad("massive." + k, "massive." + k + ": expected a finite number >= 0");
       (k == "min_abs" ? p->rule.min_abs : p->rule.min_ratio) = v.get<float>();

@@ -11,6 +11,7 @@
 #include <set>
 
 #include "core/mapped_file.h"
+#include "glass/spec.h"
 
 namespace gb::server {
 
@@ -537,6 +538,11 @@ Status validate_config(const EnvLookup& env, ServerConfig* cfg) {
   if (cfg->host.empty()) return Status::error("host: must not be empty");
   if (cfg->kv_cache_bytes > 0 && cfg->kv_cache_fraction > 0)
     return Status::error("kv_cache_bytes and kv_cache_fraction: set one, not both");
+  if (!parse_massive_median(cfg->monitor_median))
+    return Status::error("monitor_median: must be layer or token, got '" + brief_name(cfg->monitor_median) + "'");
+  if (!parse_massive_fire(cfg->monitor_fire_on))
+    return Status::error("monitor_fire_on: must be both, abs, ratio or either, got '" +
+                         brief_name(cfg->monitor_fire_on) + "'");
   static const std::set<std::string> kLevels = {"trace", "debug", "info", "warn", "error"};
   if (!kLevels.count(cfg->log_level))
     return Status::error("log_level: must be trace, debug, info, warn or error, got '" + cfg->log_level + "'");

@@ -126,9 +126,11 @@ struct ServerConfig {
   bool interventions = false;       // per-request interventions allowed at all (then roles and caps apply)
   std::string audit_db;             // SQLite audit store; required with interventions
   int64_t monitor_every_steps = 1;  // massive-activation monitor: one step in this many (0: off)
-  double monitor_min_abs = 100;     // the rule: |x| > min_abs and |x| > min_ratio · median|x|
+  double monitor_min_abs = 100;     // the rule (MassiveRule): |x| > min_abs, |x| > min_ratio · median|x|
   double monitor_min_ratio = 1000;
-  int64_t repetition_ngram = 4;                      // n of the n-gram repetition rate of generated text
+  std::string monitor_median = "layer";  // layer: the median over a sequence's rows in the step; token: the row's
+  std::string monitor_fire_on = "both";  // both, abs, ratio or either test
+  int64_t repetition_ngram = 4;          // n of the n-gram repetition rate of generated text
   int64_t max_request_observation_bytes = 16 << 20;  // observation memory one request may hold (all its sequences)
   int64_t max_observation_bytes = 256 << 20;         // observation memory of all requests in flight together
   GlassPolicyConfig glassbox_policy;
@@ -194,8 +196,16 @@ void visit_fields(Config& c, F&& f) {
   f(FieldInfo{"monitor_every_steps", "massive-activation monitor samples one step in this many (0: off)", 0, 1 << 20},
     c.monitor_every_steps);
   f(FieldInfo{"monitor_min_abs", "massive activation: |x| above this", 0, 1e30}, c.monitor_min_abs);
-  f(FieldInfo{"monitor_min_ratio", "massive activation: |x| above this times the row's median |x|", 0, 1e30},
+  f(FieldInfo{"monitor_min_ratio", "massive activation: |x| above this times the median |x| (monitor_median)", 0, 1e30},
     c.monitor_min_ratio);
+  f(
+      FieldInfo{
+          "monitor_median",
+          "massive activation: the median |x| compared with, layer (the sequence's rows in the step, as Sun et al.) "
+          "or token (each row's own)"},
+      c.monitor_median);
+  f(FieldInfo{"monitor_fire_on", "massive activation: an event needs both tests, abs, ratio or either"},
+    c.monitor_fire_on);
   f(FieldInfo{"repetition_ngram", "n of the generated text's n-gram repetition rate", 1, 64}, c.repetition_ngram);
   f(FieldInfo{"max_request_observation_bytes",
               "glass-box observation memory one request may hold, all its sequences (statistics, events, captures)",

@@ -163,7 +163,10 @@ void Server::monitor_loop() {
                  {"dim", ev.dim},
                  {"value", ev.value},
                  {"median_abs", ev.median_abs},
-                 {"ratio", std::isfinite(ev.ratio) ? json(ev.ratio) : json("inf")}});
+                 {"median", std::string(massive_median_name(ev.median))},
+                 {"ratio", std::isfinite(ev.ratio) ? json(ev.ratio) : json("inf")},
+                 {"abs_test", ev.abs_test},
+                 {"ratio_test", ev.ratio_test}});
     }
   }
 }

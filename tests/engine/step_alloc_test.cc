@@ -36,6 +36,8 @@ TEST(StepAllocation, WarmDecodeStepsDoNotAllocate) {
     spec.observe.enabled = true;
     spec.observe.top_k = 4;
     spec.observe.captures = {{HookPoint::kResidPost, 1, 30}, {HookPoint::kLogits, -1, 31}};
+    spec.observe.layer_time = true;               // the runner's finish_forward adds each step's times
+    spec.massive.median = MassiveMedian::kLayer;  // decode rows use the stored prompt median
     auto resolved = resolve_glass_spec(spec, c);
     ASSERT_TRUE(resolved.is_ok()) << resolved.message();
     std::vector<float> scratch(static_cast<size_t>(c.vocab));
@@ -73,6 +75,7 @@ TEST(StepAllocation, WarmDecodeStepsDoNotAllocate) {
     EXPECT_TRUE(ok);
     EXPECT_EQ(allocs, 0);
     EXPECT_TRUE(scheduler.running()[1]->glass->report().captures[1].filled);
+    EXPECT_EQ(scheduler.running()[1]->glass->report().layer_time.steps, 33);
     EXPECT_EQ(scheduler.running()[0]->tokens.size(), 43u);
   }
 }

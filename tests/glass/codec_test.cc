@@ -412,5 +412,82 @@ TEST(GlassCodec, SkipTakesLayersOnly) {
   EXPECT_NE(e->message.find("layer 2 is not in glassbox_policy.allowed_layers"), std::string::npos) << e->message;
 }
 
+// The massive rule's median and fire_on: parsed, re-encoded, and refused with the field named.
+TEST(GlassCodec, MassiveRuleMedianAndFireOn) {
+  Fixture f;
+  auto gate = [](GlassUse) -> std::optional<GlassError> { return std::nullopt; };
+  GlassRequestParts parts;
+  ASSERT_FALSE(parse_glass_request({{"massive", json::object()}}, f.ctx(), gate, &parts));
+  EXPECT_EQ(parts.massive.median, MassiveMedian::kLayer) << "the paper's rule by default";
+  EXPECT_EQ(parts.massive.fire_on, MassiveFire::kBoth);
+  ASSERT_FALSE(parse_glass_request(
+      {{"massive", {{"min_abs", 50}, {"min_ratio", 20}, {"median", "token"}, {"fire_on", "ratio"}}}}, f.ctx(), gate,
+      &parts));
+  EXPECT_EQ(parts.massive.min_abs, 50.0f);
+  EXPECT_EQ(parts.massive.min_ratio, 20.0f);
+  EXPECT_EQ(parts.massive.median, MassiveMedian::kToken);
+  EXPECT_EQ(parts.massive.fire_on, MassiveFire::kRatio);
+  EXPECT_EQ(parts.canonical["massive"],
+            json({{"min_abs", 50}, {"min_ratio", 20}, {"median", "token"}, {"fire_on", "ratio"}}));
+  for (const char* fire : {"both", "abs", "ratio", "either"}) {
+    ASSERT_FALSE(parse_glass_request({{"massive", {{"fire_on", fire}}}}, f.ctx(), gate, &parts)) << fire;
+    EXPECT_EQ(massive_fire_name(parts.massive.fire_on), fire);
+  }
+  struct Case {
+    json massive;
+    std::string param, message;
+  };
+  const std::vector<Case> cases = {
+      {{{"median", "row"}}, "glassbox.massive.median", "'row' is not \"layer\""},
+      {{{"median", 1}}, "glassbox.massive.median", "1 is not \"layer\""},
+      {{{"fire_on", "all"}}, "glassbox.massive.fire_on", "'all' is not \"both\", \"abs\", \"ratio\" or \"either\""},
+      {{{"fire_on", true}}, "glassbox.massive.fire_on", "true is not"},
+      {{{"min_ratio", -1}}, "glassbox.massive.min_ratio", "expected a finite number >= 0"},
+      {{{"min_abs", "100"}}, "glassbox.massive.min_abs", "expected a finite number >= 0"},
+      {{{"medain", "layer"}}, "glassbox.massive.medain", "unknown field (min_abs, min_ratio, median, fire_on)"},
+      {json::array(), "glassbox.massive", "expected {min_abs, min_ratio, median, fire_on}"},
+  };
+  for (const Case& c : cases) {
+    auto e = parse_glass_request({{"massive", c.massive}}, f.ctx(), gate, &parts);
+    ASSERT_TRUE(e) << c.massive.dump();
+    EXPECT_EQ(e->param, c.param) << e->message;
+    EXPECT_NE(e->message.find(c.message), std::string::npos) << e->message;
+  }
+  // observe.layer_time: a boolean.
+  ASSERT_FALSE(parse_glass_request({{"observe", {{"layer_time", true}}}}, f.ctx(), gate, &parts));
+  EXPECT_TRUE(parts.observe.layer_time);
+  EXPECT_EQ(parts.canonical["observe"]["layer_time"], true);
+  auto e = parse_glass_request({{"observe", {{"layer_time", "yes"}}}}, f.ctx(), gate, &parts);
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->param, "glassbox.observe.layer_time");
+}
+
+// The event JSON carries both tests and the median it was compared with; layer_time its shares.
+TEST(GlassCodec, ReportJsonEventTestsAndLayerTime) {
+  GlassReport r;
+  r.events.push_back({HookPoint::kResidPost, 2, 0, 17, -2000.0f, 0.5f, MassiveMedian::kLayer, 4000.0f, true, true});
+  r.events.push_back({HookPoint::kResidPost, 2, 5, 3, 60.0f, 0.05f, MassiveMedian::kToken, 1200.0f, false, true});
+  r.layer_time.enabled = true;
+  r.layer_time.steps = 2;
+  r.layer_time.layer_ms = {1.0, 3.0};
+  r.layer_time.head_ms = 1.0;
+  const json j = glass_report_json(r, {});
+  ASSERT_EQ(j["events"].size(), 2u);
+  EXPECT_EQ(j["events"][0]["median"], "layer");
+  EXPECT_EQ(j["events"][0]["median_abs"], 0.5);
+  EXPECT_EQ(j["events"][0]["abs_test"], true);
+  EXPECT_EQ(j["events"][0]["ratio_test"], true);
+  EXPECT_EQ(j["events"][1]["median"], "token");
+  EXPECT_EQ(j["events"][1]["abs_test"], false);
+  EXPECT_EQ(j["events"][1]["ratio_test"], true);
+  const json& t = j["layer_time"];
+  EXPECT_EQ(t["steps"], 2);
+  EXPECT_DOUBLE_EQ(t["total_ms"].get<double>(), 5.0);
+  EXPECT_DOUBLE_EQ(t["layers"][0]["share"].get<double>(), 0.2);
+  EXPECT_DOUBLE_EQ(t["layers"][1]["share"].get<double>(), 0.6);
+  EXPECT_DOUBLE_EQ(t["head"]["share"].get<double>(), 0.2);
+  EXPECT_FALSE(glass_report_json(GlassReport{}, {}).contains("layer_time"));
+}
+
 }  // namespace
 }  // namespace gb

@@ -1,5 +1,6 @@
 // "Nothing allocates in the layer loop": a warmed-up forward step (decode and prefill, hooks off,
-// and with an observer that keeps nothing) performs no heap allocation at all.
+// and with an observer that keeps nothing; the glass box with the layer-median massive rule and
+// layer timing) performs no heap allocation at all.
 #include <gtest/gtest.h>
 
 #include "glass/glass.h"
@@ -67,12 +68,16 @@ TEST(Allocation, WarmForwardStepsDoNotAllocate) {
       spec.observe.points = {HookPoint::kResidPost, HookPoint::kMlpAct};
       spec.observe.top_k = 8;
       spec.observe.captures = {{HookPoint::kResidPost, 1, 42}};
+      spec.observe.layer_time = true;               // steady-clock stamps per layer
+      spec.massive.median = MassiveMedian::kLayer;  // the median over the step's rows (no workspace)
+      spec.massive.fire_on = MassiveFire::kEither;
       auto resolved = resolve_glass_spec(spec, mc);
       ASSERT_TRUE(resolved.is_ok()) << resolved.message();
       GlassAccumulator acc(*resolved, mc);
       GlassStep glass(mc);
       MonitorConfig monitor;
       monitor.enabled = true;
+      monitor.rule.median = MassiveMedian::kLayer;
       MonitorStep monitor_out;
       monitor_out.reset(mc.n_layers);
       Hooks glass_hooks(mc.n_layers);
@@ -84,7 +89,9 @@ TEST(Allocation, WarmForwardStepsDoNotAllocate) {
         glass.set_monitor(monitor, &monitor_out);
         glass.finalize();
         glass_hooks.set_glass(&glass);
-        return (*m)->forward(batch, **cache, &glass_hooks, logits.data());
+        Status st = (*m)->forward(batch, **cache, &glass_hooks, logits.data());
+        glass.finish_forward();
+        return st;
       };
       // Warm up: scratch buffers (attention, matmul activation rounding, the glass table) grow once.
       ASSERT_TRUE(step(0, 20, &hooks).is_ok());
@@ -103,6 +110,7 @@ TEST(Allocation, WarmForwardStepsDoNotAllocate) {
       EXPECT_GT(acc.report().stats[0].n_tokens, 0);
       EXPECT_TRUE(acc.report().captures[0].filled);
       EXPECT_GT(acc.report().applied[3].rows, 0);  // the skip ran
+      EXPECT_EQ(acc.report().layer_time.steps, 4);
       EXPECT_EQ(allocs, 0);
       EXPECT_GT(obs.rows, 0);
     }

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <random>
 
 #include "ops/steer.h"
@@ -38,8 +39,27 @@ TEST(Steer, MedianEqualsSortedMedian) {
       const RowStats s = row_stats(x.data(), width, scratch.data());
       EXPECT_EQ(s.median_abs, sorted_median_abs(x)) << width << " kind " << kind;
       EXPECT_EQ(row_max_median(x.data(), width, scratch.data()).median_abs, s.median_abs);
+      EXPECT_EQ(median_abs(x.data(), width), s.median_abs) << "the workspace-free median, one row";
     }
   }
+}
+
+// The layer median (many rows, no workspace) against a full sort over every value of the rows.
+TEST(Steer, ManyRowMedianEqualsSortedMedian) {
+  std::mt19937 rng(2);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (int64_t rows : {1, 2, 3, 17, 64}) {
+    for (int64_t width : {1, 4, 7, 64, 160}) {
+      std::vector<float> x(static_cast<size_t>(rows * width));
+      for (auto& v : x) v = nd(rng) * (rng() % 5 == 0 ? 1e-3f : 1.0f);
+      x[0] = 2500.0f;
+      if (x.size() > 3) x[3] = -std::numeric_limits<float>::infinity();
+      EXPECT_EQ(median_abs(x.data(), rows * width), sorted_median_abs(x)) << rows << " x " << width;
+      for (auto& v : x) v = std::round(v);  // ties, zeros of both signs
+      EXPECT_EQ(median_abs(x.data(), rows * width), sorted_median_abs(x)) << rows << " x " << width << " rounded";
+    }
+  }
+  EXPECT_EQ(median_abs(nullptr, 0), 0.0f);
 }
 
 TEST(Steer, TopKAndClipMassive) {

@@ -111,12 +111,48 @@ TEST(ConfigTest, ErrorsNameTheKey) {
       {"port: 1\nallow_unauthenticated: true", "model: required"},
       {"model: m", "no API keys configured"},
       {"model: [", "not valid YAML"},
+      {"model: m\nmonitor_median: row\nallow_unauthenticated: true",
+       "monitor_median: must be layer or token, got 'row'"},
+      {"model: m\nmonitor_fire_on: all\nallow_unauthenticated: true",
+       "monitor_fire_on: must be both, abs, ratio or either, got 'all'"},
   };
   for (const Case& c : cases) {
     auto cfg = from_yaml(c.yaml);
     ASSERT_FALSE(cfg.is_ok()) << c.yaml;
     EXPECT_NE(cfg.message().find(c.expect), std::string::npos) << "got: " << cfg.message() << "\nwant: " << c.expect;
   }
+}
+
+// The monitor's massive rule: the layer median and both tests by default; from YAML, a JSON
+// document (YAML's flow syntax), the environment or flags; printed back in the effective config.
+TEST(ConfigTest, MonitorMassiveRule) {
+  auto d = from_yaml("model: m\nallow_unauthenticated: true");
+  ASSERT_TRUE(d.is_ok()) << d.message();
+  EXPECT_EQ(d->monitor_median, "layer");
+  EXPECT_EQ(d->monitor_fire_on, "both");
+  auto y = from_yaml("model: m\nallow_unauthenticated: true\nmonitor_median: token\nmonitor_fire_on: either\n");
+  ASSERT_TRUE(y.is_ok()) << y.message();
+  EXPECT_EQ(y->monitor_median, "token");
+  EXPECT_EQ(y->monitor_fire_on, "either");
+  auto j =
+      from_yaml(R"({"model": "m", "allow_unauthenticated": true, "monitor_min_abs": 50, "monitor_median": "token", )"
+                R"("monitor_fire_on": "ratio"})");
+  ASSERT_TRUE(j.is_ok()) << j.message();
+  EXPECT_EQ(j->monitor_min_abs, 50);
+  EXPECT_EQ(j->monitor_median, "token");
+  EXPECT_EQ(j->monitor_fire_on, "ratio");
+  const nlohmann::json printed = config_to_json(*j);
+  EXPECT_EQ(printed["monitor_median"], "token");
+  EXPECT_EQ(printed["monitor_fire_on"], "ratio");
+  auto e = from_yaml("model: m\nallow_unauthenticated: true", {{"GLASSBOX_MONITOR_FIRE_ON", "abs"}},
+                     {{"monitor_median", "token"}});
+  ASSERT_TRUE(e.is_ok()) << e.message();
+  EXPECT_EQ(e->monitor_fire_on, "abs");
+  EXPECT_EQ(e->monitor_median, "token");
+  auto bad = from_yaml("model: m\nallow_unauthenticated: true", {}, {{"monitor_fire_on", "neither"}});
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_NE(bad.message().find("monitor_fire_on: must be both, abs, ratio or either, got 'neither'"), std::string::npos)
+      << bad.message();
 }
 
 TEST(ConfigTest, EnvAndFlagErrorsNameTheirSource) {

@@ -4,6 +4,8 @@
 // set with rollback, streaming reports and the repetition stop.
 #include "server/http_fixture.h"
 
+#include "engine/engine.h"
+#include "support/glass_fixtures.h"
 #include "support/test_support.h"
 
 namespace gb::server {
@@ -821,6 +823,130 @@ TEST_F(GlassHttpTest, NonFiniteUnderInterventionsIsTheRequestsError) {
   EXPECT_NE(res->body.find("layer 1 mlp_act"), std::string::npos);
   // The server goes on serving.
   EXPECT_TRUE(client()->Get("/health"));
+}
+
+// The massive rule and layer_time over HTTP on a real engine serving the constructed
+// massive-activation model (tests/support/glass_fixtures.h: |x| ≈ 2000 on dim 17 of the BOS row
+// from layer 1 on), through the FakeCodec (token-id prompts; BOS = 1 in both).
+class GlassRealEngineTest : public HttpTest {
+ protected:
+  void start_real(const std::string& model_dir) {
+    auto m = load_model(model_dir, {.max_batch_tokens = 64, .n_threads = 1});
+    ASSERT_TRUE(m.is_ok()) << m.message();
+    model_ = std::move(*m);
+    EngineConfig ec;
+    ec.scheduler.max_num_seqs = 4;
+    ec.scheduler.max_num_batched_tokens = 64;
+    ec.max_model_len = 128;
+    ec.monitor.enabled = true;  // the default rule: the layer median, both tests
+    auto e = Engine::create(model_.get(), ec);
+    ASSERT_TRUE(e.is_ok()) << e.message();
+    real_ = std::move(*e);
+    real_->start();
+    server_ = std::make_unique<Server>(glass_config(), [this](const std::string& line) {
+      std::lock_guard<std::mutex> lock(logs_mutex_);
+      logs_.push_back(line);
+    });
+    ASSERT_TRUE(server_->start().is_ok());
+    server_->attach(real_.get(), &codec_, 128);
+    ASSERT_TRUE(server_->self_test(10000ms).is_ok());
+    server_->set_ready();
+  }
+  void TearDown() override {
+    HttpTest::TearDown();  // the server first, then the engine it used
+    real_.reset();
+  }
+  // The choice's glassbox object of a completion over the prompt's token ids.
+  json glassbox_of(const json& glassbox, double* wall_ms = nullptr) {
+    const auto t0 = std::chrono::steady_clock::now();
+    auto res = post("/v1/completions",
+                    {{"prompt", {1, 40, 50, 60, 70, 80, 90, 100, 110, 120}}, {"max_tokens", 3}, {"glassbox", glassbox}},
+                    kResearcherKey);
+    if (wall_ms != nullptr)
+      *wall_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_TRUE(res);
+    if (!res) return nullptr;
+    EXPECT_EQ(res->status, 200) << res->body;
+    return json::parse(res->body)["choices"][0]["glassbox"];
+  }
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<Engine> real_;
+};
+
+TEST_F(GlassRealEngineTest, MassiveEventsCarryBothTestsAndTheMedian) {
+  start_real(gb::test::MassiveFixture::make());
+  const json observe = {{"points", {"resid_post"}}};
+  // The default rule: the layer median, both tests. The BOS row from layer 1 on, once per layer;
+  // the decode rows compare with the prompt's stored median and are not massive.
+  json g = glassbox_of({{"observe", observe}});
+  ASSERT_EQ(g["events"].size(), 2u) << g.dump();
+  for (size_t i = 0; i < 2; ++i) {
+    const json& e = g["events"][i];
+    EXPECT_EQ(e["layer"], gb::test::MassiveFixture::kLayer + static_cast<int>(i));
+    EXPECT_EQ(e["token"], 0);
+    EXPECT_EQ(e["dim"], gb::test::MassiveFixture::kDim);
+    EXPECT_EQ(e["median"], "layer");
+    EXPECT_EQ(e["abs_test"], true);
+    EXPECT_EQ(e["ratio_test"], true);
+    const double med = e["median_abs"].get<double>(), v = std::fabs(e["value"].get<double>());
+    EXPECT_GT(med, 0.0);
+    EXPECT_LT(med, 2.0);
+    EXPECT_NEAR(e["ratio"].get<double>(), v / med, 1e-3 * v / med);
+  }
+  // Only the ratio test, with an absolute threshold no value reaches: the same rows fire, and the
+  // JSON says which test held.
+  g = glassbox_of({{"observe", observe}, {"massive", {{"min_abs", 1e6}, {"fire_on", "ratio"}}}});
+  ASSERT_EQ(g["events"].size(), 2u) << g.dump();
+  for (const json& e : g["events"]) {
+    EXPECT_EQ(e["abs_test"], false);
+    EXPECT_EQ(e["ratio_test"], true);
+  }
+  // With both tests that threshold leaves no event; the token rule names its median.
+  g = glassbox_of({{"observe", observe}, {"massive", {{"min_abs", 1e6}}}});
+  EXPECT_TRUE(g["events"].empty()) << g.dump();
+  g = glassbox_of({{"observe", observe}, {"massive", {{"median", "token"}}}});
+  ASSERT_EQ(g["events"].size(), 2u) << g.dump();
+  for (const json& e : g["events"]) EXPECT_EQ(e["median"], "token");
+  auto res =
+      post("/v1/completions", completion({{"observe", observe}, {"massive", {{"median", "row"}}}}), kResearcherKey);
+  expect_error(res, 400, "invalid_request_error", "glassbox.massive.median: 'row' is not \"layer\"");
+  // The engine-wide monitor logs the prompts' events with both tests and the layer median (the
+  // self-test's one-token prompt has only its row's own median).
+  bool logged = false;
+  for (int i = 0; i < 400 && !logged; ++i) {
+    for (const std::string& line : logs()) {
+      const json l = json::parse(line, nullptr, false);
+      if (!l.is_object() || l.value("event", "") != "massive_activation") continue;
+      EXPECT_EQ(l["dim"], gb::test::MassiveFixture::kDim) << line;
+      EXPECT_TRUE(l["abs_test"].is_boolean() && l["ratio_test"].is_boolean()) << line;
+      if (l["median"] == "layer" && l["abs_test"] == true && l["ratio_test"] == true) logged = true;
+    }
+    if (!logged) std::this_thread::sleep_for(25ms);
+  }
+  EXPECT_TRUE(logged);
+}
+
+// observe.layer_time: each layer's share of the forward passes' wall time, the output head the
+// rest: shares summing to 1, every layer's time positive, all of it within the request's wall time.
+TEST_F(GlassRealEngineTest, LayerTimeSharesOverHttp) {
+  start_real(gb::test::MassiveFixture::make());
+  double wall_ms = 0;
+  const json g = glassbox_of({{"observe", {{"layers", {0}}, {"layer_time", true}}}}, &wall_ms);
+  ASSERT_TRUE(g.contains("layer_time")) << g.dump();
+  const json& t = g["layer_time"];
+  EXPECT_GE(t["steps"].get<int>(), 1);
+  ASSERT_EQ(t["layers"].size(), 3u);
+  double shares = t["head"]["share"].get<double>(), ms = t["head"]["ms"].get<double>();
+  for (const json& l : t["layers"]) {
+    EXPECT_GT(l["ms"].get<double>(), 0.0) << t.dump();
+    shares += l["share"].get<double>();
+    ms += l["ms"].get<double>();
+  }
+  EXPECT_NEAR(shares, 1.0, 1e-6);
+  EXPECT_NEAR(t["total_ms"].get<double>(), ms, 1e-9 * ms);
+  EXPECT_LE(ms, wall_ms);
+  // Without the option there is no layer_time.
+  EXPECT_FALSE(glassbox_of({{"observe", {{"layers", {0}}}}}).contains("layer_time"));
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -104,7 +105,9 @@ struct MassiveFixture {
   static constexpr int32_t kMarker = 5;
   static constexpr int32_t kNeuron = 42;
   static constexpr float kScale = 32.0f;
-  static std::string make() {
+  using Edit = std::function<void(const std::string&, const std::vector<int64_t>&, std::vector<float>&)>;
+  // also: a further edit applied to every tensor after these (SinkFixture).
+  static std::string make(const Edit& also = {}) {
     const std::string src = shared_path("testdata/reference/llama-gqa/hf");
     // The norm weight of dim m at layer kLayer's MLP input.
     float norm_m = 1.0f;
@@ -140,7 +143,69 @@ struct MassiveFixture {
                                     for (int64_t r = 0; r < shape[0]; ++r)
                                       v[r * n_ff + kNeuron] = r == kDim ? kScale : 0.0f;
                                   }
+                                  if (also) also(name, shape, v);
                                 });
+  }
+};
+
+// MassiveFixture whose last layer (kSinkLayer = 2) uses the massive value as an attention sink
+// (Sun et al. 2024, §4), so that zeroing it matters. x̂ = RMSNorm input of that layer's attention;
+// every other q/k/v/o weight of the layer is zero:
+//  - keys: k = kKey · x̂_kDim on head dim kHeadDim of both kv heads: BOS's x̂_kDim ≈ 8 (the massive
+//    value dominates its row; the largest any normed value can be), every other token's ≈ 4.5
+//    (its dim kDim is ≈ 0.7 beside the marker's −1);
+//  - queries: q = −kQuery · x̂_kMarker on kHeadDim of every head: ≈ +6.5 · kQuery for every token
+//    but BOS. q·k favours BOS by ≈ (8 − 4.5) · 6.5 · kQuery · kKey / √8 ≈ 32 nats: every query
+//    attends to BOS alone. kHeadDim is the last of the head's first half — with HF's rotate-half
+//    RoPE the pair of lowest frequency (θ = 10000^(−6/8) = 1e−3): over the tests' prompt lengths
+//    the rotation changes q·k by < 1e−4;
+//  - values: v = kValue · x̂_kMarker on head dim 0: ≈ −6.5 for every token but BOS, whose marker
+//    is ≈ 0.004 beside its massive value: the sink's value is ≈ 0, so the layer's attention adds
+//    ≈ nothing to the residual;
+//  - o_proj writes each head's dim 0 into the marker dim, × kOut: when the sink is gone (the
+//    massive value zeroed: BOS's key drops to 0, the others' are unchanged) the queries attend to
+//    the other tokens, whose values add 8 · 6.5 · kValue · |kOut| ≈ +2.6 to the marker, flipping
+//    its sign — and the tied lm_head's BOS row is +e_marker, every other row −e_marker + noise: the
+//    logits then all but name BOS, a token no prompt continues with.
+struct SinkFixture {
+  static constexpr int32_t kLayer = MassiveFixture::kLayer;  // where the massive value emerges
+  static constexpr int32_t kDim = MassiveFixture::kDim;
+  static constexpr int32_t kSinkLayer = 2;
+  static constexpr int32_t kHeadDim = 3;
+  static constexpr float kQuery = 2.0f, kKey = 2.0f, kValue = 1.0f, kOut = -0.05f;
+  static std::string make() {
+    const std::string src = shared_path("testdata/reference/llama-gqa/hf");
+    const std::string lp = "model.layers." + std::to_string(kSinkLayer) + ".";
+    float norm_marker = 1.0f, norm_dim = 1.0f;  // the attention norm's weights of those dims
+    int64_t head_dim = 8;
+    {
+      std::ifstream in(src + "/config.json");
+      head_dim = nlohmann::json::parse(in)["head_dim"].get<int64_t>();
+      auto st = read_safetensors(src + "/model.safetensors");
+      for (const auto& t : st->tensors) {
+        if (t.name == lp + "input_layernorm.weight") {
+          std::memcpy(&norm_marker, t.data + MassiveFixture::kMarker * 4, 4);
+          std::memcpy(&norm_dim, t.data + kDim * 4, 4);
+        }
+      }
+    }
+    return MassiveFixture::make([=](const std::string& name, const std::vector<int64_t>& shape, std::vector<float>& v) {
+      const int64_t rows = shape[0], cols = shape.size() > 1 ? shape[1] : 1;
+      auto at = [&](int64_t r, int64_t c) -> float& { return v[static_cast<size_t>(r * cols + c)]; };
+      if (name == lp + "self_attn.q_proj.weight") {
+        std::fill(v.begin(), v.end(), 0.0f);
+        for (int64_t r = kHeadDim; r < rows; r += head_dim) at(r, MassiveFixture::kMarker) = -kQuery / norm_marker;
+      } else if (name == lp + "self_attn.k_proj.weight") {
+        std::fill(v.begin(), v.end(), 0.0f);
+        for (int64_t r = kHeadDim; r < rows; r += head_dim) at(r, kDim) = kKey / norm_dim;
+      } else if (name == lp + "self_attn.v_proj.weight") {
+        std::fill(v.begin(), v.end(), 0.0f);
+        for (int64_t r = 0; r < rows; r += head_dim) at(r, MassiveFixture::kMarker) = kValue / norm_marker;
+      } else if (name == lp + "self_attn.o_proj.weight") {
+        std::fill(v.begin(), v.end(), 0.0f);
+        for (int64_t c = 0; c < cols; c += head_dim) at(MassiveFixture::kMarker, c) = kOut;
+      }
+    });
   }
 };
 
