@@ -7,6 +7,8 @@
 // Writes a table to stdout, and with --out DIR scan.json, scan.md, scan.svg (the top-3
 // magnitudes of resid_post per layer on a log scale) and scan-heat.svg (layer × token of the
 // first prompt: each resid_post row's max|x| / median|x|, log scale).
+// --sinks adds per full-attention layer the attention mass on the first token (mean over heads
+// and the largest head), the glass box's attention-sink statistic, to line up with that layer.
 //
 // --check-ablation (Sun et al. 2024, §3): the perplexity of the prompts with the emergence
 // layer's massive values (a) untouched, (b) replaced by their mean over the prompts' events and
@@ -37,7 +39,7 @@ struct ScanOptions {
   std::string model, prompt, prompt_ids, prompts_file, points = "resid_post", out;
   int threads = 0, top_k = 3;
   float min_abs = 100.0f, min_ratio = 1000.0f;
-  bool json = false, check_ablation = false;
+  bool json = false, check_ablation = false, sinks = false;
 };
 
 int fail(const std::string& msg) {
@@ -143,11 +145,11 @@ Result<std::shared_ptr<const GlassSpec>> scan_spec(const ScanOptions& o, const M
   for (std::string name; std::getline(pin, name, ',');) {
     auto p = parse_hook_point(name);
     if (!p || !is_layer_point(*p))
-      return Status::error("--points: '" + name +
-                           "' is not a per-layer point (resid_pre, attn_out, resid_mid, mlp_act, mlp_out, resid_post)");
+      return Status::error("--points: '" + name + "' is not a per-layer point (" + hook_point_list(true) + ")");
     spec.observe.points.push_back(*p);
   }
   spec.observe.top_k = o.top_k;
+  if (o.sinks) spec.observe.sink_tokens = 1;
   spec.observe.detect_massive = true;
   spec.massive = {o.min_abs, o.min_ratio};
   return resolve_glass_spec(std::move(spec), c);
@@ -312,6 +314,44 @@ ScanReport scan_report(const ScanOptions& o, const ScanInputs& in, const ScanRes
   return rep;
 }
 
+// --sinks: per full-attention layer, the attention mass the prompts' tokens put on the first token
+// (seed 000: massive activations make it an attention sink), averaged over heads, and the head
+// with the most, each head's mean weighted by tokens over the prompts; linear-attention layers
+// have no softmax and no row. Added to scan.json ("attention_sinks") and scan.md.
+void add_sink_rows(const std::vector<std::shared_ptr<const GlassReport>>& reports, ScanReport* rep) {
+  std::map<int32_t, std::pair<std::vector<double>, int64_t>> layers;  // layer → (Σ tokens · mean per head, Σ tokens)
+  for (const auto& r : reports) {
+    for (const SinkStats& s : r->sinks) {
+      auto& [sum, tokens] = layers[s.layer];
+      sum.resize(s.mean.size(), 0.0);
+      for (size_t h = 0; h < s.mean.size(); ++h) sum[h] += static_cast<double>(s.mean[h]) * s.n_tokens;
+      tokens += s.n_tokens;
+    }
+  }
+  nlohmann::json rows = nlohmann::json::array();
+  std::string md =
+      "\nAttention on the first token (mean softmax mass per query, over the prompts' tokens; full-attention "
+      "layers):\n\n| layer | mean over heads | max head | its mass |\n| --- | --- | --- | --- |\n";
+  for (const auto& [layer, acc] : layers) {
+    const auto& [sum, tokens] = acc;
+    if (sum.empty() || tokens == 0) continue;
+    double total = 0;
+    size_t best = 0;
+    for (size_t h = 0; h < sum.size(); ++h) {
+      total += sum[h];
+      if (sum[h] > sum[best]) best = h;
+    }
+    const double mean = total / static_cast<double>(tokens) / static_cast<double>(sum.size());
+    const double top = sum[best] / static_cast<double>(tokens);
+    rows.push_back({{"layer", layer}, {"mean", mean}, {"max_head", best}, {"max_head_mean", top}, {"tokens", tokens}});
+    char line[128];
+    std::snprintf(line, sizeof(line), "| %d | %.4f | %zu | %.4f |\n", layer, mean, best, top);
+    md += line;
+  }
+  rep->json["attention_sinks"] = std::move(rows);
+  rep->md += md;
+}
+
 // Each resid_post row's max|x| / median|x| of one prompt, [layer][position].
 Result<std::vector<std::vector<double>>> ratio_grid(Model& m, const std::vector<int32_t>& ids) {
   std::vector<std::pair<HookPoint, int32_t>> keys;
@@ -474,6 +514,7 @@ int run_scan(const ScanOptions& o) {
   if (!reports.is_ok()) return fail(reports.message());
   const ScanResult result = fold_reports(*reports);
   ScanReport rep = scan_report(o, *in, result);
+  if (o.sinks) add_sink_rows(*reports, &rep);
   if (o.check_ablation) {
     if (result.emergence < 0) return fail("--check-ablation: " + rep.verdict);
     auto ab = check_ablation(m, o, *in, result);
@@ -529,7 +570,8 @@ void register_scan(CLI::App& app, Action* action) {
       cmd->add_option("--prompts", o->prompts_file, "a file of prompts, one per line")->check(CLI::ExistingFile);
   auto* ids = cmd->add_option("--prompt-ids", o->prompt_ids, "token ids, e.g. \"1 2 3\" (no tokenizer needed)");
   ids->excludes(text)->excludes(file);
-  cmd->add_option("--points", o->points, "comma list of per-layer points")->capture_default_str();
+  cmd->add_option("--points", o->points, "comma list of per-layer points (" + hook_point_list(true) + ")")
+      ->capture_default_str();
   cmd->add_option("--top-k,-k", o->top_k, "top dims per (layer, point)")
       ->capture_default_str()
       ->check(CLI::Range(1, 16));
@@ -538,6 +580,8 @@ void register_scan(CLI::App& app, Action* action) {
   cmd->add_option("--out,-o", o->out, "directory for scan.json, scan.md and scan.svg");
   add_threads_flag(*cmd, &o->threads);
   cmd->add_flag("--json", o->json, "print the JSON instead of the table");
+  cmd->add_flag("--sinks", o->sinks,
+                "also the attention mass on the first token per full-attention layer (mean over heads, max head)");
   cmd->add_flag("--check-ablation", o->check_ablation,
                 "perplexity with the emergence layer's massive values untouched, replaced by their mean, zeroed");
   cmd->callback([action, o] { *action = [o] { return run_scan(*o); }; });
