@@ -35,6 +35,7 @@ TEST(StepAllocation, WarmDecodeStepsDoNotAllocate) {
                                   .strength = 0.5f});
     spec.observe.enabled = true;
     spec.observe.top_k = 4;
+    spec.observe.sink_tokens = 2;
     spec.observe.captures = {{HookPoint::kResidPost, 1, 30}, {HookPoint::kLogits, -1, 31}};
     auto resolved = resolve_glass_spec(spec, c);
     ASSERT_TRUE(resolved.is_ok()) << resolved.message();
@@ -73,6 +74,8 @@ TEST(StepAllocation, WarmDecodeStepsDoNotAllocate) {
     EXPECT_TRUE(ok);
     EXPECT_EQ(allocs, 0);
     EXPECT_TRUE(scheduler.running()[1]->glass->report().captures[1].filled);
+    ASSERT_FALSE(scheduler.running()[1]->glass->report().sinks.empty());
+    EXPECT_EQ(scheduler.running()[1]->glass->report().sinks[0].n_tokens, 42);  // 10 prompt + 32 decoded rows
     EXPECT_EQ(scheduler.running()[0]->tokens.size(), 43u);
   }
 }
