@@ -36,6 +36,7 @@ GlassSpec scan_glass(const ScanParams& p) {
   spec.observe.top_k = p.top_k;
   spec.observe.detect_massive = true;
   spec.massive = p.rule;
+  if (p.sinks) spec.observe.sink_tokens = 1;
   return spec;
 }
 
@@ -87,6 +88,12 @@ ScanResult fold_scan(const std::vector<std::shared_ptr<const GlassReport>>& repo
       ++out.rows[{e.layer, static_cast<int>(e.point)}].events;
     }
     out.dropped += rep.events_dropped;
+    for (const SinkStats& s : rep.sinks) {
+      auto& [sum, tokens] = out.sinks[s.layer];
+      sum.resize(s.mean.size(), 0.0);
+      for (size_t h = 0; h < s.mean.size(); ++h) sum[h] += static_cast<double>(s.mean[h]) * s.n_tokens;
+      tokens += s.n_tokens;
+    }
   }
   for (const auto& ev : out.events)
     out.emergence = out.emergence < 0 ? ev.e.layer : std::min(out.emergence, ev.e.layer);
@@ -146,6 +153,30 @@ ScanReport scan_report(const ScanParams& p, const std::vector<std::string>& prom
                   pname.c_str(), row.max_abs, row.max_dim, row.max_position, token_json.c_str(), median, row.max_ratio,
                   top_md.c_str(), static_cast<long long>(row.events));
     rep.md += line;
+  }
+  if (p.sinks) {
+    nlohmann::json rows = nlohmann::json::array();
+    rep.md +=
+        "\nAttention on the first token (mean softmax mass per query, over the prompts' tokens; full-attention "
+        "layers):\n\n| layer | mean over heads | max head | its mass |\n| --- | --- | --- | --- |\n";
+    for (const auto& [layer, acc] : r.sinks) {
+      const auto& [sum, tokens] = acc;
+      if (sum.empty() || tokens == 0) continue;
+      double total = 0;
+      size_t best = 0;
+      for (size_t h = 0; h < sum.size(); ++h) {
+        total += sum[h];
+        if (sum[h] > sum[best]) best = h;
+      }
+      const double mean = total / static_cast<double>(tokens) / static_cast<double>(sum.size());
+      const double top = sum[best] / static_cast<double>(tokens);
+      rows.push_back(
+          {{"layer", layer}, {"mean", mean}, {"max_head", best}, {"max_head_mean", top}, {"tokens", tokens}});
+      char line[128];
+      std::snprintf(line, sizeof(line), "| %d | %.4f | %zu | %.4f |\n", layer, mean, best, top);
+      rep.md += line;
+    }
+    j["attention_sinks"] = std::move(rows);
   }
   if (r.emergence < 0) {
     char abs_test[48], ratio_test[96], rule[160];

@@ -30,6 +30,9 @@ struct ScanParams {
   // Also the layer × token grid of the first prompt: each resid_post row's max|x| / median|x|
   // (the same request captures those rows: n_layers × its tokens × n_embd floats).
   bool heat_map = false;
+  // Also per full-attention layer the attention mass on the first token (observe.attention_sinks,
+  // 1 token): the mean over heads and the largest head, to line up with the emergence layer.
+  bool sinks = false;
 };
 
 // Parses a comma list of per-layer points ("resid_post,mlp_out"); the error names a bad one.
@@ -64,13 +67,16 @@ struct ScanResult {
   std::set<int32_t> dims;                       // its events' dims
   std::set<std::pair<int32_t, int32_t>> where;  // its events' (prompt, position)
   std::vector<std::vector<double>> heat;        // heat_map: [layer][position] of prompt 0; else empty
+  // sinks: layer → (per head Σ tokens · mean mass, Σ tokens) over the prompts.
+  std::map<int32_t, std::pair<std::vector<double>, int64_t>> sinks;
 };
 ScanResult fold_scan(const std::vector<std::shared_ptr<const GlassReport>>& reports);
 
 // The text of the token at (prompt, position), "" when there is no tokenizer.
 using TokenText = std::function<std::string(int32_t prompt, int32_t position)>;
 
-// The JSON and Markdown table of a scan, and the one-line verdict on the emergence layer.
+// The JSON and Markdown table of a scan, and the one-line verdict on the emergence layer; with
+// sinks, "attention_sinks": [{layer, mean, max_head, max_head_mean, tokens}] and its table.
 struct ScanReport {
   nlohmann::json json;
   std::string md, verdict;

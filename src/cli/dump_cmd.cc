@@ -48,9 +48,7 @@ Status parse_points(const std::string& text, std::vector<HookPoint>* points) {
   while (std::getline(in, name, ',')) {
     auto p = parse_hook_point(name);
     if (!p) {
-      return Status::error(
-          "--points: unknown hook point '" + name +
-          "' (resid_pre, attn_out, resid_mid, mlp_act, mlp_out, resid_post, embed, final_norm, logits, all)");
+      return Status::error("--points: unknown hook point '" + name + "' (" + hook_point_list(false) + ", all)");
     }
     points->push_back(*p);
   }
@@ -171,9 +169,7 @@ void register_dump(CLI::App& app, Action* action) {
   auto* ids = cmd->add_option("--prompt-ids", o->prompt_ids, "Token ids, e.g. \"1 2 3\"");
   auto* text = cmd->add_option("--prompt,-p", o->prompt, "Prompt text (tokenized with the model's tokenizer)");
   ids->excludes(text);
-  cmd->add_option("--points", o->points,
-                  "Comma list of hook points or 'all' (resid_pre, attn_out, resid_mid, mlp_act, mlp_out, resid_post, "
-                  "embed, final_norm, logits)")
+  cmd->add_option("--points", o->points, "Comma list of hook points or 'all' (" + hook_point_list(false) + ")")
       ->capture_default_str();
   cmd->add_option("--layers", o->layers, "'all', or layers and ranges: 0,2 or 1-3")->capture_default_str();
   cmd->add_option("--output,-o", o->out, "Output .safetensors file")->required();

@@ -9,6 +9,8 @@
 // Writes a table to stdout, and with --out DIR scan.json, scan.md, scan.svg (the top-3
 // magnitudes of resid_post per layer on a log scale) and scan-heat.svg (layer × token of the
 // first prompt: each resid_post row's max|x| / median|x|, log scale).
+// --sinks adds per full-attention layer the attention mass on the first token (mean over heads
+// and the largest head), the glass box's attention-sink statistic, to line up with that layer.
 //
 // --check-ablation (Sun et al. 2024, §3): the perplexity of the prompts with the emergence
 // layer's massive values (a) untouched, (b) replaced by their mean over the prompts' events and
@@ -40,7 +42,7 @@ struct ScanOptions {
   int threads = 0, top_k = 3;
   float min_abs = 100.0f, min_ratio = 1000.0f;
   std::string median = "layer", fire_on = "both";
-  bool json = false, check_ablation = false;
+  bool json = false, check_ablation = false, sinks = false;
 };
 
 int fail(const std::string& msg) {
@@ -186,6 +188,7 @@ int run_scan(const ScanOptions& o) {
   params.rule = {o.min_abs, o.min_ratio, parse_massive_median(o.median).value_or(MassiveMedian::kLayer),
                  parse_massive_fire(o.fire_on).value_or(MassiveFire::kBoth)};
   params.heat_map = !o.out.empty();
+  params.sinks = o.sinks;
   int32_t longest = 0;
   for (const auto& p : in->prompts) longest = std::max(longest, static_cast<int32_t>(p.size()));
   auto model = load_model(o.model, {.n_threads = o.threads});
@@ -257,7 +260,8 @@ void register_scan(CLI::App& app, Action* action) {
       cmd->add_option("--prompts", o->prompts_file, "a file of prompts, one per line")->check(CLI::ExistingFile);
   auto* ids = cmd->add_option("--prompt-ids", o->prompt_ids, "token ids, e.g. \"1 2 3\" (no tokenizer needed)");
   ids->excludes(text)->excludes(file);
-  cmd->add_option("--points", o->points, "comma list of per-layer points")->capture_default_str();
+  cmd->add_option("--points", o->points, "comma list of per-layer points (" + hook_point_list(true) + ")")
+      ->capture_default_str();
   cmd->add_option("--top-k,-k", o->top_k, "top dims per (layer, point)")
       ->capture_default_str()
       ->check(CLI::Range(1, 16));
@@ -273,6 +277,8 @@ void register_scan(CLI::App& app, Action* action) {
   cmd->add_option("--out,-o", o->out, "directory for scan.json, scan.md and scan.svg");
   add_threads_flag(*cmd, &o->threads);
   cmd->add_flag("--json", o->json, "print the JSON instead of the table");
+  cmd->add_flag("--sinks", o->sinks,
+                "also the attention mass on the first token per full-attention layer (mean over heads, max head)");
   cmd->add_flag("--check-ablation", o->check_ablation,
                 "perplexity with the emergence layer's massive values untouched, replaced by their mean, zeroed");
   cmd->callback([action, o] { *action = [o] { return run_scan(*o); }; });

@@ -7,7 +7,12 @@
 namespace gb {
 
 GlassAccumulator::GlassAccumulator(std::shared_ptr<const GlassSpec> spec, const ModelConfig& c)
-    : spec_(std::move(spec)), n_layers_(c.n_layers), n_embd_(c.n_embd), n_ff_(c.n_ff), vocab_(c.vocab) {}
+    : spec_(std::move(spec)),
+      n_layers_(c.n_layers),
+      n_embd_(c.n_embd),
+      n_ff_(c.n_ff),
+      vocab_(c.vocab),
+      n_heads_(c.n_heads) {}
 
 int64_t GlassAccumulator::storage_bytes(const GlassSpec& spec, const ModelConfig& c) {
   int64_t bytes = static_cast<int64_t>(spec.interventions.size()) * static_cast<int64_t>(sizeof(int64_t));
@@ -19,6 +24,11 @@ int64_t GlassAccumulator::storage_bytes(const GlassSpec& spec, const ModelConfig
   if (ob.layer_time) bytes += (int64_t{c.n_layers} + 1) * static_cast<int64_t>(sizeof(int64_t));
   bytes += static_cast<int64_t>(ob.captures.size()) * static_cast<int64_t>(sizeof(Capture));
   for (const CaptureRequest& cr : ob.captures) bytes += point_width(cr.point, c) * static_cast<int64_t>(sizeof(float));
+  if (ob.sink_tokens > 0) {
+    const auto n_sink = static_cast<int64_t>(ob.sink_layers.size());
+    bytes +=
+        n_sink * static_cast<int64_t>(sizeof(SinkLayer)) + n_sink * c.n_heads * static_cast<int64_t>(sizeof(SinkHead));
+  }
   return bytes;
 }
 
@@ -52,6 +62,10 @@ void GlassAccumulator::ensure_storage() {
   }
   if (ob.detect_massive) events_.reserve(kMaxEventsPerRequest);
   if (ob.layer_time) layer_ns_.assign(static_cast<size_t>(n_layers_) + 1, 0);
+  if (ob.sink_tokens > 0) {
+    sink_layers_.resize(ob.sink_layers.size());
+    sink_heads_.resize(ob.sink_layers.size() * static_cast<size_t>(n_heads_));
+  }
 }
 
 GlassReport GlassAccumulator::report() const {
@@ -100,6 +114,22 @@ GlassReport GlassAccumulator::report() const {
       for (int32_t l = 0; l < n_layers_; ++l)
         t.layer_ms[static_cast<size_t>(l)] = static_cast<double>(layer_ns_[static_cast<size_t>(l)]) * 1e-6;
       t.head_ms = static_cast<double>(layer_ns_.back()) * 1e-6;
+    }
+  }
+  if (ob.enabled && ob.sink_tokens > 0) {
+    r.sink_tokens = ob.sink_tokens;
+    for (size_t k = 0; k < ob.sink_layers.size(); ++k) {
+      SinkStats s;
+      s.layer = ob.sink_layers[k];
+      s.n_tokens = storage_ ? sink_layers_[k].n_tokens : 0;
+      for (int32_t h = 0; h < n_heads_; ++h) {
+        const SinkHead a =
+            storage_ ? sink_heads_[k * static_cast<size_t>(n_heads_) + static_cast<size_t>(h)] : SinkHead{};
+        s.mean.push_back(s.n_tokens > 0 ? static_cast<float>(a.sum / static_cast<double>(s.n_tokens)) : 0.0f);
+        s.max.push_back(a.max);
+        s.max_position.push_back(a.max_position);
+      }
+      r.sinks.push_back(std::move(s));
     }
   }
   r.events = events_;

@@ -46,10 +46,20 @@ class GlassAccumulator {
     int32_t n_top = 0;
     TopDim top[kMaxTopK];
   };
+  // Attention sinks of one observed full-attention layer (ObserveSpec::sink_layers[k]).
+  struct SinkLayer {
+    int64_t n_tokens = 0;
+    int32_t last_position = -1;  // as Acc::last_position
+  };
+  struct SinkHead {
+    double sum = 0;  // Σ mass over the tokens
+    float max = 0;
+    int32_t max_position = -1;
+  };
 
   std::shared_ptr<const GlassSpec> spec_;
   int32_t n_layers_;
-  int32_t n_embd_, n_ff_, vocab_;
+  int32_t n_embd_, n_ff_, vocab_, n_heads_;
   bool storage_ = false;
   std::vector<uint8_t> observed_;     // [n_layers · kNumLayerPoints] 1 where observed (observing specs only)
   std::vector<Acc> acc_;              // [n_layers · kNumLayerPoints] (observing specs only)
@@ -59,6 +69,8 @@ class GlassAccumulator {
   std::vector<Capture> captures_;      // data sized by ensure_storage
   std::vector<int64_t> layer_ns_;      // [n_layers + 1] with observe.layer_time: ns per layer, then the output head
   int64_t timed_steps_ = 0;
+  std::vector<SinkLayer> sink_layers_;  // [sink_layers] (with sink_tokens)
+  std::vector<SinkHead> sink_heads_;    // [sink_layers · n_heads] (with sink_tokens)
 };
 
 // The most heap bytes one sequence's GlassAccumulator holds for a resolved spec (statistics

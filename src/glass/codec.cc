@@ -148,9 +148,7 @@ json floats_json(const std::vector<float>& v) {
 
 std::optional<GlassError> parse_point(const json& v, const std::string& w, HookPoint* out) {
   auto p = v.is_string() ? parse_hook_point(v.get_ref<const std::string&>()) : std::nullopt;
-  if (!p || !is_layer_point(*p))
-    return bad(w,
-               w + ": expected a per-layer hook point (resid_pre, attn_out, resid_mid, mlp_act, mlp_out, resid_post)");
+  if (!p || !is_layer_point(*p)) return bad(w, w + ": expected a per-layer hook point (" + hook_point_list(true) + ")");
   *out = *p;
   return std::nullopt;
 }
@@ -431,16 +429,38 @@ std::optional<GlassError> parse_one(const json& item, const std::string& where, 
   return parse_op_item(item, where, list_where, ctx, out);
 }
 
+// "attention_sinks": true (the first token) | false | {"tokens": N} (the first N, 1..kMaxSinkTokens).
+std::optional<GlassError> parse_attention_sinks(const json& v, const std::string& w, int32_t* out) {
+  const std::string expected =
+      ": expected true, false or {\"tokens\": N} with N in 1.." + std::to_string(kMaxSinkTokens);
+  if (v.is_boolean()) {
+    *out = v.get<bool>() ? 1 : 0;
+    return std::nullopt;
+  }
+  if (!v.is_object()) return bad(w, w + expected);
+  for (const auto& [k, x] : v.items()) {
+    if (k != "tokens") return bad(w + "." + name_brief(k), w + "." + name_brief(k) + ": unknown field (tokens)");
+  }
+  auto it = v.find("tokens");
+  if (it == v.end()) return bad(w + ".tokens", w + ".tokens: required" + expected);
+  int64_t n = 0;
+  if (!as_int64(*it, &n) || n < 1 || n > kMaxSinkTokens)
+    return bad(w + ".tokens", w + ".tokens: " + json_brief(*it) + " is not a number of key positions in 1.." +
+                                  std::to_string(kMaxSinkTokens));
+  *out = static_cast<int32_t>(n);
+  return std::nullopt;
+}
+
 std::optional<GlassError> parse_observe(const json& o, const std::string& w, const ModelConfig& m,
                                         GlassRequestParts* out) {
   if (!o.is_object()) return bad(w, w + ": expected an object");
-  static const std::set<std::string> kKeys = {"points", "layers",         "tokens",  "top_k",
-                                              "stats",  "detect_massive", "capture", "layer_time"};
+  static const std::set<std::string> kKeys = {"points",         "layers",  "tokens",     "top_k",          "stats",
+                                              "detect_massive", "capture", "layer_time", "attention_sinks"};
   for (const auto& [k, v] : o.items()) {
     if (!kKeys.count(k))
-      return bad(w + "." + name_brief(k),
-                 w + "." + name_brief(k) +
-                     ": unknown field (points, layers, tokens, top_k, stats, detect_massive, capture, layer_time)");
+      return bad(w + "." + name_brief(k), w + "." + name_brief(k) +
+                                              ": unknown field (points, layers, tokens, top_k, stats, detect_massive, "
+                                              "capture, layer_time, attention_sinks)");
   }
   ObserveSpec& obs = out->observe;
   json canon = json::object();
@@ -500,6 +520,10 @@ std::optional<GlassError> parse_observe(const json& o, const std::string& w, con
     if (!it->is_boolean()) return bad(w + ".layer_time", w + ".layer_time: expected true or false");
     obs.layer_time = it->get<bool>();
     canon["layer_time"] = obs.layer_time;
+  }
+  if (auto it = o.find("attention_sinks"); it != o.end()) {
+    if (auto e = parse_attention_sinks(*it, w + ".attention_sinks", &obs.sink_tokens)) return e;
+    if (obs.sink_tokens > 0) canon["attention_sinks"] = {{"tokens", obs.sink_tokens}};
   }
   if (auto it = o.find("capture"); it != o.end()) {
     const json& c = *it;
@@ -730,6 +754,18 @@ json layer_time_json(const LayerTime& t) {
           {"head", {{"ms", t.head_ms}, {"share", share(t.head_ms)}}}};
 }
 
+json attention_sinks_json(const GlassReport& r) {
+  json layers = json::array();
+  for (const SinkStats& s : r.sinks) {
+    json mean = json::array(), max = json::array();
+    for (float v : s.mean) mean.push_back(float_json(v));
+    for (float v : s.max) max.push_back(float_json(v));
+    layers.push_back(
+        {{"layer", s.layer}, {"tokens", s.n_tokens}, {"mean", mean}, {"max", max}, {"max_token", s.max_position}});
+  }
+  return {{"sink_tokens", r.sink_tokens}, {"layers", layers}};
+}
+
 json glass_report_json(const GlassReport& r, const std::vector<std::string>& stats) {
   auto want = [&](const char* s) { return stats.empty() || std::find(stats.begin(), stats.end(), s) != stats.end(); };
   json report = json::array();
@@ -792,6 +828,7 @@ json glass_report_json(const GlassReport& r, const std::vector<std::string>& sta
   if (r.events_dropped > 0) out["events_dropped"] = r.events_dropped;
   if (!captures.empty()) out["captures"] = captures;
   if (r.layer_time.enabled) out["layer_time"] = layer_time_json(r.layer_time);
+  if (r.sink_tokens > 0) out["attention_sinks"] = attention_sinks_json(r);
   return out;
 }
 

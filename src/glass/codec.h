@@ -7,7 +7,8 @@
 //     "observe": {"points": ["resid_post"] | "all", "layers": "all" | [0, 3] | {"from": 2, "to": 9},
 //                 "tokens": "all" | "prompt" | "generated" | "first" | [positions], "top_k": 4,
 //                 "stats": ["max_abs", "median_abs", "rms", "mean", "top_k"], "detect_massive": true,
-//                 "capture": [{"point": "resid_post", "layer": 3, "token": 0}], "layer_time": false},
+//                 "capture": [{"point": "resid_post", "layer": 3, "token": 0}], "layer_time": false,
+//                 "attention_sinks": true | {"tokens": 4}},
 //     "interventions": [
 //       {"op": "scale", "point": "mlp_act", "layer": 14, "dims": [8949], "strength": -0.98},
 //       {"op": "add", "point": "resid_post", "layers": {"from": 2, "to": 5}, "vector": [...] | "name", "strength": 4},
@@ -104,6 +105,10 @@ Result<LocalGlass> parse_local_glass(const nlohmann::json& ext, const ModelConfi
 // The per-choice report: stats per layer and point, events, captures and applied. stats filters
 // the report's fields (empty: all).
 nlohmann::json glass_report_json(const GlassReport& r, const std::vector<std::string>& stats);
+// The report's attention sinks (with sink_tokens > 0): {"sink_tokens": N, "layers": [{"layer",
+// "tokens", "mean": [per head], "max": [per head], "max_token": [per head]}]}; linear-attention
+// layers are not listed. glass_report_json puts it under "attention_sinks".
+nlohmann::json attention_sinks_json(const GlassReport& r);
 
 // observe.layer_time's report: {steps, total_ms, layers: [{layer, ms, share}], head: {ms, share}},
 // shares of total_ms (the layers' and the head's sum to 1).

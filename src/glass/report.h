@@ -33,6 +33,17 @@ struct PointStats {
   std::vector<TopDim> top;  // up to top_k dims by their largest |x|, largest first
 };
 
+// Attention sinks of one full-attention layer over the observed tokens of a request: per query
+// head, the softmax mass each token's query put on key positions [0, sink_tokens) of its sequence
+// (a recomputed token counts once).
+struct SinkStats {
+  int32_t layer = 0;
+  int64_t n_tokens = 0;
+  std::vector<float> mean;            // [n_heads] mean mass over the tokens
+  std::vector<float> max;             // [n_heads] largest mass
+  std::vector<int32_t> max_position;  // [n_heads] the token position of the largest (-1: no token)
+};
+
 struct MassiveEvent {
   HookPoint point = HookPoint::kResidPost;
   int32_t layer = 0;
@@ -96,6 +107,8 @@ struct GlassReport {
   std::vector<Capture> captures;             // in ObserveSpec::captures order
   std::vector<AppliedIntervention> applied;  // in GlassSpec::interventions order
   LayerTime layer_time;                      // with observe.layer_time
+  int32_t sink_tokens = 0;                   // ObserveSpec::sink_tokens (0: sinks not observed)
+  std::vector<SinkStats> sinks;              // observed full-attention layers, ascending
 };
 
 }  // namespace gb

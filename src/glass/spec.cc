@@ -45,8 +45,8 @@ Status resolve_selector(TokenSelector& sel, const std::string& where) {
 
 Status check_layer_point(HookPoint p, const std::string& where) {
   if (!is_layer_point(p)) {
-    return Status::error(where + ": '" + std::string(hook_point_name(p)) +
-                         "' is not a per-layer point (resid_pre, attn_out, resid_mid, mlp_act, mlp_out, resid_post)");
+    return Status::error(where + ": '" + std::string(hook_point_name(p)) + "' is not a per-layer point (" +
+                         hook_point_list(true) + ")");
   }
   return Status::ok();
 }
@@ -201,6 +201,7 @@ Status check_massive_rule(const MassiveRule& m) {
 Status resolve_observe(ObserveSpec& ob, const ModelConfig& c) {
   if (!ob.enabled) {
     if (!ob.captures.empty()) return Status::error("observe.captures: observation is not enabled");
+    if (ob.sink_tokens != 0) return Status::error("observe.attention_sinks: observation is not enabled");
     return Status::ok();
   }
   if (ob.points.empty()) ob.points.push_back(HookPoint::kResidPost);
@@ -221,6 +222,16 @@ Status resolve_observe(ObserveSpec& ob, const ModelConfig& c) {
     return Status::error("observe.top_k: " + std::to_string(ob.top_k) + " is outside 0.." + std::to_string(kMaxTopK));
   }
   GB_RETURN_IF_ERROR(resolve_selector(ob.tokens, "observe.tokens"));
+  if (ob.sink_tokens < 0 || ob.sink_tokens > kMaxSinkTokens) {
+    return Status::error("observe.attention_sinks.tokens: " + std::to_string(ob.sink_tokens) + " is outside 1.." +
+                         std::to_string(kMaxSinkTokens));
+  }
+  ob.sink_layers.clear();
+  if (ob.sink_tokens > 0) {
+    for (int32_t l : ob.layers) {
+      if (softmax_attention_layer(c, l)) ob.sink_layers.push_back(l);
+    }
+  }
   int64_t floats = 0;
   for (size_t j = 0; j < ob.captures.size(); ++j) {
     CaptureRequest& cr = ob.captures[j];

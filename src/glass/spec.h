@@ -25,6 +25,7 @@ inline constexpr int32_t kMaxTopK = 16;                // ObserveSpec::top_k
 inline constexpr int32_t kMaxSelectedPositions = 256;  // TokenSelector::positions
 inline constexpr int64_t kMaxCaptureFloats = 1 << 20;  // raw vectors per sequence (4 MiB)
 inline constexpr int32_t kMaxEventsPerRequest = 256;   // massive events kept per sequence; the rest are counted
+inline constexpr int32_t kMaxSinkTokens = 16;          // ObserveSpec::sink_tokens
 
 // Which tokens of a sequence an intervention or observation applies to. A "token" is a row of the
 // forward pass: the hidden state computed for the token at that position (the row at position p
@@ -136,7 +137,18 @@ struct ObserveSpec {
   bool layer_time = false;                         // wall time per layer of the sequence's steps (LayerTime)
   std::vector<CaptureRequest> captures;            // raw vectors; Σ widths ≤ max_capture_floats
   int64_t max_capture_floats = kMaxCaptureFloats;  // a tool (glassbox dump) may raise it; the server never does
+  // Attention sinks: per observed full-attention layer and query head, the softmax mass the
+  // observed tokens put on key positions [0, sink_tokens) of their sequence; 0: off, else
+  // 1 .. kMaxSinkTokens. Linear-attention layers have no softmax and report none.
+  int32_t sink_tokens = 0;
+  std::vector<int32_t> sink_layers = {};  // set by resolution (with sink_tokens): the observed layers with softmax
+                                          // attention, ascending
 };
+// Whether layer l of c attends with a softmax over the KV cache (not a linear-attention layer).
+inline bool softmax_attention_layer(const ModelConfig& c, int32_t l) {
+  return static_cast<size_t>(l) >= c.layer_kinds.size() ||
+         c.layer_kinds[static_cast<size_t>(l)] == LayerKind::kAttention;
+}
 
 // Everything the glass box does for one request.
 struct GlassSpec {

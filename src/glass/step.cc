@@ -69,6 +69,8 @@ GlassStep::GlassStep(const ModelConfig& c)
   obs_offsets_.assign(n_slots + 1, 0);
   cap_offsets_.assign(n_slots + kNumGlobalPoints + 1, 0);
   skip_offsets_.assign(static_cast<size_t>(n_layers_) + 1, 0);
+  sink_offsets_.assign(static_cast<size_t>(n_layers_) + 1, 0);
+  sinks_stage_.reserve(64), sinks_.reserve(64);
   ops_stage_.reserve(256), ops_.reserve(256);
   skips_stage_.reserve(64), skips_.reserve(64);
   obs_stage_.reserve(256), obs_.reserve(256);
@@ -86,6 +88,8 @@ void GlassStep::clear() {
   skips_stage_.clear(), skips_.clear();
   timed_.clear();
   std::fill(stamps_.begin(), stamps_.end(), -1);
+  sinks_stage_.clear(), sinks_.clear();
+  std::fill(sink_offsets_.begin(), sink_offsets_.end(), 0);
   std::fill(op_offsets_.begin(), op_offsets_.end(), 0);
   std::fill(skip_offsets_.begin(), skip_offsets_.end(), 0);
   std::fill(obs_offsets_.begin(), obs_offsets_.end(), 0);
@@ -97,7 +101,7 @@ void GlassStep::clear() {
 
 bool GlassStep::empty() const {
   return ops_stage_.empty() && obs_stage_.empty() && caps_stage_.empty() && skips_stage_.empty() && timed_.empty() &&
-         monitor_ == nullptr;
+         sinks_stage_.empty() && monitor_ == nullptr;
 }
 
 void GlassStep::add_sequence(int32_t row_begin, int32_t n_rows, int32_t first_pos, int32_t n_prompt,
@@ -130,6 +134,10 @@ void GlassStep::add_sequence(int32_t row_begin, int32_t n_rows, int32_t first_po
         obs_stage_.push_back({slot(p, l), b, e, row_begin, seq_end, acc});
         masks_[l] |= hook_bit(p);
       }
+    }
+    if (ob.sink_tokens > 0) {
+      for (size_t k = 0; k < ob.sink_layers.size(); ++k)
+        sinks_stage_.push_back({ob.sink_layers[k], b, e, static_cast<int32_t>(k), acc});
     }
   });
   // No observed row, but the rows' layer median is the one the sequence's later decode rows
@@ -185,6 +193,15 @@ void GlassStep::finalize() {
   sort_by_slot(obs_stage_, obs_, obs_offsets_, n_slots);
   sort_by_slot(caps_stage_, caps_, cap_offsets_, n_slots + kNumGlobalPoints);
   sort_by_slot(skips_stage_, skips_, skip_offsets_, n_layers_);
+  sort_by_slot(sinks_stage_, sinks_, sink_offsets_, n_layers_);
+  if (!sinks_.empty()) {
+    if (sink_n_.size() < static_cast<size_t>(rows_needed_)) sink_n_.resize(static_cast<size_t>(rows_needed_));
+    std::fill(sink_n_.begin(), sink_n_.begin() + rows_needed_, uint8_t{0});
+    for (const SinkEntry& e : sinks_) {
+      const auto n = static_cast<uint8_t>(e.acc->spec().observe.sink_tokens);
+      std::fill(sink_n_.begin() + e.row_begin, sink_n_.begin() + e.row_end, n);
+    }
+  }
   const size_t saved = skips_.empty() ? 0 : static_cast<size_t>(rows_needed_) * static_cast<size_t>(n_embd_);
   if (saved_.size() < saved) saved_.resize(saved);
 }
@@ -199,6 +216,35 @@ void GlassStep::finish_forward() {
     for (int32_t l = 0; l < n_layers_; ++l) acc->layer_ns_[static_cast<size_t>(l)] += stamps_[l + 1] - stamps_[l];
     acc->layer_ns_.back() += end - stamps_.back();
     ++acc->timed_steps_;
+  }
+}
+
+const uint8_t* GlassStep::sink_rows(int32_t layer) const {
+  return sink_offsets_[layer] < sink_offsets_[layer + 1] ? sink_n_.data() : nullptr;
+}
+
+void GlassStep::apply_sinks(int32_t layer, const float* mass, int64_t n_rows, int64_t n_heads,
+                            const Batch& batch) const {
+  for (int32_t i = sink_offsets_[layer]; i < sink_offsets_[layer + 1]; ++i) {
+    const SinkEntry& e = sinks_[i];
+    GlassAccumulator& acc = *e.acc;
+    GlassAccumulator::SinkLayer& sl = acc.sink_layers_[static_cast<size_t>(e.index)];
+    GlassAccumulator::SinkHead* heads = acc.sink_heads_.data() + static_cast<int64_t>(e.index) * n_heads;
+    for (int32_t r = e.row_begin; r < e.row_end && r < n_rows; ++r) {
+      const int32_t pos = batch.positions[r];
+      if (pos <= sl.last_position) continue;  // recomputed after a preemption: counted already
+      sl.last_position = pos;
+      ++sl.n_tokens;
+      const float* m = mass + int64_t{r} * n_heads;
+      for (int64_t h = 0; h < n_heads; ++h) {
+        GlassAccumulator::SinkHead& a = heads[h];
+        a.sum += m[h];
+        if (m[h] > a.max || a.max_position < 0) {
+          a.max = m[h];
+          a.max_position = pos;
+        }
+      }
+    }
   }
 }
 

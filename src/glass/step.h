@@ -72,6 +72,13 @@ class GlassStep final : public StepTable {
   // The captures at a global point from data[n_rows, width], whose row i is batch row row_ids[i].
   void apply_global(HookPoint p, const float* data, int64_t n_rows, int64_t width,
                     const int32_t* row_ids) const override;
+  // Attention sinks: the observing sequences' rows (their sink_tokens) at an observed
+  // full-attention layer; the masses folded into their accumulators (the token selector and
+  // the recompute rule as for the statistics). A row of a sequence that observes other layers
+  // than l only is computed at l too when another sequence observes l, and then ignored.
+  const uint8_t* sink_rows(int32_t layer) const override;
+  void apply_sinks(int32_t layer, const float* mass, int64_t n_rows, int64_t n_heads,
+                   const Batch& batch) const override;
 
  private:
   struct OpEntry {
@@ -93,6 +100,12 @@ class GlassStep final : public StepTable {
   struct SkipEntry {
     int32_t slot, row_begin, row_end;
     int64_t* rows;  // the accumulator's applied counter
+  };
+  // Attention sinks of rows [row_begin, row_end) at layer `slot`, into the accumulator's
+  // index-th sink layer.
+  struct SinkEntry {
+    int32_t slot, row_begin, row_end, index;
+    GlassAccumulator* acc;
   };
   // Per-layer points: layer · kNumLayerPoints + point; the global points (captures only) follow.
   int32_t slot(HookPoint p, int32_t layer) const {
@@ -121,6 +134,9 @@ class GlassStep final : public StepTable {
   std::vector<SkipEntry> skips_stage_, skips_;
   std::vector<int32_t> op_offsets_, obs_offsets_, cap_offsets_;  // [n_slots + 1]; caps: + kNumGlobalPoints
   std::vector<int32_t> skip_offsets_;                            // [n_layers + 1]
+  std::vector<SinkEntry> sinks_stage_, sinks_;
+  std::vector<int32_t> sink_offsets_;  // [n_layers + 1]
+  std::vector<uint8_t> sink_n_;        // [≥ rows_needed] each row's sink_tokens (0: none), filled by finalize
   int32_t rows_needed_ = 0;
   const MonitorConfig* monitor_ = nullptr;
   MonitorStep* monitor_out_ = nullptr;

@@ -15,6 +15,7 @@ Activations::Activations(const ModelConfig& c, int32_t max_t, int32_t n_threads)
       k(size_t(max_t) * c.kv_dim()),
       v(size_t(max_t) * c.kv_dim()),
       attn(size_t(max_t) * c.q_dim()),
+      sink_mass(size_t(max_t) * c.n_heads),
       attn_out(size_t(max_t) * c.n_embd),
       gate(size_t(max_t) * c.n_ff),
       up(size_t(max_t) * c.n_ff),

@@ -21,6 +21,8 @@ struct Activations {
   std::vector<float> k;           // [max_tokens, n_kv_heads · head_dim] f32 (copied into the KV cache)
   std::vector<float> v;           // [max_tokens, n_kv_heads · head_dim] f32
   std::vector<float> attn;        // [max_tokens, n_heads · head_dim] f32 attention heads, o_proj input
+  std::vector<float> sink_mass;   // [max_tokens, n_heads] f32 attention mass on the first key positions (attention
+                                  // sinks: written only for the rows the step table asks for, StepTable::sink_rows)
   std::vector<float> attn_out;    // [max_tokens, n_embd] f32 o_proj output (hook attn_out)
   std::vector<float> gate;        // [max_tokens, n_ff] f32 gate_proj output, then act(gate)·up (hook mlp_act)
   std::vector<float> up;          // [max_tokens, n_ff] f32 up_proj output

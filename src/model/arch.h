@@ -18,9 +18,11 @@ namespace gb {
 // of the output rows, lm_head, and the final_norm / logits hooks.
 void embed_tokens(const ModelConfig& c, const ModelWeights& w, Activations& a, const Batch& batch, const Hooks* hooks);
 // paged_attention: stores this step's k/v (acts.k, acts.v) into layer il's cache slots, then
-// attends every (token, query head) over its own sequence: acts.q -> acts.attn.
+// attends every (token, query head) over its own sequence: acts.q -> acts.attn. When the step
+// table asks for attention sinks at il (StepTable::sink_rows), those rows' heads also write their
+// mass on the first key positions into acts.sink_mass, handed to StepTable::apply_sinks.
 void paged_attention(const ModelConfig& c, int32_t il, Activations& a, ThreadPool& pool, const Batch& batch,
-                     KvCache& cache);
+                     KvCache& cache, const Hooks* hooks);
 void residual_and_mlp(const ModelConfig& c, const LayerWeights& L, int32_t il, Activations& a, ThreadPool& pool,
                       const Batch& batch, const Hooks* hooks);
 void output_head(const ModelConfig& c, const ModelWeights& w, Activations& a, ThreadPool& pool, const Batch& batch,

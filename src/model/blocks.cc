@@ -22,7 +22,7 @@ void embed_tokens(const ModelConfig& c, const ModelWeights& w, Activations& a, c
 }
 
 void paged_attention(const ModelConfig& c, int32_t il, Activations& a, ThreadPool& pool, const Batch& batch,
-                     KvCache& cache) {
+                     KvCache& cache, const Hooks* hooks) {
   const int64_t n = batch.n_tokens(), hd = c.head_dim, n_heads = c.n_heads, group = n_heads / c.n_kv_heads;
   const int64_t qd = c.q_dim(), kvd = c.kv_dim();
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
@@ -30,16 +30,22 @@ void paged_attention(const ModelConfig& c, int32_t il, Activations& a, ThreadPoo
   // each other (causally) within this step.
   const ops::PagedKv kv = cache.layer(il);
   for (int64_t t = 0; t < n; ++t) ops::kv_store(kv, batch.slots[t], a.k.data() + t * kvd, a.v.data() + t * kvd);
+  // Attention sinks: the rows that want their mass on the first key positions (null: none).
+  const StepTable* table = hooks != nullptr ? hooks->glass() : nullptr;
+  const uint8_t* sink_rows = table != nullptr ? table->sink_rows(il) : nullptr;
+  const int64_t n_sink_rows = sink_rows != nullptr ? table->rows_needed() : 0;
   // One work item per (token, query head): each attends over its own sequence up to its position.
   parallel_for(pool, n * n_heads, n * n_heads * (batch.positions[n - 1] + 1) * hd, [&](int64_t b, int64_t e, int ti) {
     float* scores = a.scores.data() + static_cast<size_t>(ti) * cache.block_size();
     for (int64_t item = b; item < e; ++item) {
       const int64_t t = item / n_heads, h = item % n_heads;
       const BatchSeq& seq = batch.seqs[batch.seq_index[t]];
+      const int64_t n_sink = t < n_sink_rows ? sink_rows[t] : 0;
       ops::attend_head(a.q.data() + t * qd + h * hd, kv, h / group, seq.block_table.data(), batch.positions[t] + 1,
-                       scale, a.attn.data() + t * qd + h * hd, scores);
+                       scale, a.attn.data() + t * qd + h * hd, scores, n_sink, a.sink_mass.data() + t * n_heads + h);
     }
   });
+  if (sink_rows != nullptr) table->apply_sinks(il, a.sink_mass.data(), n, n_heads, batch);
 }
 
 void residual_and_mlp(const ModelConfig& c, const LayerWeights& L, int32_t il, Activations& a, ThreadPool& pool,

@@ -5,7 +5,8 @@ namespace gb {
 
 namespace {
 constexpr std::string_view kNames[kNumHookPoints] = {
-    "resid_pre", "attn_out", "resid_mid", "mlp_act", "mlp_out", "resid_post", "embed", "final_norm", "logits",
+    "resid_pre", "attn_in",    "attn_out", "resid_mid",  "mlp_act",
+    "mlp_out",   "resid_post", "embed",    "final_norm", "logits",
 };
 }  // namespace
 
@@ -19,6 +20,17 @@ std::optional<HookPoint> parse_hook_point(std::string_view name) {
     if (kNames[i] == name) return static_cast<HookPoint>(i);
   }
   return std::nullopt;
+}
+
+std::string hook_point_list(bool per_layer) {
+  std::string s;
+  for (int i = 0; i < kNumHookPoints; ++i) {
+    const auto p = static_cast<HookPoint>(i);
+    if (per_layer && !is_layer_point(p)) break;
+    if (!s.empty()) s += ", ";
+    s += kNames[i];
+  }
+  return s;
 }
 
 std::string hook_key(HookPoint p, int32_t layer) {

@@ -17,6 +17,7 @@ namespace gb {
 // Per-layer points first, then the global ones; the order is the bit number in a layer mask.
 enum class HookPoint : uint8_t {
   kResidPre,   // residual stream entering layer l                    [n_tokens, n_embd]
+  kAttnIn,     // attn_norm(resid_pre): the token mixer's input (q/k/v) [n_tokens, n_embd]
   kAttnOut,    // attention output projection, before the residual add [n_tokens, n_embd]
   kResidMid,   // residual after the attention add                      [n_tokens, n_embd]
   kMlpAct,     // act(gate) · up, the input of down_proj                [n_tokens, n_ff]
@@ -33,6 +34,8 @@ inline constexpr bool is_layer_point(HookPoint p) { return p < HookPoint::kEmbed
 
 std::string_view hook_point_name(HookPoint p);  // "resid_post", "embed", ...
 std::optional<HookPoint> parse_hook_point(std::string_view name);
+// The names for messages: "resid_pre, attn_in, ..., resid_post" (per_layer) or every point.
+std::string hook_point_list(bool per_layer);
 // "layers.{l}.{point}" for per-layer points, "{point}" for embed / final_norm / logits: the keys
 // of `glassbox dump` files and of the reference fixtures.
 std::string hook_key(HookPoint p, int32_t layer);
@@ -69,6 +72,15 @@ class StepTable {
   // row row_ids[i] (every row for embed, the output rows for final_norm and logits).
   virtual void apply_global(HookPoint p, const float* data, int64_t n_rows, int64_t width,
                             const int32_t* row_ids) const = 0;
+  // Attention sinks (not a hook point: a by-product of attention's softmax). At full-attention
+  // layer l: null when no row wants the statistic, else [rows_needed()] the number of first key
+  // positions (0: none) whose softmax mass each batch row's query heads should report; rows at or
+  // past rows_needed() want none. The attention writes the masses, then calls apply_sinks with
+  // mass[n_rows, n_heads] (row r, head h: the weight on positions < sink_rows(l)[r]; rows with 0
+  // are unset). Called on the forward pass's thread, in layer order.
+  virtual const uint8_t* sink_rows(int32_t layer) const = 0;
+  virtual void apply_sinks(int32_t layer, const float* mass, int64_t n_rows, int64_t n_heads,
+                           const Batch& batch) const = 0;
 };
 
 // Receives hook tensors. Called on the forward pass's thread, in layer order; must not keep

@@ -38,6 +38,7 @@ void forward_llama(const ModelConfig& c, const ModelWeights& w, Activations& a, 
     parallel_for(pool, n, n * n_embd, [&](int64_t b, int64_t e, int) {
       ops::rms_norm(x + b * n_embd, L.attn_norm, e - b, n_embd, eps, a.xn.data() + b * n_embd);
     });
+    hook_point(hooks, mask, HookPoint::kAttnIn, il, a.xn.data(), n, n_embd, all_rows, batch);
     ops::matmul(pool, a.xn.data(), n, L.wq, a.q.data());
     ops::matmul(pool, a.xn.data(), n, L.wk, a.k.data());
     ops::matmul(pool, a.xn.data(), n, L.wv, a.v.data());
@@ -55,7 +56,7 @@ void forward_llama(const ModelConfig& c, const ModelWeights& w, Activations& a, 
     }
     ops::rope(a.q.data(), n, qd, n_heads, hd, c.rope_dims, a.rope_cos.data(), a.rope_sin.data(), c.rope_style);
     ops::rope(a.k.data(), n, kvd, n_kv, hd, c.rope_dims, a.rope_cos.data(), a.rope_sin.data(), c.rope_style);
-    paged_attention(c, il, a, pool, batch, cache);
+    paged_attention(c, il, a, pool, batch, cache, hooks);
     ops::matmul(pool, a.attn.data(), n, L.wo, a.attn_out.data());
     apply_variant_deltas(a.variants, il, patch::Proj::kO, a.attn.data(), a.attn_out.data(), pool);
     if (L.bo != nullptr) ops::add_bias(a.attn_out.data(), L.bo, n, n_embd);

@@ -20,7 +20,7 @@ namespace {
 
 // Gated full attention of layer il: a.xn [n, n_embd] → a.attn_out [n, n_embd].
 void gated_attention(const ModelConfig& c, const LayerWeights& L, int32_t il, Activations& a, ThreadPool& pool,
-                     const Batch& batch, KvCache& cache) {
+                     const Batch& batch, KvCache& cache, const Hooks* hooks) {
   const int64_t n = batch.n_tokens();
   const int64_t hd = c.head_dim, n_heads = c.n_heads, n_kv = c.n_kv_heads;
   const int64_t qd = c.q_dim(), kvd = c.kv_dim();
@@ -48,7 +48,7 @@ void gated_attention(const ModelConfig& c, const LayerWeights& L, int32_t il, Ac
   // Partial rotary: the first rope_dims of each head (text positions: M-RoPE = plain RoPE).
   ops::rope(a.q.data(), n, qd, n_heads, hd, c.rope_dims, a.rope_cos.data(), a.rope_sin.data(), c.rope_style);
   ops::rope(a.k.data(), n, kvd, n_kv, hd, c.rope_dims, a.rope_cos.data(), a.rope_sin.data(), c.rope_style);
-  paged_attention(c, il, a, pool, batch, cache);
+  paged_attention(c, il, a, pool, batch, cache, hooks);
   if (c.attn_output_gate) ops::sigmoid_mul(a.attn.data(), a.attn_gate.data(), n * qd);
   ops::matmul(pool, a.attn.data(), n, L.wo, a.attn_out.data());
   apply_variant_deltas(a.variants, il, patch::Proj::kO, a.attn.data(), a.attn_out.data(), pool);
@@ -157,10 +157,11 @@ void forward_qwen35(const ModelConfig& c, const ModelWeights& w, Activations& a,
     parallel_for(pool, n, n * n_embd, [&](int64_t b, int64_t e, int) {
       ops::rms_norm(x + b * n_embd, L.attn_norm, e - b, n_embd, eps, a.xn.data() + b * n_embd);
     });
+    hook_point(hooks, mask, HookPoint::kAttnIn, il, a.xn.data(), n, n_embd, all_rows, batch);
     if (c.layer_kinds[il] == LayerKind::kLinearAttention) {
       gated_delta_net(c, L, il, a, pool, batch, cache);
     } else {
-      gated_attention(c, L, il, a, pool, batch, cache);
+      gated_attention(c, L, il, a, pool, batch, cache, hooks);
     }
     residual_and_mlp(c, L, il, a, pool, batch, hooks);
   }

@@ -22,7 +22,7 @@ void kv_store(const PagedKv& kv, int64_t slot, const float* k_row, const float* 
 }
 
 void attend_head(const float* q, const PagedKv& kv, int64_t kv_head, const int32_t* block_table, int64_t n_ctx,
-                 float scale, float* out, float* scores) {
+                 float scale, float* out, float* scores, int64_t n_sink, float* sink_mass) {
   const int64_t hd = kv.head_dim;
   float running_max = -std::numeric_limits<float>::infinity();
   float running_sum = 0.0f;
@@ -49,10 +49,21 @@ void attend_head(const float* q, const PagedKv& kv, int64_t kv_head, const int32
   }
   const float inv = running_sum > 0.0f ? 1.0f / running_sum : 0.0f;
   for (int64_t i = 0; i < hd; ++i) out[i] *= inv;
+  if (n_sink > 0) {
+    // The first positions' weights under the final maximum and sum: the same scores (same dot,
+    // same inputs) the loop normalised.
+    const int64_t m = std::min(n_sink, n_ctx);
+    float mass = 0.0f;
+    for (int64_t j = 0; j < m; ++j) {
+      const float* kj = kv.k_at(block_table[j / kv.block_size], kv_head) + (j % kv.block_size) * hd;
+      mass += std::exp(dot(q, kj, hd) * scale - running_max);
+    }
+    *sink_mass = std::min(mass * inv, 1.0f);  // a share of the sum: at most 1 (not above it by rounding)
+  }
 }
 
 void attend_head_ref(const float* q, const float* k, const float* v, int64_t n_ctx, int64_t head_dim, float scale,
-                     float* out) {
+                     float* out, int64_t n_sink, double* sink_mass) {
   std::vector<double> s(n_ctx);
   double mx = -std::numeric_limits<double>::infinity();
   for (int64_t j = 0; j < n_ctx; ++j) {
@@ -67,6 +78,11 @@ void attend_head_ref(const float* q, const float* k, const float* v, int64_t n_c
     double acc = 0;
     for (int64_t j = 0; j < n_ctx; ++j) acc += s[j] * v[j * head_dim + i];
     out[i] = static_cast<float>(acc / sum);
+  }
+  if (sink_mass != nullptr) {
+    double mass = 0;
+    for (int64_t j = 0; j < std::min(n_sink, n_ctx); ++j) mass += s[j];
+    *sink_mass = mass / sum;
   }
 }
 

@@ -32,12 +32,15 @@ void kv_store(const PagedKv& kv, int64_t slot, const float* k_row, const float* 
 // positions of one sequence found through block_table[ceil(n_ctx / block_size)]. Online softmax
 // one block at a time (running max and sum), so no buffer grows with the context;
 // scores[block_size] is caller scratch. q[head_dim] f32.
+// Attention sinks: with n_sink > 0, *sink_mass = the softmax weight this query put on key
+// positions [0, min(n_sink, n_ctx)), from this softmax's own maximum and sum (those positions'
+// scores are recomputed after the loop: n_sink dot products). n_sink = 0 costs one branch.
 void attend_head(const float* q, const PagedKv& kv, int64_t kv_head, const int32_t* block_table, int64_t n_ctx,
-                 float scale, float* out, float* scores);
+                 float scale, float* out, float* scores, int64_t n_sink = 0, float* sink_mass = nullptr);
 
 // Scalar reference: q[head_dim], keys/values contiguous k[n_ctx, head_dim], v[n_ctx, head_dim];
-// two-pass softmax in double.
+// two-pass softmax in double. sink_mass (may be null): the weight on positions < n_sink.
 void attend_head_ref(const float* q, const float* k, const float* v, int64_t n_ctx, int64_t head_dim, float scale,
-                     float* out);
+                     float* out, int64_t n_sink = 0, double* sink_mass = nullptr);
 
 }  // namespace gb::ops

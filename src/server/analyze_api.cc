@@ -9,7 +9,8 @@
 // (P: text, tokenized with the special tokens, or token ids), and per kind:
 //   scan:  "points"?: [point, ...], "top_k"?: 1..16, "massive"?: {"min_abs", "min_ratio", "median",
 //          "fire_on"} (the request rule's fields),
-//          "heat_map"?: bool (each resid_post row's max/median of the first prompt)
+//          "heat_map"?: bool (each resid_post row's max/median of the first prompt),
+//          "sinks"?: bool (the attention mass on the first token per full-attention layer)
 //   depth: nothing more
 //   lens:  one prompt; "top_k"?: 1..20
 // Answer: {"object": "glassbox.analysis", "id", "kind", "model", "usage": {"prompt_tokens"},
@@ -135,6 +136,10 @@ std::optional<ApiError> parse_scan(const json& body, analysis::ScanParams* p) {
       (k == "min_abs" ? p->rule.min_abs : p->rule.min_ratio) = v.get<float>();
     }
   }
+  if (body.contains("sinks")) {
+    if (!body["sinks"].is_boolean()) return bad("sinks", "sinks: expected true or false");
+    p->sinks = body["sinks"].get<bool>();
+  }
   if (body.contains("heat_map")) {
     if (!body["heat_map"].is_boolean()) return bad("heat_map", "heat_map: expected true or false");
     p->heat_map = body["heat_map"].get<bool>();
@@ -174,8 +179,8 @@ void Server::handle_analyze(const httplib::Request& req, const std::string& body
   json body;
   if (auto e = parse_json_body(body_text, &body)) return send_error(res, *e);
   if (!body.is_object()) return send_error(res, bad("", "the body must be a JSON object"));
-  static const std::set<std::string> kKeys = {"kind",   "model", "prompt",  "prompts",
-                                              "points", "top_k", "massive", "heat_map"};
+  static const std::set<std::string> kKeys = {"kind",  "model",   "prompt",   "prompts", "points",
+                                              "top_k", "massive", "heat_map", "sinks"};
   for (const auto& [k, v] : body.items()) {
     if (!kKeys.count(k))
       return send_error(
@@ -185,7 +190,7 @@ void Server::handle_analyze(const httplib::Request& req, const std::string& body
   const std::string kind = body.contains("kind") && body["kind"].is_string() ? body["kind"].get<std::string>() : "";
   if (kind != "scan" && kind != "depth" && kind != "lens")
     return send_error(res, bad("kind", "kind: expected \"scan\", \"depth\" or \"lens\""));
-  for (const char* k : {"points", "massive", "heat_map"}) {
+  for (const char* k : {"points", "massive", "heat_map", "sinks"}) {
     if (kind != "scan" && body.contains(k)) return send_error(res, bad(k, std::string(k) + ": only for kind \"scan\""));
   }
   if (kind == "depth" && body.contains("top_k")) return send_error(res, bad("top_k", "top_k: not for kind \"depth\""));

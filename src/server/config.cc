@@ -12,6 +12,7 @@
 
 #include "core/mapped_file.h"
 #include "glass/spec.h"
+#include "model/hooks.h"
 
 namespace gb::server {
 
@@ -353,13 +354,11 @@ Status parse_glass_policy(const nlohmann::json& j, GlassPolicyConfig* out) {
       p.allowed_points.clear();
       if (v.is_string() && v.get<std::string>() == "all") continue;
       if (!v.is_array()) return Status::error(w + ".allowed_points: expected \"all\" or a list of hook points");
-      static const std::set<std::string> kPoints = {"resid_pre", "attn_out", "resid_mid",
-                                                    "mlp_act",   "mlp_out",  "resid_post"};
       for (const auto& pt : v) {
-        if (!pt.is_string() || !kPoints.count(pt.get<std::string>()))
-          return Status::error(w + ".allowed_points: " + brief(pt) +
-                               " is not a per-layer hook point (resid_pre, attn_out, resid_mid, mlp_act, mlp_out, "
-                               "resid_post)");
+        const auto hp = pt.is_string() ? parse_hook_point(pt.get<std::string>()) : std::nullopt;
+        if (!hp || !is_layer_point(*hp))
+          return Status::error(w + ".allowed_points: " + brief(pt) + " is not a per-layer hook point (" +
+                               hook_point_list(true) + ")");
         p.allowed_points.push_back(pt.get<std::string>());
       }
     } else if (key == "presets") {

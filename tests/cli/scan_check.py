@@ -54,4 +54,17 @@ for flag, median_of in ((None, lambda l, row: layer_median[l]), ("token", lambda
     assert e["dims"] == want[1], (flag, e, want)
     assert sorted(p["position"] for p in e["positions"]) == want[2], (flag, e, want)
     found.append(f"{flag or 'layer'} median: layer {want[0]}, dims {want[1]}, tokens {want[2]}")
-print(f"ok: maxima of {n_layers} layers match; the loosened rule emerges with the " + "; with the ".join(found))
+# --sinks: a row per (full-attention) layer of the first token's attention mass; the rest unchanged.
+plain = run()
+sinks = run("--sinks")
+assert "attention_sinks" not in plain
+assert sinks["layers"] == plain["layers"] and sinks["emergence_layer"] == plain["emergence_layer"]
+srows = sinks["attention_sinks"]
+assert [r["layer"] for r in srows] == list(range(n_layers)), srows
+n_tokens = len(res[0])
+for r in srows:
+    assert 0 < r["mean"] <= 1 and r["mean"] <= r["max_head_mean"] <= 1, r
+    assert r["tokens"] == n_tokens, (r, n_tokens)
+    # Token 0 attends only to itself (mass 1), so every head's mean over the tokens is at least 1/n.
+    assert r["mean"] >= 1 / n_tokens - 1e-6, (r, n_tokens)
+print(f"ok: maxima of {n_layers} layers match; the loosened rule emerges with the " + "; with the ".join(found) + "; --sinks adds a row per layer")

@@ -62,6 +62,12 @@ test('scan over HTTP equals glassbox scan on the same prompts', async () => {
   assert.deepEqual(res.emergence_layer, local.emergence_layer);
   assert.ok(res.emergence_layer !== null, 'the loosened rule finds an emergence layer');
   assert.equal(res.events, local.events);
+  // The attention-sink rows (first-token attention mass per layer) equal scan --sinks.
+  const sk = await analyze({ kind: 'scan', prompts: PROMPTS, sinks: true });
+  assert.equal(sk.status, 200, JSON.stringify(sk.body));
+  const localSinks = cli(['scan', '--prompts', promptsFile, '--sinks']);
+  assert.equal(sk.body.result.attention_sinks.length, 5);
+  assert.deepEqual(sk.body.result.attention_sinks, localSinks.attention_sinks);
   // The heat map: one row per layer, one ratio per token of the first prompt.
   const h = await analyze({ kind: 'scan', prompt: PROMPTS[0], heat_map: true });
   assert.equal(h.status, 200, JSON.stringify(h.body));
@@ -123,6 +129,8 @@ test('bad bodies, roles and budgets are refused, naming the field', async () => 
     [{ kind: 'scan', prompt: 'a', top_k: 99 }, 400, 'top_k'],
     [{ kind: 'scan', prompt: 'a', massive: { min_abs: -1 } }, 400, 'massive.min_abs'],
     [{ kind: 'depth', prompt: 'a', heat_map: true }, 400, 'heat_map'],
+    [{ kind: 'scan', prompt: 'a', sinks: 1 }, 400, 'sinks'],
+    [{ kind: 'scan', prompt: 'a', massive: { median: 'row' } }, 400, 'massive.median'],
     [{ kind: 'lens', prompts: ['a', 'b'] }, 400, 'prompts'],
     [{ kind: 'scan', prompt: [1, 99999] }, 400, 'prompt'],
     [{ kind: 'scan', prompt: '' }, 400, 'prompt'],

@@ -72,6 +72,27 @@ test('observation: per-layer statistics, top dims, captures; nothing massive in 
   assert.deepEqual(g.applied, []);
 });
 
+test('attention sinks: per layer and head, the first token\'s mass; attn_in is a point', async () => {
+  const r = await complete(USER, { observe: { points: ['attn_in'], attention_sinks: true } });
+  const g = r.choices[0].glassbox;
+  assert.equal(g.report.length, 5, 'attn_in on five layers');
+  assert.ok(g.report.every((s) => s.point === 'attn_in' && s.max_abs > 0));
+  const s = g.attention_sinks;
+  assert.equal(s.sink_tokens, 1);
+  assert.equal(s.layers.length, 5);
+  const rows = r.usage.prompt_tokens + r.usage.completion_tokens - 1;
+  for (const l of s.layers) {
+    assert.equal(l.tokens, rows, 'every computed row once');
+    assert.equal(l.mean.length, 8, 'eight query heads');
+    for (let h = 0; h < 8; h++) {
+      // Token 0 attends only to itself: the max is 1 there, and every mean is at least 1/rows.
+      assert.equal(l.max[h], 1);
+      assert.equal(l.max_token[h], 0);
+      assert.ok(l.mean[h] >= 1 / rows - 1e-6 && l.mean[h] <= 1, `layer ${l.layer} head ${h}: ${l.mean[h]}`);
+    }
+  }
+});
+
 test('identity interventions leave the output bit-identical; a strong one changes it', async () => {
   const plain = await complete(USER);
   const identity = await complete(RESEARCHER, {

@@ -35,6 +35,7 @@ TEST(StepAllocation, WarmDecodeStepsDoNotAllocate) {
                                   .strength = 0.5f});
     spec.observe.enabled = true;
     spec.observe.top_k = 4;
+    spec.observe.sink_tokens = 2;
     spec.observe.captures = {{HookPoint::kResidPost, 1, 30}, {HookPoint::kLogits, -1, 31}};
     spec.observe.layer_time = true;               // the runner's finish_forward adds each step's times
     spec.massive.median = MassiveMedian::kLayer;  // decode rows use the stored prompt median
@@ -76,6 +77,8 @@ TEST(StepAllocation, WarmDecodeStepsDoNotAllocate) {
     EXPECT_EQ(allocs, 0);
     EXPECT_TRUE(scheduler.running()[1]->glass->report().captures[1].filled);
     EXPECT_EQ(scheduler.running()[1]->glass->report().layer_time.steps, 33);
+    ASSERT_FALSE(scheduler.running()[1]->glass->report().sinks.empty());
+    EXPECT_EQ(scheduler.running()[1]->glass->report().sinks[0].n_tokens, 42);  // 10 prompt + 32 decoded rows
     EXPECT_EQ(scheduler.running()[0]->tokens.size(), 43u);
   }
 }

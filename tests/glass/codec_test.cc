@@ -489,5 +489,92 @@ TEST(GlassCodec, ReportJsonEventTestsAndLayerTime) {
   EXPECT_FALSE(glass_report_json(GlassReport{}, {}).contains("layer_time"));
 }
 
+// observe.attention_sinks: true | false | {"tokens": N}, canonical {"tokens": N}; bad values name
+// the field; the report carries per-layer, per-head numbers. attn_in is a per-layer point.
+TEST(GlassCodec, AttentionSinksAndAttnIn) {
+  Fixture f;
+  auto parse = [&](const json& observe, GlassRequestParts* out) {
+    return parse_glass_request(
+        json{{"observe", observe}}, f.ctx(), [](GlassUse) { return std::optional<GlassError>(); }, out);
+  };
+  struct Ok {
+    json value;
+    int32_t tokens;
+  };
+  for (const Ok& c : {Ok{true, 1}, Ok{false, 0}, Ok{{{"tokens", 1}}, 1}, Ok{{{"tokens", 16}}, 16}}) {
+    GlassRequestParts parts;
+    ASSERT_FALSE(parse({{"attention_sinks", c.value}}, &parts)) << c.value.dump();
+    EXPECT_EQ(parts.observe.sink_tokens, c.tokens);
+    EXPECT_EQ(parts.observe.sink_layers.size(), c.tokens > 0 ? 4u : 0u);
+    if (c.tokens > 0) {
+      EXPECT_EQ(parts.canonical["observe"]["attention_sinks"], json({{"tokens", c.tokens}}));
+    } else {
+      EXPECT_FALSE(parts.canonical["observe"].contains("attention_sinks"));
+    }
+  }
+  {  // the sinks follow observe.layers
+    GlassRequestParts parts;
+    ASSERT_FALSE(parse({{"attention_sinks", true}, {"layers", {1, 3}}}, &parts));
+    EXPECT_EQ(parts.observe.sink_layers, std::vector<int32_t>({1, 3}));
+  }
+  struct Bad {
+    json value;
+    std::string param, message;
+  };
+  const std::vector<Bad> bad = {
+      {{{"tokens", 0}}, "glassbox.observe.attention_sinks.tokens", "0 is not a number of key positions in 1..16"},
+      {{{"tokens", 17}}, "glassbox.observe.attention_sinks.tokens", "in 1..16"},
+      {{{"tokens", 2.5}}, "glassbox.observe.attention_sinks.tokens", "in 1..16"},
+      {{{"tokens", "1"}}, "glassbox.observe.attention_sinks.tokens", "in 1..16"},
+      {json::object(), "glassbox.observe.attention_sinks.tokens", "required"},
+      {{{"n", 1}}, "glassbox.observe.attention_sinks.n", "unknown field (tokens)"},
+      {1, "glassbox.observe.attention_sinks", "expected true, false or {\"tokens\": N} with N in 1..16"},
+      {"first", "glassbox.observe.attention_sinks", "expected true, false"},
+  };
+  for (const Bad& c : bad) {
+    GlassRequestParts parts;
+    auto e = parse({{"attention_sinks", c.value}}, &parts);
+    ASSERT_TRUE(e) << c.value.dump();
+    EXPECT_EQ(e->param, c.param) << e->message;
+    EXPECT_NE(e->message.find(c.message), std::string::npos) << e->message;
+  }
+  {  // the unknown-field message lists it
+    GlassRequestParts parts;
+    auto e = parse({{"attention_sink", true}}, &parts);
+    ASSERT_TRUE(e);
+    EXPECT_NE(e->message.find("attention_sinks"), std::string::npos) << e->message;
+  }
+
+  // attn_in: observed, captured and intervened on like the other per-layer points.
+  GlassRequestParts parts;
+  ASSERT_FALSE(
+      parse({{"points", {"attn_in", "resid_pre"}}, {"capture", {{{"point", "attn_in"}, {"layer", 2}, {"token", 0}}}}},
+            &parts));
+  EXPECT_EQ(parts.observe.points, std::vector<HookPoint>({HookPoint::kResidPre, HookPoint::kAttnIn}));
+  GlassRequestParts all;
+  ASSERT_FALSE(parse({{"points", "all"}}, &all));
+  EXPECT_EQ(all.observe.points.size(), 7u);
+  EXPECT_EQ(all.observe.points[1], HookPoint::kAttnIn);
+  InterventionSet set;
+  ASSERT_FALSE(f.parse({{{"op", "set"}, {"point", "attn_in"}, {"layer", 1}, {"dims", {7}}, {"strength", 0}}}, &set));
+  EXPECT_EQ(set.interventions[0].point, HookPoint::kAttnIn);
+  EXPECT_EQ(set.items[0]["point"], "attn_in");
+  auto e = f.parse({{{"op", "set"}, {"point", "attn_inn"}, {"layer", 1}, {"strength", 0}}}, &set);
+  ASSERT_TRUE(e);
+  EXPECT_NE(e->message.find("(resid_pre, attn_in, attn_out, resid_mid, mlp_act, mlp_out, resid_post)"),
+            std::string::npos)
+      << e->message;
+
+  // The report.
+  GlassReport r;
+  r.sink_tokens = 2;
+  r.sinks.push_back({3, 5, {0.5f, 0.25f}, {1.0f, 0.75f}, {0, 4}});
+  const json j = glass_report_json(r, {"max_abs"});  // the stats filter does not drop the sinks
+  EXPECT_EQ(j["attention_sinks"],
+            json::parse(R"({"sink_tokens": 2, "layers": [{"layer": 3, "tokens": 5, "mean": [0.5, 0.25],
+                            "max": [1.0, 0.75], "max_token": [0, 4]}]})"));
+  EXPECT_FALSE(glass_report_json(GlassReport{}, {}).contains("attention_sinks"));
+}
+
 }  // namespace
 }  // namespace gb

@@ -64,8 +64,15 @@ TEST(Allocation, WarmForwardStepsDoNotAllocate) {
                                     .threshold = 50.0f});
       spec.interventions.push_back(
           {.op = InterventionOp::kSkip, .point = HookPoint::kResidPost, .layer_first = 1, .layer_last = 1});
+      spec.interventions.push_back({.op = InterventionOp::kSet,
+                                    .point = HookPoint::kAttnIn,
+                                    .layer_first = -1,
+                                    .layer_last = -1,
+                                    .dims = {5},
+                                    .strength = 0.0f});
       spec.observe.enabled = true;
-      spec.observe.points = {HookPoint::kResidPost, HookPoint::kMlpAct};
+      spec.observe.points = {HookPoint::kResidPost, HookPoint::kMlpAct, HookPoint::kAttnIn};
+      spec.observe.sink_tokens = 3;  // attention sinks on every full-attention layer
       spec.observe.top_k = 8;
       spec.observe.captures = {{HookPoint::kResidPost, 1, 42}};
       spec.observe.layer_time = true;               // steady-clock stamps per layer
@@ -111,6 +118,9 @@ TEST(Allocation, WarmForwardStepsDoNotAllocate) {
       EXPECT_TRUE(acc.report().captures[0].filled);
       EXPECT_GT(acc.report().applied[3].rows, 0);  // the skip ran
       EXPECT_EQ(acc.report().layer_time.steps, 4);
+      EXPECT_GT(acc.report().applied[4].rows, 0);  // the attn_in set ran
+      ASSERT_FALSE(acc.report().sinks.empty());
+      EXPECT_GT(acc.report().sinks[0].n_tokens, 0);
       EXPECT_EQ(allocs, 0);
       EXPECT_GT(obs.rows, 0);
     }

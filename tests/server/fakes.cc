@@ -200,6 +200,21 @@ void FakeEngine::loop() {
         auto report = std::make_shared<GlassReport>();
         for (const Intervention& iv : a.request.glass->interventions)
           report->applied.push_back(applied_intervention(iv));
+        const ObserveSpec& ob = a.request.glass->observe;
+        if (ob.enabled && ob.sink_tokens > 0) {
+          report->sink_tokens = ob.sink_tokens;
+          for (int32_t l : ob.sink_layers) {
+            SinkStats s;
+            s.layer = l;
+            s.n_tokens = static_cast<int64_t>(a.request.prompt.size());
+            for (int32_t h = 0; h < options_.model.n_heads; ++h) {
+              s.mean.push_back(1.0f / static_cast<float>(2 + h));
+              s.max.push_back(1.0f);
+              s.max_position.push_back(0);
+            }
+            report->sinks.push_back(std::move(s));
+          }
+        }
         ev.glass = std::move(report);
       }
       a.channel->push(std::move(ev));

@@ -39,12 +39,14 @@ struct FakeEngineOptions {
   EngineErrorCode fail_code = EngineErrorCode::kInternal;  // ... carrying this code
   int64_t waiting = 0;                                     // reported in stats()
   // The model shape glass-box specs resolve against (a 4-layer, 8-wide model with an MLP of 16);
-  // the fake applies nothing, and reports the interventions as applied.
+  // the fake applies nothing, and reports the interventions as applied (and, for attention
+  // sinks, per observed layer and each of 2 heads: mean 1 / (2 + h), max 1 at token 0).
   ModelConfig model = [] {
     ModelConfig c;
     c.n_layers = 4;
     c.n_embd = 8;
     c.n_ff = 16;
+    c.n_heads = 2;
     return c;
   }();
 };

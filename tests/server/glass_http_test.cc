@@ -141,6 +141,59 @@ TEST_F(GlassHttpTest, MalformedExtensionsNameTheField) {
   }
 }
 
+// observe.attention_sinks over HTTP: the choice's glassbox object carries per (layer, head) the
+// mean, the max and its token (the fake reports 1 / (2 + h), 1 at token 0); a bad value is a 400
+// naming the field; attn_in is a point a request may observe and steer.
+TEST_F(GlassHttpTest, AttentionSinksAndAttnIn) {
+  start(glass_config());
+  auto res =
+      post("/v1/completions", completion({{"observe", {{"layers", {1, 2}}, {"attention_sinks", {{"tokens", 3}}}}}}));
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  const json g = json::parse(res->body)["choices"][0]["glassbox"];
+  ASSERT_TRUE(g.contains("attention_sinks")) << g.dump();
+  const json& s = g["attention_sinks"];
+  EXPECT_EQ(s["sink_tokens"], 3);
+  ASSERT_EQ(s["layers"].size(), 2u);
+  EXPECT_EQ(s["layers"][0]["layer"], 1);
+  EXPECT_EQ(s["layers"][1]["layer"], 2);
+  EXPECT_EQ(s["layers"][0]["tokens"], 2);  // the prompt "x" with BOS
+  ASSERT_EQ(s["layers"][0]["mean"].size(), 2u);
+  EXPECT_EQ(s["layers"][0]["mean"][0], 0.5);
+  EXPECT_NEAR(s["layers"][0]["mean"][1].get<double>(), 1.0 / 3.0, 1e-7);
+  EXPECT_EQ(s["layers"][0]["max"], json({1.0, 1.0}));
+  EXPECT_EQ(s["layers"][0]["max_token"], json({0, 0}));
+  // true is the first token; without it there is no attention_sinks object.
+  res = post("/v1/completions", completion({{"observe", {{"attention_sinks", true}}}}));
+  ASSERT_EQ(res->status, 200) << res->body;
+  EXPECT_EQ(json::parse(res->body)["choices"][0]["glassbox"]["attention_sinks"]["sink_tokens"], 1);
+  res = post("/v1/completions", completion({{"observe", {{"points", {"attn_in"}}}}}));
+  ASSERT_EQ(res->status, 200) << res->body;
+  EXPECT_FALSE(json::parse(res->body)["choices"][0]["glassbox"].contains("attention_sinks"));
+
+  for (const auto& [value, param] :
+       std::vector<std::pair<json, std::string>>{{json{{"tokens", 17}}, "glassbox.observe.attention_sinks.tokens"},
+                                                 {json{{"tokens", 0}}, "glassbox.observe.attention_sinks.tokens"},
+                                                 {json("yes"), "glassbox.observe.attention_sinks"},
+                                                 {json{{"count", 1}}, "glassbox.observe.attention_sinks.count"}}) {
+    res = post("/v1/completions", completion({{"observe", {{"attention_sinks", value}}}}));
+    ASSERT_TRUE(res);
+    EXPECT_EQ(res->status, 400) << value.dump() << "\n" << res->body;
+    const json e = json::parse(res->body)["error"];
+    EXPECT_EQ(e["param"], param) << res->body;
+    EXPECT_NE(e["message"].get<std::string>().find("attention_sinks"), std::string::npos) << res->body;
+  }
+
+  // A WeMask-style mask of a dim at attention's input.
+  json applied = applied_of(
+      post("/v1/completions",
+           completion({{"interventions",
+                        {{{"op", "set"}, {"point", "attn_in"}, {"layers", "all"}, {"dims", {5}}, {"strength", 0}}}}}),
+           kResearcherKey));
+  ASSERT_EQ(applied.size(), 1u);
+  EXPECT_EQ(applied[0]["point"], "attn_in");
+}
+
 TEST_F(GlassHttpTest, PresetsLayerRangesAndClampAtInfinity) {
   start(glass_config());
   json applied = applied_of(
