@@ -38,6 +38,18 @@ Runner local_runner(Engine& engine) {
   };
 }
 
+Runner with_interventions(Runner run, std::shared_ptr<const GlassSpec> spec, const ModelConfig& c) {
+  if (spec == nullptr || spec->interventions.empty()) return run;
+  return [run = std::move(run), spec = std::move(spec), &c](std::vector<GenerationRequest> reqs) {
+    for (GenerationRequest& r : reqs) {
+      GlassSpec merged = r.glass != nullptr ? *r.glass : GlassSpec{};
+      merged.interventions.insert(merged.interventions.end(), spec->interventions.begin(), spec->interventions.end());
+      r.glass = seal_resolved_spec(std::move(merged), c);
+    }
+    return run(std::move(reqs));
+  };
+}
+
 Result<std::unique_ptr<Engine>> local_engine(Model& m, int32_t max_seqs, int32_t max_len) {
   if (max_len + 1 > m.config().max_pos)
     return Status::error("a prompt of " + std::to_string(max_len) + " tokens does not fit the model's context of " +

@@ -29,6 +29,11 @@ struct RunOutput {
 // that ends in an error fails the whole run with its message.
 using Runner = std::function<Result<std::vector<RunOutput>>(std::vector<GenerationRequest>)>;
 
+// A runner that adds the interventions of spec (resolved against c; null or none: run as is) to
+// every request, after the request's own: the analyses of a steered model (the CLI's --glassbox).
+// spec's observation is not used; each analysis observes what it needs.
+Runner with_interventions(Runner run, std::shared_ptr<const GlassSpec> spec, const ModelConfig& c);
+
 // Folds one event of a request into *out; an error event becomes the error.
 Status absorb_event(GenerationEvent ev, RunOutput* out);
 // Folds the events of a finished request's channel into *out.

@@ -18,8 +18,10 @@ using analysis::CapturedTensor;
 using analysis::CapturedTensors;
 
 // Runs ids through m once and returns, keyed by hook_key ("layers.3.resid_post", "logits"), the
-// rows of every (point, layer) asked for (layer ignored for global points).
+// rows of every (point, layer) asked for (layer ignored for global points); with steer's
+// interventions applied (null: none).
 Result<CapturedTensors> capture_hidden_states(Model& m, const std::vector<int32_t>& ids,
-                                              const std::vector<std::pair<HookPoint, int32_t>>& keys);
+                                              const std::vector<std::pair<HookPoint, int32_t>>& keys,
+                                              std::shared_ptr<const GlassSpec> steer = nullptr);
 
 }  // namespace gb::cli

@@ -24,6 +24,7 @@
 #include "analysis/depth.h"
 #include "cli/commands.h"
 #include "cli/common_flags.h"
+#include "cli/glass_flags.h"
 #include "cli/report_files.h"
 #include "cli/scoring.h"
 #include "core/mapped_file.h"
@@ -38,6 +39,7 @@ struct DepthOptions {
   bool json = false;
   bool skip = false;
   int skip_block = 4;
+  GlassFlags glass;
 };
 
 int fail(const std::string& msg) {
@@ -188,7 +190,11 @@ int run_depth(const DepthOptions& o) {
   if (static_cast<int64_t>(longest) >= c.max_pos) return fail("a prompt does not fit the model's context");
   auto engine = analysis::local_engine(m, 1, static_cast<int32_t>(longest));
   if (!engine.is_ok()) return fail(engine.message());
-  auto sums = analysis::run_depth(analysis::local_runner(**engine), c, prompts);
+  auto steer = load_glass_interventions(o.glass, c);
+  if (!steer.is_ok()) return fail(steer.message());
+  if (o.skip && *steer != nullptr) return fail("--skip scores the model as it is: leave out --glassbox");
+  auto sums =
+      analysis::run_depth(analysis::with_interventions(analysis::local_runner(**engine), *steer, c), c, prompts);
   if (!sums.is_ok()) return fail(sums.message());
   engine->reset();  // free its KV cache before --skip makes its scoring engine
 
@@ -226,6 +232,7 @@ void register_depth(CLI::App& app, Action* action) {
   CLI::App* cmd =
       app.add_subcommand("depth", "What each layer contributes: block influence, update ratios, angular distances");
   add_model_flag(*cmd, &o->model)->required();
+  add_glass_flags(*cmd, &o->glass);
   auto* text = cmd->add_option("--prompt,-p", o->prompt, "prompt text");
   auto* ids = cmd->add_option("--prompt-ids", o->prompt_ids, "token ids, e.g. \"1 2 3\" (no tokenizer needed)");
   ids->excludes(text);

@@ -14,6 +14,7 @@
 #include "cli/capture.h"
 #include "cli/commands.h"
 #include "cli/common_flags.h"
+#include "cli/glass_flags.h"
 #include "formats/safetensors.h"
 #include "ops/steer.h"
 
@@ -35,6 +36,7 @@ struct DumpOptions {
   std::string out;
   int threads = 0;
   bool stats = false;
+  GlassFlags glass;
 };
 
 // "all" or a comma list of hook point names.
@@ -117,7 +119,9 @@ int run_dump(const DumpOptions& o) {
       if (is_layer_point(p)) keys.emplace_back(p, l);
     }
   }
-  auto captured = capture_hidden_states(**model, ids, keys);
+  auto steer = load_glass_interventions(o.glass, c);
+  if (!steer.is_ok()) return fail(steer.status());
+  auto captured = capture_hidden_states(**model, ids, keys, *steer);
   if (!captured.is_ok()) return fail(captured.status());
   const std::map<std::string, CapturedTensor>& tensors = *captured;
   const int32_t n = static_cast<int32_t>(ids.size());
@@ -166,6 +170,7 @@ void register_dump(CLI::App& app, Action* action) {
   auto o = std::make_shared<DumpOptions>();
   CLI::App* cmd = app.add_subcommand("dump", "Run a prompt and write hook-point tensors to a safetensors file");
   add_model_flag(*cmd, &o->model)->required();
+  add_glass_flags(*cmd, &o->glass);
   auto* ids = cmd->add_option("--prompt-ids", o->prompt_ids, "Token ids, e.g. \"1 2 3\"");
   auto* text = cmd->add_option("--prompt,-p", o->prompt, "Prompt text (tokenized with the model's tokenizer)");
   ids->excludes(text);

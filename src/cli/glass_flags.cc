@@ -43,4 +43,14 @@ Result<LocalGlass> load_glass_flags(const GlassFlags& flags, const ModelConfig& 
   return parsed;
 }
 
+Result<std::shared_ptr<const GlassSpec>> load_glass_interventions(const GlassFlags& flags, const ModelConfig& config) {
+  GB_ASSIGN_OR_RETURN(LocalGlass glass, load_glass_flags(flags, config));
+  if (flags.file.empty()) return std::shared_ptr<const GlassSpec>();
+  if (glass.spec == nullptr || glass.spec->interventions.empty())
+    return Status::error(flags.file +
+                         ": no interventions (here --glassbox steers the model the analysis runs; the analysis "
+                         "observes what it needs itself)");
+  return glass.spec;
+}
+
 }  // namespace gb::cli

@@ -17,6 +17,7 @@
 #include "analysis/lens.h"
 #include "cli/commands.h"
 #include "cli/common_flags.h"
+#include "cli/glass_flags.h"
 #include "cli/report_files.h"
 #include "engine/sampler.h"
 #include "tokenizer/tokenizer.h"
@@ -28,6 +29,7 @@ struct LensOptions {
   std::string model, prompt, out;
   int threads = 0, top_k = 3;
   bool json = false;
+  GlassFlags glass;
 };
 
 int fail(const std::string& msg) {
@@ -130,7 +132,10 @@ int run_lens(const LensOptions& o) {
     m.output_head(x, n, logits);
     return Status::ok();
   };
-  auto grid = analysis::run_lens(analysis::local_runner(**engine), c, ids, head, o.top_k);
+  auto steer = load_glass_interventions(o.glass, c);
+  if (!steer.is_ok()) return fail(steer.message());
+  auto grid = analysis::run_lens(analysis::with_interventions(analysis::local_runner(**engine), *steer, c), c, ids,
+                                 head, o.top_k);
   if (!grid.is_ok()) return fail(grid.message());
   const analysis::LensGrid& cells = *grid;
   auto text = [&](int32_t id) { return (*tok)->decode(std::span<const int32_t>(&id, 1), /*skip_special=*/false); };
@@ -179,6 +184,7 @@ void register_lens(CLI::App& app, Action* action) {
   auto o = std::make_shared<LensOptions>();
   CLI::App* cmd = app.add_subcommand("lens", "Logit lens: each layer's top next tokens at every position of a prompt");
   add_model_flag(*cmd, &o->model)->required();
+  add_glass_flags(*cmd, &o->glass);
   cmd->add_option("--prompt,-p", o->prompt, "prompt text")->required();
   cmd->add_option("--top-k,-k", o->top_k, "tokens per cell in the JSON")
       ->capture_default_str()

@@ -30,6 +30,7 @@
 #include "analysis/scan.h"
 #include "cli/commands.h"
 #include "cli/common_flags.h"
+#include "cli/glass_flags.h"
 #include "cli/report_files.h"
 #include "engine/engine.h"
 #include "tokenizer/tokenizer.h"
@@ -43,6 +44,7 @@ struct ScanOptions {
   float min_abs = 100.0f, min_ratio = 1000.0f;
   std::string median = "layer", fire_on = "both";
   bool json = false, check_ablation = false, sinks = false;
+  GlassFlags glass;
 };
 
 int fail(const std::string& msg) {
@@ -196,7 +198,9 @@ int run_scan(const ScanOptions& o) {
   Model& m = **model;
   auto engine = analysis::local_engine(m, static_cast<int32_t>(std::min<size_t>(in->prompts.size(), 16)), longest);
   if (!engine.is_ok()) return fail(engine.message());
-  const analysis::Runner run = analysis::local_runner(**engine);
+  auto steer = load_glass_interventions(o.glass, m.config());
+  if (!steer.is_ok()) return fail(steer.message());
+  const analysis::Runner run = analysis::with_interventions(analysis::local_runner(**engine), *steer, m.config());
   auto result = analysis::run_scan(run, params, m.config(), in->prompts);
   if (!result.is_ok()) return fail(result.message());
   auto piece = [&](int32_t prompt, int32_t position) -> std::string {
@@ -255,6 +259,7 @@ void register_scan(CLI::App& app, Action* action) {
   CLI::App* cmd =
       app.add_subcommand("scan", "Massive activations: per-layer magnitudes and the layer where they emerge");
   add_model_flag(*cmd, &o->model)->required();
+  add_glass_flags(*cmd, &o->glass);
   auto* text = cmd->add_option("--prompt,-p", o->prompt, "prompt text");
   auto* file =
       cmd->add_option("--prompts", o->prompts_file, "a file of prompts, one per line")->check(CLI::ExistingFile);

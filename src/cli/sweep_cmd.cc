@@ -16,8 +16,10 @@
 #include <string>
 #include <vector>
 
+#include "analysis/run.h"
 #include "cli/commands.h"
 #include "cli/common_flags.h"
+#include "cli/glass_flags.h"
 #include "cli/report_files.h"
 #include "core/mapped_file.h"
 #include "engine/engine.h"
@@ -32,6 +34,7 @@ struct SweepOptions {
   std::string model, prompt, prompts_file, intervention, strengths = "0,0.5,1", out;
   int threads = 0, max_tokens = 64, kl_tokens = 8;
   bool json = false;
+  GlassFlags glass;
 };
 
 int fail(const std::string& msg) {
@@ -39,31 +42,7 @@ int fail(const std::string& msg) {
   return 1;
 }
 
-struct Output {
-  std::vector<int32_t> tokens;
-  FinishReason finish = FinishReason::kNone;
-  std::vector<GeneratedToken> prompt_logprobs;
-};
-
-// Runs requests together to their end; an engine error fails the sweep.
-Result<std::vector<Output>> run_all(Engine& engine, std::vector<GenerationRequest> reqs) {
-  std::vector<std::shared_ptr<RequestChannel>> channels;
-  for (GenerationRequest& r : reqs) {
-    channels.push_back(std::make_shared<RequestChannel>());
-    GB_RETURN_IF_ERROR(engine.submit(std::move(r), channels.back()));
-  }
-  GB_RETURN_IF_ERROR(engine.run_until_idle());
-  std::vector<Output> outs(channels.size());
-  for (size_t i = 0; i < channels.size(); ++i) {
-    for (GenerationEvent ev; channels[i]->pop(&ev, std::chrono::milliseconds(0));) {
-      for (const GeneratedToken& t : ev.tokens) outs[i].tokens.push_back(t.token);
-      for (GeneratedToken& t : ev.prompt_logprobs) outs[i].prompt_logprobs.push_back(std::move(t));
-      if (ev.finish == FinishReason::kError) return Status::error(ev.error);
-      if (ev.finish != FinishReason::kNone) outs[i].finish = ev.finish;
-    }
-  }
-  return outs;
-}
+using Output = analysis::RunOutput;
 
 struct Metrics {
   double length = 0, truncation = 0, repetition = 0, distinct2 = 0, ppl = 0, kl = 0;
@@ -173,12 +152,13 @@ double kl_rows(const std::vector<GeneratedToken>& steered, const std::vector<Gen
 
 // One strength: generate every prompt under spec, then score the outputs — under the unsteered
 // model for their perplexity, and the first kl_tokens positions under both for the KL.
-Result<Metrics> measure(Engine& engine, const ModelConfig& c, const std::vector<std::vector<int32_t>>& prompts,
-                        const std::vector<std::string>& texts, const Tokenizer& tok,
-                        const std::shared_ptr<const GlassSpec>& spec, const SweepOptions& o, nlohmann::json* outputs) {
+Result<Metrics> measure(const analysis::Runner& run, const ModelConfig& c,
+                        const std::vector<std::vector<int32_t>>& prompts, const std::vector<std::string>& texts,
+                        const Tokenizer& tok, const std::shared_ptr<const GlassSpec>& spec, const SweepOptions& o,
+                        nlohmann::json* outputs) {
   std::vector<GenerationRequest> reqs;
   for (const auto& p : prompts) reqs.push_back(greedy(p, o.max_tokens, spec));
-  GB_ASSIGN_OR_RETURN(std::vector<Output> outs, run_all(engine, std::move(reqs)));
+  GB_ASSIGN_OR_RETURN(std::vector<Output> outs, run(std::move(reqs)));
   std::vector<GenerationRequest> base_scores, steered_scores;
   for (size_t i = 0; i < prompts.size(); ++i) {
     std::vector<int32_t> text = prompts[i];
@@ -194,8 +174,8 @@ Result<Metrics> measure(Engine& engine, const ModelConfig& c, const std::vector<
     base_scores.push_back(bk);
     steered_scores.push_back(sk);
   }
-  GB_ASSIGN_OR_RETURN(std::vector<Output> base, run_all(engine, std::move(base_scores)));
-  GB_ASSIGN_OR_RETURN(std::vector<Output> steered, run_all(engine, std::move(steered_scores)));
+  GB_ASSIGN_OR_RETURN(std::vector<Output> base, run(std::move(base_scores)));
+  GB_ASSIGN_OR_RETURN(std::vector<Output> steered, run(std::move(steered_scores)));
 
   int64_t n_tokens = 0, truncated = 0, bigrams = 0, n_kl = 0;
   double rep = 0, logp = 0, kl = 0;
@@ -269,6 +249,10 @@ int run_sweep(const SweepOptions& o) {
   ec.max_model_len = static_cast<int32_t>(longest + o.max_tokens);
   auto engine = Engine::create(&m, ec);
   if (!engine.is_ok()) return fail(engine.message());
+  // --glassbox: its interventions steer every run, the "unsteered" baseline included.
+  auto steer = load_glass_interventions(o.glass, c);
+  if (!steer.is_ok()) return fail(steer.message());
+  const analysis::Runner run = analysis::with_interventions(analysis::local_runner(**engine), *steer, c);
 
   std::vector<Metrics> metrics;
   nlohmann::json rows = nlohmann::json::array();
@@ -278,7 +262,7 @@ int run_sweep(const SweepOptions& o) {
     auto parsed = parse_local_glass({{"interventions", {it}}}, c, nullptr);
     if (!parsed.is_ok()) return fail("--intervention: " + parsed.message());
     nlohmann::json outputs;
-    auto mt = measure(**engine, c, prompts, *texts, **tok, parsed->spec, o, &outputs);
+    auto mt = measure(run, c, prompts, *texts, **tok, parsed->spec, o, &outputs);
     if (!mt.is_ok()) return fail(mt.message());
     metrics.push_back(*mt);
     rows.push_back({{"strength", strength},
@@ -320,6 +304,7 @@ void register_sweep(CLI::App& app, Action* action) {
                                      "One intervention at a range of strengths: length, truncation, "
                                      "repetition, distinct-2, perplexity, KL");
   add_model_flag(*cmd, &o->model)->required();
+  add_glass_flags(*cmd, &o->glass);
   cmd->add_option("--prompt,-p", o->prompt, "prompt text");
   cmd->add_option("--prompts", o->prompts_file, "a file of prompts, one per line")->check(CLI::ExistingFile);
   cmd->add_option("--intervention", o->intervention,
