@@ -119,6 +119,68 @@ Result<DepthSums> run_depth(const Runner& run, const ModelConfig& c, const std::
   return sums;
 }
 
+Intervention skip_layers(int32_t first, int32_t n) {
+  return {
+      .op = InterventionOp::kSkip, .point = HookPoint::kResidPost, .layer_first = first, .layer_last = first + n - 1};
+}
+
+Result<SkipTable> skip_perplexities(const Runner& run, const ModelConfig& c,
+                                    const std::vector<std::vector<int32_t>>& prompts, const DepthSums& d,
+                                    int32_t max_block, const std::function<void(size_t, size_t)>& progress) {
+  const int32_t L = c.n_layers;
+  struct Skip {
+    int32_t first, n;  // n = 0: nothing skipped
+  };
+  std::vector<Skip> runs = {{0, 0}};
+  for (int32_t l = 0; l < L; ++l) runs.push_back({l, 1});
+  for (int32_t len = 2; len <= std::min(max_block, L); ++len) runs.push_back({d.best_block(len), len});
+  std::vector<double> ppl;
+  for (size_t k = 0; k < runs.size(); ++k) {
+    if (progress) progress(k, runs.size());
+    std::shared_ptr<const GlassSpec> spec;
+    if (runs[k].n > 0) {
+      GlassSpec s;
+      s.interventions.push_back(skip_layers(runs[k].first, runs[k].n));
+      GB_ASSIGN_OR_RETURN(spec, resolve_glass_spec(std::move(s), c));
+    }
+    std::vector<GenerationRequest> reqs;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      if (prompts[i].size() < 2) return Status::error("prompt " + std::to_string(i) + " has no token after the first");
+      reqs.push_back(score_request("skip-" + std::to_string(k) + "-" + std::to_string(i), prompts[i], spec));
+    }
+    GB_ASSIGN_OR_RETURN(std::vector<RunOutput> outs, run(std::move(reqs)));
+    GB_ASSIGN_OR_RETURN(const double p, perplexity(outs));
+    ppl.push_back(p);
+  }
+  if (progress) progress(runs.size(), runs.size());
+
+  SkipTable t;
+  int64_t n_scored = 0;
+  for (const std::vector<int32_t>& ids : prompts) n_scored += static_cast<int64_t>(ids.size()) - 1;
+  t.json = {{"n_scored", n_scored}, {"perplexity", ppl[0]}};
+  t.json["layers"] = nlohmann::json::array();
+  t.json["blocks"] = nlohmann::json::array();
+  t.md = "| skipped | angular distance d(l, n) | perplexity | × none skipped |\n| --- | --- | --- | --- |\n";
+  char line[160];
+  std::snprintf(line, sizeof(line), "| none | – | %.4f | 1.000 |\n", ppl[0]);
+  t.md += line;
+  for (size_t k = 1; k < runs.size(); ++k) {
+    const Skip& r = runs[k];
+    const double dist = d.angular_distance(r.first, r.n);
+    if (r.n == 1) {
+      t.json["layers"].push_back({{"layer", r.first}, {"angular_distance", dist}, {"perplexity", ppl[k]}});
+      std::snprintf(line, sizeof(line), "| layer %d | %.5f | %.4f | %.3f |\n", r.first, dist, ppl[k], ppl[k] / ppl[0]);
+    } else {
+      t.json["blocks"].push_back(
+          {{"n", r.n}, {"first_layer", r.first}, {"angular_distance", dist}, {"perplexity", ppl[k]}});
+      std::snprintf(line, sizeof(line), "| layers %d–%d (least-change block of %d) | %.5f | %.4f | %.3f |\n", r.first,
+                    r.first + r.n - 1, r.n, dist, ppl[k], ppl[k] / ppl[0]);
+    }
+    t.md += line;
+  }
+  return t;
+}
+
 nlohmann::json depth_json(const DepthSums& d) {
   const nlohmann::json time = layer_time_json(d.time());
   nlohmann::json j = {{"n_tokens", d.n_tokens()}, {"step_time", time}};

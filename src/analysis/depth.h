@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -51,6 +52,22 @@ class DepthSums {
 
 // Runs every prompt (one at a time: each holds all its hidden states) and sums them.
 Result<DepthSums> run_depth(const Runner& run, const ModelConfig& c, const std::vector<std::vector<int32_t>>& prompts);
+
+// The perplexity of the prompts (prompt logprobs, every token after the first) with nothing, each
+// single layer, and the least-change block of n = 2..max_block layers (by d's angular distances,
+// Gromov's pruning rule) skipped through the glass box's `skip` op: the JSON ({n_scored,
+// perplexity, layers: [{layer, angular_distance, perplexity}], blocks: [{n, first_layer,
+// angular_distance, perplexity}]}) and a Markdown table. progress(k, n): before run k of n, and
+// (n, n) at the end.
+struct SkipTable {
+  nlohmann::json json;
+  std::string md;
+};
+Result<SkipTable> skip_perplexities(const Runner& run, const ModelConfig& c,
+                                    const std::vector<std::vector<int32_t>>& prompts, const DepthSums& d,
+                                    int32_t max_block, const std::function<void(size_t, size_t)>& progress = nullptr);
+// The skip intervention over layers [first, first + n) (the op the runs above send).
+Intervention skip_layers(int32_t first, int32_t n);
 
 // {"n_tokens", "layers": [{layer, block_influence, attn_update_ratio, mlp_update_ratio,
 // angular_distance: [n = 1..], time_share}], "best_blocks": [{n, first_layer, angular_distance}],

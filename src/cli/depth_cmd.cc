@@ -7,7 +7,7 @@
 // (means over the prompts' tokens t). The smallest d(l, n) for each n names the block of n layers
 // that changes the stream least — the first candidate to drop. Writes a table to stdout, and with
 // --out DIR depth.json, depth.md and depth.svg (the d(l, n) heat map, Gromov's picture).
-// --skip: the perplexity of the prompts (scoring.h, as `glassbox score` computes it) with nothing
+// --skip: the perplexity of the prompts (prompt logprobs, as `glassbox score` computes it) with nothing
 // skipped, with each single layer skipped, and with the least-change block of n = 2..--skip-block
 // layers skipped — Gromov's pruning rule — through the glass box's `skip` intervention
 // (resid_post = resid_pre), the same op a request may use over HTTP.
@@ -26,7 +26,6 @@
 #include "cli/common_flags.h"
 #include "cli/glass_flags.h"
 #include "cli/report_files.h"
-#include "cli/scoring.h"
 #include "core/mapped_file.h"
 #include "tokenizer/tokenizer.h"
 
@@ -81,79 +80,6 @@ std::string svg_heat(const std::vector<std::vector<double>>& d, const std::strin
   return s + "</svg>\n";
 }
 
-// Perplexity of ids with nothing, each layer, and the least-change block of n = 2..max_block
-// layers (by dist = d(l, n)) skipped: the JSON ("skip") and a Markdown table.
-struct SkipTable {
-  nlohmann::json json;
-  std::string md;
-};
-Result<SkipTable> skip_perplexities(Model& m, const std::vector<std::vector<int32_t>>& prompts,
-                                    const std::vector<std::vector<double>>& dist, int32_t max_block) {
-  const ModelConfig& c = m.config();
-  const int32_t L = c.n_layers;
-  GB_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, scoring_engine(m));
-  struct Run {
-    int32_t first, n;  // n = 0: nothing skipped
-  };
-  std::vector<Run> runs = {{0, 0}};
-  for (int32_t l = 0; l < L; ++l) runs.push_back({l, 1});
-  for (int32_t len = 2; len <= std::min(max_block, L); ++len) {
-    int32_t best = 0;
-    for (int32_t l = 0; l + len <= L; ++l) {
-      if (dist[l][len - 1] < dist[best][len - 1]) best = l;
-    }
-    runs.push_back({best, len});
-  }
-  const bool tty = isatty(2) != 0;
-  std::vector<double> ppl;
-  for (size_t k = 0; k < runs.size(); ++k) {
-    if (tty) std::fprintf(stderr, "\rskip: %zu / %zu perplexities", k + 1, runs.size());
-    std::shared_ptr<const GlassSpec> spec;
-    if (runs[k].n > 0) {
-      GlassSpec s;
-      s.interventions.push_back({.op = InterventionOp::kSkip,
-                                 .point = HookPoint::kResidPost,
-                                 .layer_first = runs[k].first,
-                                 .layer_last = runs[k].first + runs[k].n - 1});
-      GB_ASSIGN_OR_RETURN(spec, resolve_glass_spec(std::move(s), c));
-    }
-    double sum = 0;
-    int64_t n_scored = 0;
-    for (const std::vector<int32_t>& ids : prompts) {
-      GB_ASSIGN_OR_RETURN(ScoredText scored, score_tokens(*engine, ids, spec));
-      sum += scored.sum_logprob, n_scored += scored.n_scored;
-    }
-    ppl.push_back(std::exp(-sum / static_cast<double>(n_scored)));
-  }
-  if (tty) std::fprintf(stderr, "\n");
-
-  SkipTable t;
-  int64_t n_scored = 0;
-  for (const std::vector<int32_t>& ids : prompts) n_scored += static_cast<int64_t>(ids.size()) - 1;
-  t.json = {{"n_scored", n_scored}, {"perplexity", ppl[0]}};
-  t.json["layers"] = nlohmann::json::array();
-  t.json["blocks"] = nlohmann::json::array();
-  t.md = "| skipped | angular distance d(l, n) | perplexity | × none skipped |\n| --- | --- | --- | --- |\n";
-  char line[160];
-  std::snprintf(line, sizeof(line), "| none | – | %.4f | 1.000 |\n", ppl[0]);
-  t.md += line;
-  for (size_t k = 1; k < runs.size(); ++k) {
-    const Run& r = runs[k];
-    const double d = dist[r.first][r.n - 1];
-    if (r.n == 1) {
-      t.json["layers"].push_back({{"layer", r.first}, {"angular_distance", d}, {"perplexity", ppl[k]}});
-      std::snprintf(line, sizeof(line), "| layer %d | %.5f | %.4f | %.3f |\n", r.first, d, ppl[k], ppl[k] / ppl[0]);
-    } else {
-      t.json["blocks"].push_back(
-          {{"n", r.n}, {"first_layer", r.first}, {"angular_distance", d}, {"perplexity", ppl[k]}});
-      std::snprintf(line, sizeof(line), "| layers %d–%d (least-change block of %d) | %.5f | %.4f | %.3f |\n", r.first,
-                    r.first + r.n - 1, r.n, d, ppl[k], ppl[k] / ppl[0]);
-    }
-    t.md += line;
-  }
-  return t;
-}
-
 int run_depth(const DepthOptions& o) {
   std::vector<std::vector<int32_t>> prompts;
   if (!o.prompt_ids.empty()) {
@@ -196,7 +122,6 @@ int run_depth(const DepthOptions& o) {
   auto sums =
       analysis::run_depth(analysis::with_interventions(analysis::local_runner(**engine), *steer, c), c, prompts);
   if (!sums.is_ok()) return fail(sums.message());
-  engine->reset();  // free its KV cache before --skip makes its scoring engine
 
   nlohmann::json j = analysis::depth_json(*sums);
   j["model"] = o.model;
@@ -204,7 +129,14 @@ int run_depth(const DepthOptions& o) {
   std::string md = analysis::depth_md(*sums);
   const std::vector<std::vector<double>> dist = sums->distances();
   if (o.skip) {
-    auto skipped = skip_perplexities(m, prompts, dist, o.skip_block);
+    const bool tty = isatty(2) != 0;
+    auto progress = [tty](size_t k, size_t n) {
+      if (!tty) return;
+      if (k < n) std::fprintf(stderr, "\rskip: %zu / %zu perplexities", k + 1, n);
+      if (k == n) std::fprintf(stderr, "\n");
+    };
+    auto skipped =
+        analysis::skip_perplexities(analysis::local_runner(**engine), c, prompts, *sums, o.skip_block, progress);
     if (!skipped.is_ok()) return fail(skipped.message());
     j["skip"] = std::move(skipped->json);
     md += "\n" + skipped->md;

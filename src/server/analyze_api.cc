@@ -2,8 +2,8 @@
 // (src/analysis) over HTTP, for the dashboard and notebooks. The analysis's requests run on the
 // serving engine like any request (the same step, hook points and glass box; no second model),
 // on the base or a weight variant; the observation they hold counts against the same budgets as
-// a request's `observe`. Observing needs a role in glassbox_policy.observe_roles; the analyses
-// here only observe, so nothing is audited.
+// a request's `observe`. Observing needs a role in glassbox_policy.observe_roles; depth's skip
+// runs intervene, so they need the intervention role and are audited like a steered request.
 //
 // Body: {"kind": "scan" | "depth" | "lens", "model"?: NAME, "prompt": P | "prompts": [P, ...]}
 // (P: text, tokenized with the special tokens, or token ids), and per kind:
@@ -11,11 +11,14 @@
 //          "fire_on"} (the request rule's fields),
 //          "heat_map"?: bool (each resid_post row's max/median of the first prompt),
 //          "sinks"?: bool (the attention mass on the first token per full-attention layer)
-//   depth: nothing more
+//   depth: "skip"?: bool, "skip_block"?: 1..n_layers (default 4): also the prompts' perplexity with
+//          each layer and the least-change block of 2..skip_block layers skipped (the `skip` op:
+//          interventions, so the intervention role and an audit row committed before any run)
 //   lens:  one prompt; "top_k"?: 1..20
 // Answer: {"object": "glassbox.analysis", "id", "kind", "model", "usage": {"prompt_tokens"},
 // "result": the same JSON the CLI writes (scan.json, depth.json, lens.json, less the file names)}.
 #include <httplib.h>
+#include <spdlog/spdlog.h>
 
 #include <chrono>
 #include <cmath>
@@ -23,6 +26,7 @@
 #include "analysis/depth.h"
 #include "analysis/lens.h"
 #include "analysis/scan.h"
+#include "server/audit.h"
 #include "server/json_input.h"
 #include "server/server.h"
 #include "server/server_internal.h"
@@ -179,8 +183,8 @@ void Server::handle_analyze(const httplib::Request& req, const std::string& body
   json body;
   if (auto e = parse_json_body(body_text, &body)) return send_error(res, *e);
   if (!body.is_object()) return send_error(res, bad("", "the body must be a JSON object"));
-  static const std::set<std::string> kKeys = {"kind",  "model",   "prompt",   "prompts", "points",
-                                              "top_k", "massive", "heat_map", "sinks"};
+  static const std::set<std::string> kKeys = {"kind",    "model",    "prompt", "prompts", "points",    "top_k",
+                                              "massive", "heat_map", "sinks",  "skip",    "skip_block"};
   for (const auto& [k, v] : body.items()) {
     if (!kKeys.count(k))
       return send_error(
@@ -194,6 +198,25 @@ void Server::handle_analyze(const httplib::Request& req, const std::string& body
     if (kind != "scan" && body.contains(k)) return send_error(res, bad(k, std::string(k) + ": only for kind \"scan\""));
   }
   if (kind == "depth" && body.contains("top_k")) return send_error(res, bad("top_k", "top_k: not for kind \"depth\""));
+  for (const char* k : {"skip", "skip_block"}) {
+    if (kind != "depth" && body.contains(k))
+      return send_error(res, bad(k, std::string(k) + ": only for kind \"depth\""));
+  }
+  bool skip = false;
+  int64_t skip_block = 4;
+  if (body.contains("skip")) {
+    if (!body["skip"].is_boolean()) return send_error(res, bad("skip", "skip: expected true or false"));
+    skip = body["skip"].get<bool>();
+  }
+  if (body.contains("skip_block")) {
+    if (!skip) return send_error(res, bad("skip_block", "skip_block: only with \"skip\": true"));
+    if (!json_integer(body["skip_block"], 1, mc->n_layers, &skip_block))
+      return send_error(res,
+                        bad("skip_block", "skip_block: expected an integer in 1.." + std::to_string(mc->n_layers)));
+  }
+  if (skip) {
+    if (auto e = glass_->may_intervene(caller, "skip")) return send_error(res, *e);
+  }
 
   std::string model_name = cfg_.served_model_name;
   if (body.contains("model")) {
@@ -275,6 +298,39 @@ void Server::handle_analyze(const httplib::Request& req, const std::string& body
     return outs;
   };
 
+  // Skip runs intervene: their audit row is committed before any of them runs (and gets the
+  // answer's status at the end).
+  AuditRecord row;
+  if (skip) {
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      if (prompts[i].size() < 2)
+        return send_error(res, bad("prompts", "skip: every prompt needs at least 2 tokens to have a perplexity"));
+    }
+    if (audit_ == nullptr)
+      return send_error(res, make_error(503, "service_unavailable", "audit_unavailable",
+                                        "skip: interventions need the audit store (audit_db)"));
+    json skips = json::array();
+    for (int32_t l = 0; l < mc->n_layers; ++l) skips.push_back({{"op", "skip"}, {"layer", l}});
+    row.kind = "request";
+    row.key_id = caller.key_id;
+    row.request_id = request_id;
+    row.model = served.name;
+    row.action = "/v1/glassbox/analyze";
+    row.spec_json = json{{"analysis", {{"kind", "depth"}, {"skip", true}, {"skip_block", skip_block}}},
+                         {"interventions", skips},
+                         {"blocks", "the least-change block of each length 2..skip_block (the answer names them)"}}
+                        .dump();
+    int64_t tokens = 0;
+    for (const auto& p : prompts) tokens += static_cast<int64_t>(p.size());
+    row.prompt_tokens = tokens;
+    if (Status st = audit_->append(&row); !st.is_ok()) {
+      ApiError e =
+          make_error(503, "service_unavailable", "audit_unavailable",
+                     "the audit store cannot record this analysis, so its skip runs do not run: " + st.message());
+      e.retry_after_s = 5;
+      return send_error(res, e);
+    }
+  }
   const ModelConfig& c = *mc;
   json result;
   int64_t prompt_tokens = 0;
@@ -298,6 +354,14 @@ void Server::handle_analyze(const httplib::Request& req, const std::string& body
     if (d.is_ok()) {
       result = analysis::depth_json(*d);
       result["n_prompts"] = prompts.size();
+      if (skip) {
+        auto t = analysis::skip_perplexities(run, c, prompts, *d, static_cast<int32_t>(skip_block));
+        if (t.is_ok()) {
+          result["skip"] = std::move(t->json);
+        } else {
+          failed = t.status();
+        }
+      }
     } else {
       failed = d.status();
     }
@@ -330,6 +394,13 @@ void Server::handle_analyze(const httplib::Request& req, const std::string& body
                             : failed.is_ok() ? "ok"
                                              : "error"}})
       .inc();
+  auto record = [&](int status) {
+    if (row.id == 0) return;
+    row.status = status;
+    if (Status st = audit_->update_result(row); !st.is_ok())
+      spdlog::error("audit: cannot record how analysis {} ended (its row {} stays at status 0): {}", request_id, row.id,
+                    st.message());
+  };
   if (!failed.is_ok()) {
     const ApiError e = refusal ? *refusal
                                : make_error(500, "server_error", "analysis_failed",
@@ -337,8 +408,10 @@ void Server::handle_analyze(const httplib::Request& req, const std::string& body
     line["status"] = e.status;
     line["error"] = e.message;
     write_log(line);
+    record(e.status);
     return send_error(res, e);
   }
+  record(200);
   line["status"] = 200;
   write_log(line);
   json answer = {{"object", "glassbox.analysis"},

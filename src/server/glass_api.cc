@@ -196,6 +196,16 @@ std::optional<ApiError> GlassService::may_observe(const Caller& caller, const st
                                            roles_text(st->policy.observe_roles) + ")");
 }
 
+std::optional<ApiError> GlassService::may_intervene(const Caller& caller, const std::string& param) const {
+  const std::shared_ptr<const GlassState> st = state();
+  if (!st->interventions_enabled)
+    return forbidden("interventions_disabled", param + ": interventions are off on this server (interventions: false)");
+  if (has_role(st->policy.intervention_roles, caller.role)) return std::nullopt;
+  return forbidden("role_not_allowed", param + ": the " + std::string(role_name(caller.role)) +
+                                           " role may not intervene (glassbox_policy.intervention_roles: " +
+                                           roles_text(st->policy.intervention_roles) + ")");
+}
+
 std::optional<ApiError> GlassService::reserve_observation(int64_t per_sequence, int64_t n_sequences,
                                                           const std::string& param,
                                                           std::shared_ptr<const void>* reservation,

@@ -85,6 +85,8 @@ class GlassService {
 
   // 403 unless the caller's role may observe (glassbox_policy.observe_roles); param names the field.
   std::optional<ApiError> may_observe(const Caller& caller, const std::string& param) const;
+  // 403 unless interventions are on and the caller's role may intervene (intervention_roles).
+  std::optional<ApiError> may_intervene(const Caller& caller, const std::string& param) const;
   // Reserves per_sequence × n_sequences bytes of observation under max_request_observation_bytes
   // (400, naming param) and max_observation_bytes (429); *reservation gives them back when dropped.
   std::optional<ApiError> reserve_observation(int64_t per_sequence, int64_t n_sequences, const std::string& param,

@@ -13,7 +13,7 @@ import { join } from 'node:path';
 import { require, startServer } from './server_process.mjs';
 
 const OpenAI = require('openai');
-const KEY = 'sk-analyst', USER = 'sk-user';
+const KEY = 'sk-analyst', USER = 'sk-user', RESEARCHER = 'sk-researcher';
 const glassbox = process.env.GB_E2E_GLASSBOX;
 const model = join(process.env.GB_E2E_SHARED ?? '', 'models/stories260K');
 const PROMPTS = ['Once upon a time, there was a little girl.', 'The cat sat on the mat and looked at the sun.'];
@@ -24,12 +24,17 @@ before(async () => {
   if (!glassbox) throw new Error('set GB_E2E_GLASSBOX and GB_E2E_SHARED');
   promptsFile = join(mkdtempSync(join(tmpdir(), 'glassbox-analyze-')), 'prompts.txt');
   writeFileSync(promptsFile, PROMPTS.join('\n') + '\n');
+  const dir = mkdtempSync(join(tmpdir(), 'glassbox-analyze-audit-'));
   server = await startServer(`${glassbox} serve --model ${model} --threads 1 --max-num-batched-tokens 512`, [
     `api_key: ${KEY}`,
     'keys:',
     `  - {id: uma, key: ${USER}, role: user}`,
+    `  - {id: rita, key: ${RESEARCHER}, role: researcher}`,
+    'interventions: true',
+    `audit_db: ${join(dir, 'audit.db')}`,
     'glassbox_policy:',
     '  observe_roles: [researcher, admin]',
+    '  intervention_roles: [admin]',
     'max_request_observation_bytes: 200000',
   ]);
 });
@@ -41,7 +46,7 @@ async function analyze(body, key = KEY) {
     headers: { Authorization: `Bearer ${key}`, 'Content-Type': 'application/json' },
     body: JSON.stringify(body),
   });
-  return { status: r.status, body: await r.json() };
+  return { status: r.status, body: await r.json(), id: r.headers.get('x-request-id') };
 }
 
 function cli(args) {
@@ -98,6 +103,33 @@ test('depth over HTTP equals glassbox depth; the angular distances are consisten
   }
 });
 
+test('depth skip over HTTP equals glassbox depth --skip, needs the intervention role and is audited', async () => {
+  const r = await analyze({ kind: 'depth', prompts: PROMPTS, skip: true, skip_block: 3 });
+  assert.equal(r.status, 200, JSON.stringify(r.body));
+  const local = cli(['depth', '--prompts', promptsFile, '--skip', '--skip-block', '3']);
+  assert.deepEqual(r.body.result.skip, local.skip, 'the same perplexities, layers and blocks');
+  assert.equal(r.body.result.skip.layers.length, 5);
+  assert.deepEqual(r.body.result.skip.blocks.map((b) => b.n), [2, 3]);
+  // Its audit row was written (committed before the skip runs) and records the outcome.
+  const rows = await fetch(`${server.origin}/admin/audit?request_id=${encodeURIComponent(r.id)}`,
+    { headers: { Authorization: `Bearer ${KEY}` } }).then((x) => x.json());
+  assert.equal(rows.data.length, 1, JSON.stringify(rows));
+  assert.equal(rows.data[0].kind, 'request');
+  assert.equal(rows.data[0].action, '/v1/glassbox/analyze');
+  assert.equal(rows.data[0].status, 200);
+  assert.equal(rows.data[0].spec.analysis.skip_block, 3);
+  // A researcher may observe (depth without skip) but not intervene here (intervention_roles: [admin]).
+  assert.equal((await analyze({ kind: 'depth', prompt: PROMPTS[0] }, RESEARCHER)).status, 200);
+  const refused = await analyze({ kind: 'depth', prompt: PROMPTS[0], skip: true }, RESEARCHER);
+  assert.equal(refused.status, 403, JSON.stringify(refused.body));
+  assert.match(refused.body.error.message, /may not intervene/);
+  // Plain analyses write no audit row.
+  const none = await analyze({ kind: 'depth', prompt: PROMPTS[0] });
+  const noRows = await fetch(`${server.origin}/admin/audit?request_id=${encodeURIComponent(none.id)}`,
+    { headers: { Authorization: `Bearer ${KEY}` } }).then((x) => x.json());
+  assert.equal(noRows.data.length, 0);
+});
+
 test('lens over HTTP equals glassbox lens; its last layer is the greedy next token', async () => {
   const r = await analyze({ kind: 'lens', prompt: PROMPTS[0], top_k: 2 });
   assert.equal(r.status, 200, JSON.stringify(r.body));
@@ -130,6 +162,10 @@ test('bad bodies, roles and budgets are refused, naming the field', async () => 
     [{ kind: 'scan', prompt: 'a', massive: { min_abs: -1 } }, 400, 'massive.min_abs'],
     [{ kind: 'depth', prompt: 'a', heat_map: true }, 400, 'heat_map'],
     [{ kind: 'scan', prompt: 'a', sinks: 1 }, 400, 'sinks'],
+    [{ kind: 'scan', prompt: 'a', skip: true }, 400, 'skip'],
+    [{ kind: 'depth', prompt: 'a b', skip_block: 2 }, 400, 'skip_block'],
+    [{ kind: 'depth', prompt: 'a b', skip: true, skip_block: 9 }, 400, 'skip_block'],
+    [{ kind: 'depth', prompt: [1], skip: true }, 400, 'prompts'],
     [{ kind: 'scan', prompt: 'a', massive: { median: 'row' } }, 400, 'massive.median'],
     [{ kind: 'lens', prompts: ['a', 'b'] }, 400, 'prompts'],
     [{ kind: 'scan', prompt: [1, 99999] }, 400, 'prompt'],
