@@ -19,10 +19,6 @@ double dot(const float* a, const float* b, int64_t n) {
   return s;
 }
 double norm(const float* a, int64_t n) { return std::sqrt(dot(a, a, n)); }
-double cosine(const float* a, const float* b, int64_t n) {
-  const double d = norm(a, n) * norm(b, n);
-  return d > 0 ? std::clamp(dot(a, b, n) / d, -1.0, 1.0) : 1.0;
-}
 
 }  // namespace
 
@@ -62,19 +58,32 @@ Status DepthSums::add(const GlassReport& report, const ModelConfig& c) {
         return Status::error("depth: the report lacks " + hook_key(p, l) + " at every token");
     }
   }
+  // Each row's norm once (the angular distances pair every resid_pre with L − l resid_posts).
+  std::vector<double> pre_norm(static_cast<size_t>(L * n)), post_norm(static_cast<size_t>(L * n));
+  for (int32_t l = 0; l < L; ++l) {
+    const float *pre = rows(HookPoint::kResidPre, l)->data.data(), *post = rows(HookPoint::kResidPost, l)->data.data();
+    for (int64_t tok = 0; tok < n; ++tok) {
+      pre_norm[static_cast<size_t>(l * n + tok)] = norm(pre + tok * e, e);
+      post_norm[static_cast<size_t>(l * n + tok)] = norm(post + tok * e, e);
+    }
+  }
+  auto cos_of = [&](const float* a, double na, const float* b, double nb) {
+    const double d = na * nb;
+    return d > 0 ? std::clamp(dot(a, b, e) / d, -1.0, 1.0) : 1.0;
+  };
   for (int32_t l = 0; l < L; ++l) {
     const float *pre = rows(HookPoint::kResidPre, l)->data.data(), *post = rows(HookPoint::kResidPost, l)->data.data(),
                 *attn = rows(HookPoint::kAttnOut, l)->data.data(), *mid = rows(HookPoint::kResidMid, l)->data.data(),
                 *mlp = rows(HookPoint::kMlpOut, l)->data.data();
     for (int64_t tok = 0; tok < n; ++tok) {
       const int64_t o = tok * e;
-      bi_[l] += cosine(pre + o, post + o, e);
-      const double np = norm(pre + o, e), nm = norm(mid + o, e);
+      const double np = pre_norm[static_cast<size_t>(l * n + tok)], nm = norm(mid + o, e);
+      bi_[l] += cos_of(pre + o, np, post + o, post_norm[static_cast<size_t>(l * n + tok)]);
       attn_[l] += np > 0 ? norm(attn + o, e) / np : 0.0;
       mlp_[l] += nm > 0 ? norm(mlp + o, e) / nm : 0.0;
       for (int32_t k = l; k < L; ++k) {
         const float* out = rows(HookPoint::kResidPost, k)->data.data();
-        dist_[l][k - l] += std::acos(cosine(pre + o, out + o, e)) / M_PI;
+        dist_[l][k - l] += std::acos(cos_of(pre + o, np, out + o, post_norm[static_cast<size_t>(k * n + tok)])) / M_PI;
       }
     }
   }

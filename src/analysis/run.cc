@@ -5,6 +5,9 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+
+#include <unistd.h>
 
 namespace gb::analysis {
 
@@ -24,16 +27,36 @@ Status collect_events(RequestChannel& channel, RunOutput* out) {
   return Status::ok();
 }
 
-Runner local_runner(Engine& engine) {
-  return [&engine](std::vector<GenerationRequest> reqs) -> Result<std::vector<RunOutput>> {
+Runner local_runner(Engine& engine, std::string progress_label) {
+  const bool tty = !progress_label.empty() && isatty(2) != 0;
+  return [&engine, tty,
+          label = std::move(progress_label)](std::vector<GenerationRequest> reqs) -> Result<std::vector<RunOutput>> {
     std::vector<std::shared_ptr<RequestChannel>> channels;
     for (GenerationRequest& r : reqs) {
       channels.push_back(std::make_shared<RequestChannel>());
       GB_RETURN_IF_ERROR(engine.submit(std::move(r), channels.back()));
     }
-    GB_RETURN_IF_ERROR(engine.run_until_idle());
     std::vector<RunOutput> outs(channels.size());
-    for (size_t i = 0; i < channels.size(); ++i) GB_RETURN_IF_ERROR(collect_events(*channels[i], &outs[i]));
+    const auto start = std::chrono::steady_clock::now();
+    size_t done = 0, shown = SIZE_MAX;
+    auto show = [&] {
+      if (!tty || done == shown) return;
+      shown = done;
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      std::fprintf(stderr, "\r%s: %zu / %zu requests, %.0f s", label.c_str(), done, outs.size(), s);
+    };
+    show();
+    for (bool worked = true; done < outs.size();) {
+      if (!worked) return Status::error("the engine went idle with requests unfinished");
+      GB_ASSIGN_OR_RETURN(worked, engine.step());
+      done = 0;
+      for (size_t i = 0; i < channels.size(); ++i) {
+        GB_RETURN_IF_ERROR(collect_events(*channels[i], &outs[i]));
+        done += outs[i].finish != FinishReason::kNone;
+      }
+      show();
+    }
+    if (tty) std::fprintf(stderr, "\n");
     return outs;
   };
 }

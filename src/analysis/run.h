@@ -39,8 +39,9 @@ Status absorb_event(GenerationEvent ev, RunOutput* out);
 // Folds the events of a finished request's channel into *out.
 Status collect_events(RequestChannel& channel, RunOutput* out);
 
-// A runner over a local engine (submit all, run_until_idle).
-Runner local_runner(Engine& engine);
+// A runner over a local engine (submit all, step until every request ended). With a label and
+// stderr a terminal, a progress line ("label: 3 / 16 requests, 12 s") while it runs.
+Runner local_runner(Engine& engine, std::string progress_label = "");
 // A local engine on m for prompts of up to max_len tokens (+ one generated), max_seqs at once.
 Result<std::unique_ptr<Engine>> local_engine(Model& m, int32_t max_seqs, int32_t max_len);
 

@@ -119,8 +119,8 @@ int run_depth(const DepthOptions& o) {
   auto steer = load_glass_interventions(o.glass, c);
   if (!steer.is_ok()) return fail(steer.message());
   if (o.skip && *steer != nullptr) return fail("--skip scores the model as it is: leave out --glassbox");
-  auto sums =
-      analysis::run_depth(analysis::with_interventions(analysis::local_runner(**engine), *steer, c), c, prompts);
+  auto sums = analysis::run_depth(analysis::with_interventions(analysis::local_runner(**engine, "depth"), *steer, c), c,
+                                  prompts);
   if (!sums.is_ok()) return fail(sums.message());
 
   nlohmann::json j = analysis::depth_json(*sums);

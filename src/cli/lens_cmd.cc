@@ -134,8 +134,8 @@ int run_lens(const LensOptions& o) {
   };
   auto steer = load_glass_interventions(o.glass, c);
   if (!steer.is_ok()) return fail(steer.message());
-  auto grid = analysis::run_lens(analysis::with_interventions(analysis::local_runner(**engine), *steer, c), c, ids,
-                                 head, o.top_k);
+  auto grid = analysis::run_lens(analysis::with_interventions(analysis::local_runner(**engine, "lens"), *steer, c), c,
+                                 ids, head, o.top_k);
   if (!grid.is_ok()) return fail(grid.message());
   const analysis::LensGrid& cells = *grid;
   auto text = [&](int32_t id) { return (*tok)->decode(std::span<const int32_t>(&id, 1), /*skip_special=*/false); };

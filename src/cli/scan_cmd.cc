@@ -200,7 +200,8 @@ int run_scan(const ScanOptions& o) {
   if (!engine.is_ok()) return fail(engine.message());
   auto steer = load_glass_interventions(o.glass, m.config());
   if (!steer.is_ok()) return fail(steer.message());
-  const analysis::Runner run = analysis::with_interventions(analysis::local_runner(**engine), *steer, m.config());
+  const analysis::Runner run =
+      analysis::with_interventions(analysis::local_runner(**engine, "scan"), *steer, m.config());
   auto result = analysis::run_scan(run, params, m.config(), in->prompts);
   if (!result.is_ok()) return fail(result.message());
   auto piece = [&](int32_t prompt, int32_t position) -> std::string {

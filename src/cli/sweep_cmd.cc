@@ -252,7 +252,7 @@ int run_sweep(const SweepOptions& o) {
   // --glassbox: its interventions steer every run, the "unsteered" baseline included.
   auto steer = load_glass_interventions(o.glass, c);
   if (!steer.is_ok()) return fail(steer.message());
-  const analysis::Runner run = analysis::with_interventions(analysis::local_runner(**engine), *steer, c);
+  const analysis::Runner run = analysis::with_interventions(analysis::local_runner(**engine, "sweep"), *steer, c);
 
   std::vector<Metrics> metrics;
   nlohmann::json rows = nlohmann::json::array();
