@@ -16,8 +16,29 @@ Result<std::vector<std::string>> read_prompts(const std::string& prompt, const s
   if (!prompts_file.empty()) {
     GB_ASSIGN_OR_RETURN(std::string content, read_file(prompts_file));
     std::istringstream in(content);
+    // One prompt per line, or JSONL: a line that is a JSON string, or an object with a string
+    // "prompt" (or "text"), is that string (so prompts may hold newlines).
+    int64_t n = 0;
     for (std::string line; std::getline(in, line);) {
-      if (!line.empty()) texts.push_back(line);
+      ++n;
+      if (!line.empty() && line.back() == '\r') line.pop_back();
+      if (line.empty()) continue;
+      if (line.front() == '{' || line.front() == '"') {
+        const nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+        if (j.is_string()) {
+          texts.push_back(j.get<std::string>());
+          continue;
+        }
+        if (j.is_object()) {
+          const char* key = j.contains("prompt") ? "prompt" : "text";
+          if (!j.contains(key) || !j[key].is_string())
+            return Status::error(prompts_file + ":" + std::to_string(n) +
+                                 ": a JSONL line needs a string \"prompt\" (or \"text\")");
+          texts.push_back(j[key].get<std::string>());
+          continue;
+        }
+      }
+      texts.push_back(line);
     }
   }
   if (texts.empty()) return Status::error("give a prompt: --prompt or --prompts FILE");

@@ -12,7 +12,9 @@
 
 namespace gb::cli {
 
-// The prompt (if any) and the non-empty lines of the file (if any); an error when there are none.
+// The prompt (if any) and the prompts of the file (if any): one per non-empty line, or JSONL (a
+// line that is a JSON string, or an object with a string "prompt" or "text"); an error when there
+// are none.
 Result<std::vector<std::string>> read_prompts(const std::string& prompt, const std::string& prompts_file);
 
 // One line of JSON, invalid UTF-8 replaced.

@@ -7,7 +7,7 @@ file's interventions steer every request the analysis runs, and each analysis sh
   dump:  a `set` of dim 5 at layer 1's resid_post is in the dumped tensor, the unsteered dump not;
   scan:  the same set to 5000 is a massive activation at layer 1, dim 5, every token;
   sweep: the steered baseline (strength 0 under --glassbox) is what `generate --glassbox` writes;
-and a file without interventions is refused.
+and a file without interventions is refused; --prompts FILE reads JSONL like plain lines.
 Usage: analysis_glassbox_check.py GLASSBOX MODEL (run in a scratch directory)"""
 import json, struct, subprocess, sys
 
@@ -89,4 +89,15 @@ obs.write(json.dumps({"observe": {"points": ["resid_post"]}}))
 obs.close()
 p = run("depth", "-p", prompt, "--glassbox", "observe_only.json", ok=False)
 assert p.returncode != 0 and "no interventions" in p.stderr, p.stderr
-print("ok: --glassbox steers dump, scan, depth, lens and sweep")
+# --prompts FILE as JSONL ({"prompt": ...} objects or JSON strings) reads the same prompts as plain lines
+lines = [prompt, "The cat sat on the mat."]
+open("prompts.txt", "w").write("\n".join(lines) + "\n")
+open("prompts.jsonl", "w").write(json.dumps({"prompt": lines[0], "id": 1}) + "\n" + json.dumps(lines[1]) + "\n")
+a = json.loads(run("depth", "--prompts", "prompts.txt", "--json").stdout)
+b = json.loads(run("depth", "--prompts", "prompts.jsonl", "--json").stdout)
+assert a["n_prompts"] == b["n_prompts"] == 2 and a["n_tokens"] == b["n_tokens"]
+assert [l["block_influence"] for l in a["layers"]] == [l["block_influence"] for l in b["layers"]]
+open("bad.jsonl", "w").write(json.dumps({"question": "x"}) + "\n")
+p = run("scan", "--prompts", "bad.jsonl", ok=False)
+assert p.returncode != 0 and "bad.jsonl:1" in p.stderr and '"prompt"' in p.stderr, p.stderr
+print("ok: --glassbox steers dump, scan, depth, lens and sweep; --prompts reads JSONL")
