@@ -43,26 +43,30 @@ uint32_t select_kth(uint32_t* keys, int64_t n, int64_t k) {
   return keys[k < n ? k : 0];
 }
 
-// Median of |x| over x[width] (mean of the two middle values for an even width), exactly what
-// sorting would give. scratch: [width] f32 workspace.
-float median_abs_of(const float* x, int64_t width, float* scratch) {
-  uint32_t* keys = reinterpret_cast<uint32_t*>(scratch);
-  for (int64_t i = 0; i < width; ++i) keys[i] = std::bit_cast<uint32_t>(x[i]) & 0x7fffffffu;
-  const int64_t mid = width / 2;
-  const uint32_t upper = select_kth(keys, width, mid);
-  if (width % 2 == 1) return std::bit_cast<float>(upper);
-  // The lower middle: the largest value below the upper one, unless the upper one repeats there.
+// The median of |x| over x[n] once its upper middle (the (n/2)-th smallest |x|, 0-based, as bits)
+// is known: itself for an odd n, else its mean with the largest |x| below it — or with itself
+// when it repeats there.
+float median_from_upper(const float* x, int64_t n, uint32_t upper) {
+  if (n % 2 == 1) return std::bit_cast<float>(upper);
   int64_t below = 0;
   uint32_t lower = 0;
-  for (int64_t i = 0; i < width; ++i) {
+  for (int64_t i = 0; i < n; ++i) {
     const uint32_t key = std::bit_cast<uint32_t>(x[i]) & 0x7fffffffu;
     if (key < upper) {
       ++below;
       lower = std::max(lower, key);
     }
   }
-  if (below < mid) lower = upper;
+  if (below < n / 2) lower = upper;
   return static_cast<float>((static_cast<double>(std::bit_cast<float>(lower)) + std::bit_cast<float>(upper)) / 2);
+}
+
+// Median of |x| over x[width] (mean of the two middle values for an even width), exactly what
+// sorting would give. scratch: [width] f32 workspace.
+float median_abs_of(const float* x, int64_t width, float* scratch) {
+  uint32_t* keys = reinterpret_cast<uint32_t*>(scratch);
+  for (int64_t i = 0; i < width; ++i) keys[i] = std::bit_cast<uint32_t>(x[i]) & 0x7fffffffu;
+  return median_from_upper(x, width, select_kth(keys, width, width / 2));
 }
 
 // The k-th smallest (0-based) |x_i| of x[n] as its bit pattern, without a workspace: radix
@@ -139,21 +143,7 @@ int64_t clip_massive(float* x, int64_t n_rows, int64_t width, float t, float fac
 
 float median_abs(const float* x, int64_t n) {
   if (n <= 0) return 0.0f;
-  const int64_t mid = n / 2;
-  const uint32_t upper = select_kth_abs(x, n, mid);
-  if (n % 2 == 1) return std::bit_cast<float>(upper);
-  // The lower middle, as median_abs_of finds it.
-  int64_t below = 0;
-  uint32_t lower = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    const uint32_t key = std::bit_cast<uint32_t>(x[i]) & 0x7fffffffu;
-    if (key < upper) {
-      ++below;
-      lower = std::max(lower, key);
-    }
-  }
-  if (below < mid) lower = upper;
-  return static_cast<float>((static_cast<double>(std::bit_cast<float>(lower)) + std::bit_cast<float>(upper)) / 2);
+  return median_from_upper(x, n, select_kth_abs(x, n, n / 2));
 }
 
 RowStats row_max_median(const float* x, int64_t width, float* scratch) {

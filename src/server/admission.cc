@@ -104,14 +104,7 @@ std::optional<Server::Refusal> Server::admit(Endpoint endpoint, const httplib::R
   ApiError err;
   if (!authorize(req, Role::kUser, &caller, &err))
     return Refusal{err, err.status == 401 ? "unauthenticated" : "forbidden"};
-  int retry_after = 0;
-  if (!rate_limiter_.try_acquire(caller.key_id, caller.rate_limit_rpm, arrival, &retry_after)) {
-    ApiError e = make_error(429, "rate_limit_error", "rate_limit_exceeded",
-                            "rate limit of " + std::to_string(static_cast<int64_t>(caller.rate_limit_rpm)) +
-                                " requests per minute exceeded for key '" + caller.key_id + "'");
-    e.retry_after_s = retry_after;
-    return Refusal{e, "rate_limited"};
-  }
+  if (std::optional<ApiError> e = take_rate(caller, arrival)) return Refusal{*e, "rate_limited"};
 
   json body;
   if (std::optional<ApiError> e = parse_json_body(body_text, &body)) return Refusal{*e, "invalid"};
@@ -159,16 +152,28 @@ std::optional<Server::Refusal> Server::admit(Endpoint endpoint, const httplib::R
     return Refusal{e, "queue_full"};
   }
   // HTTP-level concurrency (the engine's queue was checked above).
-  if (in_flight_.fetch_add(1) >= cfg_.max_concurrent_requests) {
-    in_flight_.fetch_sub(1);
-    ApiError e =
-        make_error(429, "rate_limit_error", "too_many_concurrent_requests",
-                   "the server is at max_concurrent_requests = " + std::to_string(cfg_.max_concurrent_requests) +
-                       "; retry shortly");
-    e.retry_after_s = 1;
-    return Refusal{e, "concurrency"};
-  }
+  if (std::optional<ApiError> e = take_slot()) return Refusal{*e, "concurrency"};
   return std::nullopt;
+}
+
+std::optional<ApiError> Server::take_rate(const Caller& caller, Clock::time_point arrival) {
+  int retry_after = 0;
+  if (rate_limiter_.try_acquire(caller.key_id, caller.rate_limit_rpm, arrival, &retry_after)) return std::nullopt;
+  ApiError e = make_error(429, "rate_limit_error", "rate_limit_exceeded",
+                          "rate limit of " + std::to_string(static_cast<int64_t>(caller.rate_limit_rpm)) +
+                              " requests per minute exceeded for key '" + caller.key_id + "'");
+  e.retry_after_s = retry_after;
+  return e;
+}
+
+std::optional<ApiError> Server::take_slot() {
+  if (in_flight_.fetch_add(1) < cfg_.max_concurrent_requests) return std::nullopt;
+  in_flight_.fetch_sub(1);
+  ApiError e = make_error(
+      429, "rate_limit_error", "too_many_concurrent_requests",
+      "the server is at max_concurrent_requests = " + std::to_string(cfg_.max_concurrent_requests) + "; retry shortly");
+  e.retry_after_s = 1;
+  return e;
 }
 
 void Server::maybe_shadow(const Generation& g) {

@@ -167,14 +167,7 @@ void Server::handle_analyze(const httplib::Request& req, const std::string& body
   Caller caller;
   ApiError err;
   if (!authorize(req, Role::kUser, &caller, &err)) return send_error(res, err);
-  int retry_after = 0;
-  if (!rate_limiter_.try_acquire(caller.key_id, caller.rate_limit_rpm, arrival, &retry_after)) {
-    ApiError e = make_error(429, "rate_limit_error", "rate_limit_exceeded",
-                            "rate limit of " + std::to_string(static_cast<int64_t>(caller.rate_limit_rpm)) +
-                                " requests per minute exceeded for key '" + caller.key_id + "'");
-    e.retry_after_s = retry_after;
-    return send_error(res, e);
-  }
+  if (auto e = take_rate(caller, arrival)) return send_error(res, *e);
   const ModelConfig* mc = engine_->model_config();
   if (mc == nullptr || !glass_->available())
     return send_error(res, bad("kind", "this server's engine does not support the glass box"));
@@ -239,15 +232,7 @@ void Server::handle_analyze(const httplib::Request& req, const std::string& body
     return send_error(res, *e);
 
   // HTTP-level concurrency, as for a generation request.
-  if (in_flight_.fetch_add(1) >= cfg_.max_concurrent_requests) {
-    in_flight_.fetch_sub(1);
-    ApiError e =
-        make_error(429, "rate_limit_error", "too_many_concurrent_requests",
-                   "the server is at max_concurrent_requests = " + std::to_string(cfg_.max_concurrent_requests) +
-                       "; retry shortly");
-    e.retry_after_s = 1;
-    return send_error(res, e);
-  }
+  if (auto e = take_slot()) return send_error(res, *e);
   hot_.in_flight.add(1);
   struct Slot {
     Server* s;

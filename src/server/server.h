@@ -139,6 +139,11 @@ class Server {
   // g->caller, g->req and g->glass. nullopt: admitted, holding one in_flight_ slot.
   std::optional<Refusal> admit(Endpoint endpoint, const httplib::Request& req, const std::string& body,
                                Clock::time_point arrival, Generation* g);
+  // The caller's rate limit (429 with Retry-After when it is spent).
+  std::optional<ApiError> take_rate(const Caller& caller, Clock::time_point arrival);
+  // One slot of max_concurrent_requests (429 when every slot is held); given back with
+  // in_flight_.fetch_sub(1).
+  std::optional<ApiError> take_slot();
   // One engine request per choice; on a refusal the others are cancelled and the slot released.
   std::optional<Refusal> submit_choices(Generation* g);
   void handle_models(const httplib::Request& req, httplib::Response& res, const std::string& id);
