@@ -18,25 +18,11 @@
 namespace gb {
 namespace {
 
-std::unique_ptr<Model> load(const std::string& path, int threads = 1) {
-  auto m = load_model(path, {.max_batch_tokens = 128, .n_threads = threads});
-  EXPECT_TRUE(m.is_ok()) << m.message();
-  return m.is_ok() ? std::move(*m) : nullptr;
-}
-
+std::unique_ptr<Model> load(const std::string& path, int threads = 1) { return test::load_glass_model(path, threads); }
 std::shared_ptr<const GlassSpec> resolve(GlassSpec spec, const Model& m) {
-  auto r = resolve_glass_spec(std::move(spec), m.config());
-  EXPECT_TRUE(r.is_ok()) << r.message();
-  return r.is_ok() ? *r : nullptr;
+  return test::resolve_for(std::move(spec), m);
 }
-
-std::vector<int32_t> prompt_ids(int n, int vocab, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<int32_t> ids(n);
-  ids[0] = 1;  // BOS; never elsewhere
-  for (int i = 1; i < n; ++i) ids[i] = 3 + static_cast<int32_t>(rng() % (vocab - 3));
-  return ids;
-}
+std::vector<int32_t> prompt_ids(int n, int vocab, uint32_t seed) { return test::random_prompt(n, vocab, seed); }
 
 double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
   double m = 0;

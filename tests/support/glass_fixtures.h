@@ -9,15 +9,42 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <memory>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "formats/gguf_writer.h"
 #include "formats/safetensors.h"
+#include "glass/spec.h"
+#include "model/model.h"
 #include "support/test_support.h"
 
 namespace gb::test {
+
+// A model for a glass-box test (null, with a test failure, when it does not load).
+inline std::unique_ptr<Model> load_glass_model(const std::string& path, int threads = 1) {
+  auto m = load_model(path, {.max_batch_tokens = 128, .n_threads = threads});
+  EXPECT_TRUE(m.is_ok()) << m.message();
+  return m.is_ok() ? std::move(*m) : nullptr;
+}
+
+// spec resolved against m (null, with a test failure, when it does not resolve).
+inline std::shared_ptr<const GlassSpec> resolve_for(GlassSpec spec, const Model& m) {
+  auto r = resolve_glass_spec(std::move(spec), m.config());
+  EXPECT_TRUE(r.is_ok()) << r.message();
+  return r.is_ok() ? *r : nullptr;
+}
+
+// n token ids: BOS (1) first and never elsewhere, then random ids in [3, vocab).
+inline std::vector<int32_t> random_prompt(int n, int vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> ids(static_cast<size_t>(n));
+  ids[0] = 1;
+  for (int i = 1; i < n; ++i) ids[static_cast<size_t>(i)] = 3 + static_cast<int32_t>(rng() % (vocab - 3));
+  return ids;
+}
 
 // Copies an F32 HF fixture (config.json, generation_config.json, model.safetensors) into a fresh
 // temp dir, calling edit(name, shape, data) on every tensor first. Returns the directory.
