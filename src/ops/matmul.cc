@@ -157,7 +157,7 @@ int g_kernel_variant = 0;
 
 namespace scalar {
 
-void quantize(const float* x, int64_t cols, float* d, int8_t* q, uint8_t* a, int32_t* c) {
+void quantize(const float* x, int64_t cols, float* d, int8_t* q, int32_t* s) {
   for (int64_t b = 0; b < cols / kQBlock; ++b) {
     const float* xb = x + b * kQBlock;
     float amax = 0.0f;
@@ -165,13 +165,12 @@ void quantize(const float* x, int64_t cols, float* d, int8_t* q, uint8_t* a, int
     d[b] = f16_to_f32(f32_to_f16(amax / 127.f));
     const float id = amax != 0.0f ? 127.f / amax : 0.0f;
     // nearbyint rounds half to even in the default rounding mode, like _mm256_round_ps.
-    for (int i = 0; i < kQBlock; ++i) q[b * kQBlock + i] = static_cast<int8_t>(std::nearbyint(xb[i] * id));
-  }
-  if (a != nullptr) {
-    for (int64_t i = 0; i < cols; ++i) a[i] = static_cast<uint8_t>(std::abs(q[i]));
-  }
-  if (c != nullptr) {
-    for (int64_t i = 0; i < cols / 4; ++i) c[i] = -8 * (q[4 * i] + q[4 * i + 1] + q[4 * i + 2] + q[4 * i + 3]);
+    int32_t sum = 0;
+    for (int i = 0; i < kQBlock; ++i) {
+      q[b * kQBlock + i] = static_cast<int8_t>(std::nearbyint(xb[i] * id));
+      sum += q[b * kQBlock + i];
+    }
+    if (s != nullptr) s[b] = sum;
   }
 }
 
@@ -179,7 +178,7 @@ void dequant_k(DType dtype, const uint8_t* row, int64_t cols, float* out) {
   dequant_k_row<dequantize_q4_k, dequantize_q6_k>(dtype, row, cols, out);
 }
 
-void rows(const KernelArgs& a, int64_t r0, int64_t r1) {
+void rows(const KernelArgs& a, int64_t r0, int64_t r1, uint8_t* /*scratch*/) {
   const int64_t cols = a.cols;
   if (is_quantized_q8_path(a.dtype)) {
     const int64_t nb = cols / kQBlock;
@@ -189,10 +188,12 @@ void rows(const KernelArgs& a, int64_t r0, int64_t r1) {
       for (int64_t t = 0; t < a.n; ++t) {
         const int8_t* xq = a.xq + t * cols;
         const float* xd = a.xd + t * nb;
-        float sum = 0.0f;  // ggml's generic order: one f32 sum over blocks
+        // The definition every SIMD kernel reproduces bitwise (matmul_simd_inl.h): exact block
+        // integer sums, one fused multiply-add per block, in block order.
+        float sum = 0.0f;
         for (int64_t b = 0; b < nb; ++b) {
           const uint8_t* blk = row + b * bb;
-          sum += static_cast<float>(block_isum(a.dtype, blk, xq + b * kQBlock)) * (load_f16(blk) * xd[b]);
+          sum = std::fma(load_f16(blk) * xd[b], static_cast<float>(block_isum(a.dtype, blk, xq + b * kQBlock)), sum);
         }
         a.y[t * a.y_stride + r] = sum;
       }
@@ -300,7 +301,7 @@ void matmul_ref_quantized_acts(const float* x, int64_t n, const Weight& w, float
 }
 
 void quantize_activations_q8(const float* x, int64_t cols, float* d, int8_t* q) {
-  scalar::quantize(x, cols, d, q, nullptr, nullptr);
+  scalar::quantize(x, cols, d, q, nullptr);
 }
 
 Result<OwnedWeight> convert_to_q8(const Weight& w) {
@@ -362,15 +363,13 @@ void matmul(ThreadPool& pool, const float* x, int64_t n, const Weight& w, float*
     thread_local Scratch scratch;
     const int64_t nb = w.cols / kQBlock;
     const int64_t cols = w.cols;
-    // [n·nb] f32 d | [n·cols] i8 q | [n·cols] u8 |q| | [n·cols/4] i32 offsets; all 4-aligned.
-    uint8_t* buf = scratch.get(static_cast<size_t>(n * nb * 4 + 3 * n * cols));
+    // [n·nb] f32 d | [n·nb] i32 block sums | [n·cols] i8 q.
+    uint8_t* buf = scratch.get(static_cast<size_t>(n * nb * 8 + n * cols));
     float* xd = reinterpret_cast<float*>(buf);
-    int8_t* xq = reinterpret_cast<int8_t*>(buf + n * nb * 4);
-    uint8_t* xa = buf + n * nb * 4 + n * cols;
-    int32_t* xc = reinterpret_cast<int32_t*>(buf + n * nb * 4 + 2 * n * cols);
+    int32_t* xs = reinterpret_cast<int32_t*>(buf + n * nb * 4);
+    int8_t* xq = reinterpret_cast<int8_t*>(buf + n * nb * 8);
     auto quantize_tokens = [&](int64_t t0, int64_t t1) {
-      for (int64_t t = t0; t < t1; ++t)
-        k.quantize(x + t * cols, cols, xd + t * nb, xq + t * cols, xa + t * cols, xc + t * cols / 4);
+      for (int64_t t = t0; t < t1; ++t) k.quantize(x + t * cols, cols, xd + t * nb, xq + t * cols, xs + t * nb);
     };
     if (n * cols < (int64_t{1} << 16) || n_threads == 1) {
       quantize_tokens(0, n);
@@ -380,9 +379,8 @@ void matmul(ThreadPool& pool, const float* x, int64_t n, const Weight& w, float*
         quantize_tokens(tr.begin, tr.end);
       });
     }
-    a.xa = xa;
-    a.xc = xc;
     a.xd = xd;
+    a.xs = xs;
     a.xq = xq;
   }
 
@@ -394,9 +392,12 @@ void matmul(ThreadPool& pool, const float* x, int64_t n, const Weight& w, float*
   const int64_t n_chunks = (w.rows + chunk - 1) / chunk;
   std::atomic<int64_t> next_chunk{0};
   if (is_kernel_dtype(w.dtype)) {
+    const bool panels = is_quantized_q8_path(w.dtype) && n >= kPanelMinTokens;
     pool.run([&](int) {
+      thread_local Scratch scratch;
+      uint8_t* pan = panels ? scratch.get(static_cast<size_t>(panel_scratch_bytes(w.cols))) : nullptr;
       for (int64_t c; (c = next_chunk.fetch_add(1, std::memory_order_relaxed)) < n_chunks;)
-        k.rows(a, c * chunk, std::min(w.rows, (c + 1) * chunk));
+        k.rows(a, c * chunk, std::min(w.rows, (c + 1) * chunk), pan);
     });
     return;
   }
@@ -416,7 +417,7 @@ void matmul(ThreadPool& pool, const float* x, int64_t n, const Weight& w, float*
         f.w_stride = w.cols * 4;
         f.rows = m;
         f.y = y + r;
-        k.rows(f, 0, m);
+        k.rows(f, 0, m, nullptr);
       }
     }
   });

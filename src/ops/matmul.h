@@ -26,12 +26,15 @@ struct Weight {
 // Numerics by weight dtype:
 //  - F32 / F16 / BF16: exact f32 activations times the weights widened to f32.
 //  - Q8_0 / Q4_0: like llama.cpp's CPU backend, each activation row is first rounded to Q8_0
-//    (blocks of 32, d = fp16(amax/127), q = round-half-even(x·127/amax)), then integer dot
-//    products per block, scaled by d_w·d_x, are accumulated in f32.
+//    (blocks of 32, d = fp16(amax/127), q = round-half-even(x·127/amax)); then per block the
+//    exact integer dot product isum of weight and activation codes, and acc = fma(d_w·d_x,
+//    f32(isum), acc) over the blocks in order. Every ISA level computes exactly this (bitwise
+//    equal to scalar), in place for few tokens and on weights repacked into 8-row panels (a
+//    vpdpbusd / maddubs GEMM) from kPanelMinTokens tokens on. (Not ggml's bits: it sums 8 lanes.)
 //  - Q4_K / Q6_K: rows dequantized to f32, then as F32 (correct, not fast).
 // A token's result does not depend on n, on the other tokens or on the thread count (bitwise),
-// only on the ISA level. Supported dtypes: matmul_supported(). Nothing is allocated per call
-// once the per-thread activation scratch has grown to the largest n·cols seen.
+// only on the ISA level (Q8_0 / Q4_0: not even on that). Supported dtypes: matmul_supported().
+// Nothing is allocated per call once the per-thread scratch has grown to the largest size seen.
 void matmul(ThreadPool& pool, const float* x, int64_t n, const Weight& w, float* y);
 
 // Whether matmul handles this weight dtype (cols must also be a multiple of the block size).
@@ -41,7 +44,8 @@ bool matmul_supported(DType dtype);
 void matmul_ref(const float* x, int64_t n, const Weight& w, float* y);
 
 // Scalar reference of what matmul computes for Q8_0 / Q4_0 weights: activations rounded to
-// Q8_0 as ggml does, exact integer block dot products, Σ_b (d_w·d_x as f32)·isum_b in double.
+// Q8_0 as ggml does, exact integer block dot products, Σ_b (d_w·d_x as f32)·isum_b in double
+// (matmul itself sums in f32: the tests bound the difference).
 // For other dtypes it is matmul_ref.
 void matmul_ref_quantized_acts(const float* x, int64_t n, const Weight& w, float* y);
 

@@ -15,7 +15,10 @@ struct V {
   // Rows per register tile for T = 0..4 tokens: T·R accumulators + R weight vectors fit in the
   // 16 YMM registers.
   static constexpr int kFloatRows[5] = {0, 8, 4, 3, 2};
-  static constexpr int kQuantRows[5] = {0, 4, 3, 2, 2};
+  // Tokens per panel tile (2 panels of 8 rows): 2·2 int + 2·2 float accumulators, 2 weight
+  // vectors and the broadcast codes fit in 16 registers.
+  static constexpr int kPanelTokens = 2;
+  static constexpr bool kVnni = false;
 
   static F zero() { return _mm256_setzero_ps(); }
   static F load_x(const float* p) { return _mm256_loadu_ps(p); }
@@ -40,6 +43,7 @@ struct V {
   static __m256i dot_block(__m256i a, __m256i b) {
     return _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), _mm256_set1_epi16(1));
   }
+  static __m256i dot_acc(__m256i acc, __m256i a, __m256i b) { return _mm256_add_epi32(acc, dot_block(a, b)); }
 };
 
 #include "ops/matmul_simd_inl.h"
@@ -48,10 +52,11 @@ float V::hsum(F x) { return hsum8(x); }
 
 }  // namespace
 
-void rows(const KernelArgs& a, int64_t r0, int64_t r1) { rows_any(a, r0, r1); }
+void rows(const KernelArgs& a, int64_t r0, int64_t r1, uint8_t* scratch) { rows_any(a, r0, r1, scratch); }
 
-// ggml's AVX2 quantize_row_q8_0: d = amax/127 (stored as fp16), q = round-half-even(x·(127/amax)).
-void quantize(const float* x, int64_t cols, float* d, int8_t* q, uint8_t* a, int32_t* c) {
+// ggml's AVX2 quantize_row_q8_0: d = amax/127 (stored as fp16), q = round-half-even(x·(127/amax));
+// s = each block's code sum.
+void quantize(const float* x, int64_t cols, float* d, int8_t* q, int32_t* s) {
   const __m256 sign_bit = _mm256_set1_ps(-0.0f);
   const __m256i perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
   for (int64_t b = 0; b < cols / kQBlock; ++b) {
@@ -73,17 +78,13 @@ void quantize(const float* x, int64_t cols, float* d, int8_t* q, uint8_t* a, int
     __m256i i1 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v1, mul), kRound));
     __m256i i2 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v2, mul), kRound));
     __m256i i3 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v3, mul), kRound));
+    if (s != nullptr) s[b] = hsum_i32(_mm256_add_epi32(_mm256_add_epi32(i0, i1), _mm256_add_epi32(i2, i3)));
     // packs work per 128-bit lane; the permute restores element order.
     i0 = _mm256_packs_epi32(i0, i1);
     i2 = _mm256_packs_epi32(i2, i3);
     i0 = _mm256_packs_epi16(i0, i2);
     i0 = _mm256_permutevar8x32_epi32(i0, perm);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + b * kQBlock), i0);
-    if (a != nullptr) _mm256_storeu_si256(reinterpret_cast<__m256i*>(a + b * kQBlock), _mm256_abs_epi8(i0));
-    if (c != nullptr) {
-      const __m256i sum4 = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(8), i0), _mm256_set1_epi16(1));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(c + b * 8), _mm256_sub_epi32(_mm256_setzero_si256(), sum4));
-    }
   }
 }
 

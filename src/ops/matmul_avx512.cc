@@ -1,6 +1,6 @@
 // AVX-512 (F/BW/VL/DQ + VNNI) matmul kernels: 16-lane f32 FMA for float weights, vpdpbusd for
 // the int8 block dot products. Same templates as AVX2 (matmul_simd_inl.h); the quantized path
-// gives bitwise the same sums as AVX2 (same integer lanes, same f32 order).
+// gives bitwise the same sums as AVX2 and scalar (exact integer block sums, the same f32 steps).
 #if defined(__x86_64__)
 // GCC 12's AVX-512 headers read _mm*_undefined_*() values (`__Y = __Y`), which -Wuninitialized
 // reports at every inlined use; the values are don't-cares by design.
@@ -18,7 +18,9 @@ struct V {
   static constexpr int kLanes = 16;
   // 32 ZMM registers: larger float tiles than AVX2.
   static constexpr int kFloatRows[5] = {0, 8, 6, 4, 4};
-  static constexpr int kQuantRows[5] = {0, 4, 4, 3, 3};
+  // Tokens per panel tile (2 panels of 8 rows): 4·2 int + 4·2 float accumulators.
+  static constexpr int kPanelTokens = 4;
+  static constexpr bool kVnni = true;
 
   static F zero() { return _mm512_setzero_ps(); }
   static F load_x(const float* p) { return _mm512_loadu_ps(p); }
@@ -39,6 +41,7 @@ struct V {
   static F bf16_odd(I v) { return _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32(-65536))); }
   static float hsum(F x);
   static __m256i dot_block(__m256i a, __m256i b) { return _mm256_dpbusd_epi32(_mm256_setzero_si256(), a, b); }
+  static __m256i dot_acc(__m256i acc, __m256i a, __m256i b) { return _mm256_dpbusd_epi32(acc, a, b); }
 };
 
 #include "ops/matmul_simd_inl.h"
@@ -51,7 +54,7 @@ float V::hsum(F x) {
 
 }  // namespace
 
-void rows(const KernelArgs& a, int64_t r0, int64_t r1) { rows_any(a, r0, r1); }
+void rows(const KernelArgs& a, int64_t r0, int64_t r1, uint8_t* scratch) { rows_any(a, r0, r1, scratch); }
 
 }  // namespace gb::ops::avx512
 #endif

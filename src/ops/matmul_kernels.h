@@ -21,9 +21,8 @@ struct KernelArgs {
                                 // ones (a bf16 pair widens to f32 with one shift and one and)
   const float* xd = nullptr;    // [n, cols/32] f32 scales of the Q8_0-rounded activations (Q8_0/Q4_0)
   const int8_t* xq = nullptr;   // [n, cols] int8 codes of the Q8_0-rounded activations (Q8_0/Q4_0)
-  const uint8_t* xa = nullptr;  // [n, cols] |xq|: the unsigned maddubs operand for Q8_0 weights
-  const int32_t* xc = nullptr;  // [n, cols/4] -8·(sum of each 4 consecutive codes): Q4_0's offset
-                                // per maddubs/madd lane, so its nibbles need no sign fix-up
+  const int32_t* xs = nullptr;  // [n, cols/32] the sum of each block's 32 codes: the correction for
+                                // weights stored unsigned (Q4_0 nibbles, Q8_0 codes + 128)
   int64_t n = 0;
   const uint8_t* w = nullptr;  // [rows, w_stride bytes] weights in `dtype`
   DType dtype = DType::kF32;   // F32, F16, BF16, Q8_0 or Q4_0
@@ -34,11 +33,20 @@ struct KernelArgs {
   int64_t y_stride = 0;
 };
 
-// Computes y for rows [r0, r1) of every token.
-using RowsKernel = void (*)(const KernelArgs& a, int64_t r0, int64_t r1);
+// Q8_0 / Q4_0 with at least kPanelMinTokens tokens: weights repacked per call into panels of 8
+// rows (kPanelBlock bytes per block of 32 columns), kPackRows rows at a time, in the calling
+// thread's scratch (panel_scratch_bytes); fewer tokens read the weights in place.
+inline constexpr int64_t kPanelMinTokens = 8;
+inline constexpr int64_t kPanelBlock = 8 * 32 + 8 * 4;
+inline constexpr int64_t kPackRows = 64;
+inline constexpr int64_t panel_scratch_bytes(int64_t cols) { return kPackRows / 8 * (cols / kQBlock) * kPanelBlock; }
+
+// Computes y for rows [r0, r1) of every token. scratch: panel_scratch_bytes(cols) bytes owned by
+// the calling thread for Q8_0 / Q4_0 (null: the kernel reads the weights in place), else unused.
+using RowsKernel = void (*)(const KernelArgs& a, int64_t r0, int64_t r1, uint8_t* scratch);
 // ggml's activation rounding: x [cols] f32 -> d [cols/32] f32 (fp16-rounded), q [cols] int8,
-// and the derived a [cols] = |q|, c [cols/4] (see KernelArgs); a and c may be null.
-using QuantizeKernel = void (*)(const float* x, int64_t cols, float* d, int8_t* q, uint8_t* a, int32_t* c);
+// and s [cols/32] the sum of each block's codes (may be null).
+using QuantizeKernel = void (*)(const float* x, int64_t cols, float* d, int8_t* q, int32_t* s);
 
 // Dequantizes one row of Q4_K / Q6_K super-blocks: row [cols/256 blocks] -> out [cols] f32,
 // bitwise equal to dequantize_row (same f32 operations in the same order as ggml's).
@@ -69,19 +77,19 @@ struct KernelSet {
 extern int g_kernel_variant;
 
 namespace scalar {
-void rows(const KernelArgs& a, int64_t r0, int64_t r1);
+void rows(const KernelArgs& a, int64_t r0, int64_t r1, uint8_t* scratch);
 void dequant_k(DType dtype, const uint8_t* row, int64_t cols, float* out);
-void quantize(const float* x, int64_t cols, float* d, int8_t* q, uint8_t* a, int32_t* c);
+void quantize(const float* x, int64_t cols, float* d, int8_t* q, int32_t* s);
 }  // namespace scalar
 
 #if defined(__x86_64__)
 namespace avx2 {
-void rows(const KernelArgs& a, int64_t r0, int64_t r1);
+void rows(const KernelArgs& a, int64_t r0, int64_t r1, uint8_t* scratch);
 void dequant_k(DType dtype, const uint8_t* row, int64_t cols, float* out);
-void quantize(const float* x, int64_t cols, float* d, int8_t* q, uint8_t* a, int32_t* c);
+void quantize(const float* x, int64_t cols, float* d, int8_t* q, int32_t* s);
 }  // namespace avx2
 namespace avx512 {
-void rows(const KernelArgs& a, int64_t r0, int64_t r1);
+void rows(const KernelArgs& a, int64_t r0, int64_t r1, uint8_t* scratch);
 }  // namespace avx512
 #endif
 

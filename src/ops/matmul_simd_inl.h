@@ -46,7 +46,24 @@ inline int prefetch_rows(const KernelArgs& a, int64_t r0) {
   return left <= 0 ? 0 : left < R ? static_cast<int>(left) : R;
 }
 
-// ggml's hsum_float_8, so that the Q8_0/Q4_0 sums reduce in the same order as llama.cpp's AVX2.
+// Software prefetch of the next group of rows while a group of R rows is swept block by block:
+// the next rows are contiguous (R·w_stride bytes), so they are fetched in address order, spread
+// evenly over the current group's blocks, one cache line each. Measured against prefetching
+// each next row at the current column (R interleaved streams, each line touched about twice):
+// 2x the decode GB/s for Q4_0 and Q8_0 on Zen 4 (bench_ops_matmul --variant 1 switches it off).
+struct NextRowsPrefetch {
+  int64_t start, per_step, end;  // byte offsets from the current group's first row
+  NextRowsPrefetch(const KernelArgs& a, int pf_rows, int rows, int64_t steps)
+      : start(rows * a.w_stride),
+        per_step((rows * a.w_stride + steps - 1) / steps),
+        end(pf_rows > 0 ? start + pf_rows * a.w_stride : 0) {}
+  void step(const uint8_t* w, int64_t i) const {
+    for (int64_t o = start + i * per_step, e = min64(o + per_step, end); o < e; o += 64)
+      _mm_prefetch(reinterpret_cast<const char*>(w + o), _MM_HINT_T0);
+  }
+};
+
+// The horizontal sum of 8 f32 lanes (the float kernels' final reduction).
 inline float hsum8(__m256 x) {
   __m128 r = _mm256_extractf128_ps(x, 1);
   r = _mm_add_ps(r, _mm256_castps256_ps128(x));
@@ -75,8 +92,11 @@ inline void tile_bf16(const KernelArgs& a, int64_t t0, int64_t r0) {
     for (int r = 0; r < R; ++r) acc[t][r] = V::zero();
   const int64_t cv = cols / kStep * kStep;
   constexpr int64_t kLinesEvery = 64 / (kStep * 2) > 0 ? 64 / (kStep * 2) : 1;
+  const NextRowsPrefetch pf(a, pf_rows, R, cv / kStep > 0 ? cv / kStep : 1);
   for (int64_t i = 0; i < cv; i += kStep) {
-    if ((i / kStep) % kLinesEvery == 0) {
+    if (g_kernel_variant & 4) {
+      pf.step(w, i / kStep);
+    } else if ((i / kStep) % kLinesEvery == 0) {
       for (int r = 0; r < pf_rows; ++r)
         _mm_prefetch(reinterpret_cast<const char*>(w + (R + r) * a.w_stride + i * 2), _MM_HINT_T0);
     }
@@ -148,10 +168,16 @@ inline void tile_float(const KernelArgs& a, int64_t t0, int64_t r0) {
 }
 
 // ---- quantized-weight family (Q8_0 / Q4_0) against Q8_0-rounded activations ----
+//
+// The numerics, the same in every kernel and at every ISA level (scalar::rows states them): for
+// weight row r, token t and block b, isum = the exact integer dot product of the block's 32 weight
+// codes with the token's 32 activation codes (|isum| ≤ 32·127·128 < 2^24, so f32(isum) is exact
+// as well); then acc = fma(f32(d_w)·d_x, f32(isum), acc) over the blocks in order, from 0. Since
+// isum is exact, how a kernel computes it (maddubs, vpdpbusd, codes offset to unsigned) does not
+// matter: every path gives the same bits, whatever n, tile or thread computes the pair.
 
-// The 32 weight codes of one block as maddubs wants them: Q8_0 signed (the sign moves onto the
-// activations), Q4_0 as unsigned nibbles 0..15 (its -8 offset comes from KernelArgs::xc);
-// low nibbles are elements 0..15.
+// The 32 weight codes of one block in element order: Q8_0 signed, Q4_0 as unsigned nibbles
+// 0..15 (the low nibbles are elements 0..15, the high ones 16..31).
 template <DType D>
 inline __m256i load_wq(const uint8_t* qs) {
   if constexpr (D == DType::kQ8_0) {
@@ -168,84 +194,263 @@ inline constexpr int64_t block_bytes() {
   return D == DType::kQ8_0 ? 34 : 18;
 }
 
-// f16 block scale broadcast to all lanes (vpbroadcastw + vcvtph2ps: fewer ops than scalar
-// conversion and a broadcast).
-inline __m256 load_scale8(const uint8_t* p) {
-  int16_t h;
-  __builtin_memcpy(&h, p, 2);
-  return _mm256_cvtph_ps(_mm_set1_epi16(h));
+// The f16 block scales of 8 rows (the block at p, rows `stride` bytes apart) as 8 f32 lanes.
+inline __m256 load_scales8(const uint8_t* p, int64_t stride) {
+  uint16_t h[8];
+  for (int j = 0; j < 8; ++j) __builtin_memcpy(&h[j], p + j * stride, 2);
+  return _mm256_cvtph_ps(_mm_setr_epi16(
+      static_cast<int16_t>(h[0]), static_cast<int16_t>(h[1]), static_cast<int16_t>(h[2]), static_cast<int16_t>(h[3]),
+      static_cast<int16_t>(h[4]), static_cast<int16_t>(h[5]), static_cast<int16_t>(h[6]), static_cast<int16_t>(h[7])));
 }
 
-// Same sums as ggml_vec_dot_q8_0_q8_0 / q4_0_q8_0 on AVX2: per block, int32 lanes of the exact
-// products of 4 consecutive elements, converted to f32, times the f32 product d_w·d_x, fma'd into
-// one 8-lane accumulator; hsum8 at the end. The lanes are computed differently (Q8_0:
-// |x|·sign(w, x); Q4_0: q·x - 8·Σx) but are the same integers, so the results match ggml's bitwise.
-template <DType D, int T, int R>
-inline void tile_q(const KernelArgs& a, int64_t t0, int64_t r0) {
-  const int64_t cols = a.cols;
-  const int64_t nb = cols / kQBlock;
-  const int8_t* xq = a.xq + t0 * cols;
-  const uint8_t* xa = a.xa + t0 * cols;
-  const int32_t* xc = a.xc + t0 * (cols / 4);
-  const float* xd = a.xd + t0 * nb;
+// p[j]'s 8 int32 lanes summed, as lane j of the result.
+inline __m256i reduce8(const __m256i* p) {
+  const __m256i a0 = _mm256_hadd_epi32(p[0], p[1]), a1 = _mm256_hadd_epi32(p[2], p[3]);
+  const __m256i a2 = _mm256_hadd_epi32(p[4], p[5]), a3 = _mm256_hadd_epi32(p[6], p[7]);
+  const __m256i b0 = _mm256_hadd_epi32(a0, a1), b1 = _mm256_hadd_epi32(a2, a3);  // [p0..p3 | p0..p3] halves
+  return _mm256_add_epi32(_mm256_permute2x128_si256(b0, b1, 0x20), _mm256_permute2x128_si256(b0, b1, 0x31));
+}
+
+inline int32_t hsum_i32(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+  return _mm_cvtsi128_si32(s);
+}
+
+// The 8 int32 lanes of one block's products (4 elements each) of a weight row with a token.
+template <DType D>
+inline __m256i block_lanes(__m256i wq, __m256i xv, __m256i xabs) {
+  if constexpr (D == DType::kQ8_0) {
+    return V::dot_block(xabs, _mm256_sign_epi8(wq, xv));  // |x|·sign(w, x): unsigned × signed
+  } else {
+    (void)xabs;
+    return V::dot_block(wq, xv);  // nibbles 0..15 × x; the -8 offset is taken off as 8·Σx
+  }
+}
+
+// Decode-shaped work (few tokens): y for 8 rows [r0, r0 + 8) and T tokens from t0, straight from
+// the weights' own layout. Per block: 8 rows' lane vectors reduced to one vector of 8 isums.
+template <DType D, int T>
+inline void rows8_q(const KernelArgs& a, int64_t t0, int64_t r0) {
+  const int64_t cols = a.cols, nb = cols / kQBlock;
   const uint8_t* w = a.w + r0 * a.w_stride;
-  const int pf_rows = prefetch_rows<R>(a, r0);
-  __m256 acc[T][R];
-  for (int t = 0; t < T; ++t)
-    for (int r = 0; r < R; ++r) acc[t][r] = _mm256_setzero_ps();
+  const int pf_rows = prefetch_rows<8>(a, r0);
+  __m256 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+  const NextRowsPrefetch pf(a, pf_rows, 8, nb);
   for (int64_t b = 0; b < nb; ++b) {
-    // Prefetch the next tile's rows at the same column: R rows ahead (several KB) hides DRAM
-    // latency that the hardware prefetcher, juggling R interleaved streams, does not.
-    for (int r = 0; r < pf_rows; ++r)
-      _mm_prefetch(reinterpret_cast<const char*>(w + (R + r) * a.w_stride + b * block_bytes<D>()), _MM_HINT_T0);
-    __m256i wq[R];
-    __m256 dw[R];
-    for (int r = 0; r < R; ++r) {
-      const uint8_t* blk = w + r * a.w_stride + b * block_bytes<D>();
-      wq[r] = load_wq<D>(blk + 2);
-      dw[r] = load_scale8(blk);
+    pf.step(w, b);
+    const uint8_t* blk = w + b * block_bytes<D>();
+    __m256i wq[8];
+    for (int r = 0; r < 8; ++r) wq[r] = load_wq<D>(blk + r * a.w_stride + 2);
+    const __m256 dw = load_scales8(blk, a.w_stride);
+    for (int t = 0; t < T; ++t) {
+      const int64_t tt = t0 + t;
+      const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.xq + tt * cols + b * kQBlock));
+      const __m256i xabs = _mm256_abs_epi8(xv);
+      __m256i p[8];
+      for (int r = 0; r < 8; ++r) p[r] = block_lanes<D>(wq[r], xv, xabs);
+      __m256i isum = reduce8(p);
+      if constexpr (D == DType::kQ4_0) isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(8 * a.xs[tt * nb + b]));
+      const __m256 scale = _mm256_mul_ps(dw, _mm256_set1_ps(a.xd[tt * nb + b]));
+      acc[t] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(isum), acc[t]);
+    }
+  }
+  for (int t = 0; t < T; ++t) _mm256_storeu_ps(a.y + (t0 + t) * a.y_stride + r0, acc[t]);
+}
+
+// One row, T tokens (the rows left over after the 8-row groups).
+template <DType D, int T>
+inline void row1_q(const KernelArgs& a, int64_t t0, int64_t r) {
+  const int64_t cols = a.cols, nb = cols / kQBlock;
+  const uint8_t* w = a.w + r * a.w_stride;
+  float acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = 0.0f;
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = w + b * block_bytes<D>();
+    const __m256i wq = load_wq<D>(blk + 2);
+    const float dw = load_f16_scalar(blk);
+    for (int t = 0; t < T; ++t) {
+      const int64_t tt = t0 + t;
+      const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.xq + tt * cols + b * kQBlock));
+      int32_t isum = hsum_i32(block_lanes<D>(wq, xv, _mm256_abs_epi8(xv)));
+      if constexpr (D == DType::kQ4_0) isum -= 8 * a.xs[tt * nb + b];
+      acc[t] = __builtin_fmaf(dw * a.xd[tt * nb + b], static_cast<float>(isum), acc[t]);
+    }
+  }
+  for (int t = 0; t < T; ++t) a.y[(t0 + t) * a.y_stride + r] = acc[t];
+}
+
+template <DType D, int T>
+inline void rows_q_small_t(const KernelArgs& a, int64_t t0, int64_t r0, int64_t r1) {
+  int64_t r = r0;
+  for (; r + 8 <= r1; r += 8) rows8_q<D, T>(a, t0, r);
+  for (; r < r1; ++r) row1_q<D, T>(a, t0, r);
+}
+
+// Rows outer, tokens inner: a group of 8 rows (a few KB) stays in L1 while every token passes.
+template <DType D>
+inline void rows_q_small(const KernelArgs& a, int64_t r0, int64_t r1) {
+  for (int64_t rb = r0; rb < r1; rb += 8) {
+    const int64_t re = min64(r1, rb + 8);
+    int64_t t = 0;
+    for (; t + 4 <= a.n; t += 4) rows_q_small_t<D, 4>(a, t, rb, re);
+    switch (a.n - t) {
+      case 3: rows_q_small_t<D, 3>(a, t, rb, re); break;
+      case 2: rows_q_small_t<D, 2>(a, t, rb, re); break;
+      case 1: rows_q_small_t<D, 1>(a, t, rb, re); break;
+      default: break;
+    }
+  }
+}
+
+// Prefill-shaped work: the weights of up to kPackRows rows are first repacked into panels of 8
+// rows (once per call and row block, in the calling thread's scratch), so that one 32-byte load
+// holds 4 consecutive codes of each of 8 rows; a token's 4 codes broadcast against it give the 8
+// rows' partial sums in the 8 lanes of one vpdpbusd (maddubs + madd on AVX2), with no horizontal
+// reduction; per block, one conversion and one fma per 8 rows. Panel block layout (288 bytes):
+// group g = 0..7 at byte 32·g holds row j's codes 4g..4g+3 at bytes 4j..4j+3 (Q4_0: nibbles
+// 0..15; Q8_0: signed codes, or codes + 128 with VNNI, which wants the unsigned operand there),
+// then the 8 rows' scales as f32 at byte 256.
+
+// The 8×8 transpose of 32-bit elements: v[j] holds row j's groups 0..7; afterwards v[g] holds
+// group g of rows 0..7.
+inline void transpose8x32(__m256i* v) {
+  const __m256i t0 = _mm256_unpacklo_epi32(v[0], v[1]), t1 = _mm256_unpackhi_epi32(v[0], v[1]);
+  const __m256i t2 = _mm256_unpacklo_epi32(v[2], v[3]), t3 = _mm256_unpackhi_epi32(v[2], v[3]);
+  const __m256i t4 = _mm256_unpacklo_epi32(v[4], v[5]), t5 = _mm256_unpackhi_epi32(v[4], v[5]);
+  const __m256i t6 = _mm256_unpacklo_epi32(v[6], v[7]), t7 = _mm256_unpackhi_epi32(v[6], v[7]);
+  const __m256i u0 = _mm256_unpacklo_epi64(t0, t2), u1 = _mm256_unpackhi_epi64(t0, t2);
+  const __m256i u2 = _mm256_unpacklo_epi64(t1, t3), u3 = _mm256_unpackhi_epi64(t1, t3);
+  const __m256i u4 = _mm256_unpacklo_epi64(t4, t6), u5 = _mm256_unpackhi_epi64(t4, t6);
+  const __m256i u6 = _mm256_unpacklo_epi64(t5, t7), u7 = _mm256_unpackhi_epi64(t5, t7);
+  v[0] = _mm256_permute2x128_si256(u0, u4, 0x20);
+  v[1] = _mm256_permute2x128_si256(u1, u5, 0x20);
+  v[2] = _mm256_permute2x128_si256(u2, u6, 0x20);
+  v[3] = _mm256_permute2x128_si256(u3, u7, 0x20);
+  v[4] = _mm256_permute2x128_si256(u0, u4, 0x31);
+  v[5] = _mm256_permute2x128_si256(u1, u5, 0x31);
+  v[6] = _mm256_permute2x128_si256(u2, u6, 0x31);
+  v[7] = _mm256_permute2x128_si256(u3, u7, 0x31);
+}
+
+// Rows [r0, r0 + m), m ≤ 8, into one panel (rows past m: zero codes and scales).
+template <DType D>
+inline void pack_panel(const KernelArgs& a, int64_t r0, int64_t m, uint8_t* out) {
+  const int64_t nb = a.cols / kQBlock;
+  const uint8_t* w = a.w + r0 * a.w_stride;
+  const NextRowsPrefetch pf(a, prefetch_rows<8>(a, r0), 8, nb);
+  for (int64_t b = 0; b < nb; ++b) {
+    pf.step(w, b);
+    const uint8_t* blk = w + b * block_bytes<D>();
+    __m256i v[8];
+    uint16_t h[8];
+    for (int j = 0; j < 8; ++j) {
+      if (j < m) {
+        v[j] = load_wq<D>(blk + j * a.w_stride + 2);
+        if constexpr (D == DType::kQ8_0 && V::kVnni) v[j] = _mm256_xor_si256(v[j], _mm256_set1_epi8(-128));
+        __builtin_memcpy(&h[j], blk + j * a.w_stride, 2);
+      } else {
+        v[j] = _mm256_setzero_si256();
+        h[j] = 0;
+      }
+    }
+    transpose8x32(v);
+    uint8_t* o = out + b * kPanelBlock;
+    for (int g = 0; g < 8; ++g) _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 32 * g), v[g]);
+    _mm256_storeu_ps(reinterpret_cast<float*>(o + 256),
+                     _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h))));
+  }
+}
+
+// y for T tokens from t0 and P panels (8·P rows from r0, of which `valid` exist) over all blocks.
+template <DType D, int T, int P>
+inline void panel_tile(const KernelArgs& a, const uint8_t* pan, int64_t pan_stride, int64_t t0, int64_t r0,
+                       int64_t valid) {
+  const int64_t cols = a.cols, nb = cols / kQBlock;
+  // The correction for codes stored unsigned: Σ (w + k)·x = Σ w·x + k·Σx.
+  constexpr int kShift = D == DType::kQ4_0 ? 3 : (V::kVnni ? 7 : -1);
+  __m256 acc[T][P];
+  for (int t = 0; t < T; ++t)
+    for (int p = 0; p < P; ++p) acc[t][p] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* pb = pan + b * kPanelBlock;
+    __m256i is[T][P];
+    for (int t = 0; t < T; ++t)
+      for (int p = 0; p < P; ++p) is[t][p] = _mm256_setzero_si256();
+    for (int g = 0; g < 8; ++g) {
+      __m256i wv[P];
+      for (int p = 0; p < P; ++p)
+        wv[p] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pb + p * pan_stride + 32 * g));
+      for (int t = 0; t < T; ++t) {
+        int32_t x4;
+        __builtin_memcpy(&x4, a.xq + (t0 + t) * cols + b * kQBlock + 4 * g, 4);
+        const __m256i xb = _mm256_set1_epi32(x4);
+        if constexpr (D == DType::kQ8_0 && !V::kVnni) {
+          const __m256i xab = _mm256_abs_epi8(xb);
+          for (int p = 0; p < P; ++p) is[t][p] = V::dot_acc(is[t][p], xab, _mm256_sign_epi8(wv[p], xb));
+        } else {
+          for (int p = 0; p < P; ++p) is[t][p] = V::dot_acc(is[t][p], wv[p], xb);
+        }
+      }
     }
     for (int t = 0; t < T; ++t) {
-      const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + t * cols + b * kQBlock));
-      const __m256 dx = _mm256_set1_ps(xd[t * nb + b]);
-      for (int r = 0; r < R; ++r) {
-        __m256i p;
-        if constexpr (D == DType::kQ8_0) {
-          const __m256i xabs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xa + t * cols + b * kQBlock));
-          p = V::dot_block(xabs, _mm256_sign_epi8(wq[r], xv));
-        } else {
-          const __m256i off = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xc + t * (cols / 4) + b * 8));
-          p = _mm256_add_epi32(V::dot_block(wq[r], xv), off);
-        }
-        acc[t][r] = _mm256_fmadd_ps(_mm256_mul_ps(dw[r], dx), _mm256_cvtepi32_ps(p), acc[t][r]);
+      const int64_t tb = (t0 + t) * nb + b;
+      const __m256 dx = _mm256_set1_ps(a.xd[tb]);
+      __m256i corr = _mm256_setzero_si256();
+      if constexpr (kShift >= 0) corr = _mm256_set1_epi32(a.xs[tb] << kShift);
+      for (int p = 0; p < P; ++p) {
+        const __m256 dw = _mm256_loadu_ps(reinterpret_cast<const float*>(pb + p * pan_stride + 256));
+        const __m256i isum = kShift >= 0 ? _mm256_sub_epi32(is[t][p], corr) : is[t][p];
+        acc[t][p] = _mm256_fmadd_ps(_mm256_mul_ps(dw, dx), _mm256_cvtepi32_ps(isum), acc[t][p]);
       }
     }
   }
-  for (int t = 0; t < T; ++t)
-    for (int r = 0; r < R; ++r) a.y[(t0 + t) * a.y_stride + r0 + r] = hsum8(acc[t][r]);
+  for (int t = 0; t < T; ++t) {
+    float* yt = a.y + (t0 + t) * a.y_stride + r0;
+    for (int p = 0; p < P; ++p) {
+      if (8 * p + 8 <= valid) {
+        _mm256_storeu_ps(yt + 8 * p, acc[t][p]);
+      } else {
+        alignas(32) float tmp[8];
+        _mm256_store_ps(tmp, acc[t][p]);
+        for (int64_t j = 8 * p; j < valid; ++j) yt[j] = tmp[j - 8 * p];
+      }
+    }
+  }
+}
+
+template <DType D, int T>
+inline void panel_tokens(const KernelArgs& a, const uint8_t* pan, int64_t pan_stride, int64_t np, int64_t t0,
+                         int64_t r0, int64_t m) {
+  int64_t p = 0;
+  for (; p + 2 <= np; p += 2)
+    panel_tile<D, T, 2>(a, pan + p * pan_stride, pan_stride, t0, r0 + 8 * p, min64(16, m - 8 * p));
+  if (p < np) panel_tile<D, T, 1>(a, pan + p * pan_stride, pan_stride, t0, r0 + 8 * p, m - 8 * p);
+}
+
+template <DType D>
+inline void rows_q_packed(const KernelArgs& a, int64_t r0, int64_t r1, uint8_t* scratch) {
+  constexpr int kT = V::kPanelTokens;
+  const int64_t pan_stride = a.cols / kQBlock * kPanelBlock;
+  for (int64_t rb = r0; rb < r1; rb += kPackRows) {
+    const int64_t m = min64(kPackRows, r1 - rb), np = (m + 7) / 8;
+    for (int64_t p = 0; p < np; ++p) pack_panel<D>(a, rb + 8 * p, min64(8, m - 8 * p), scratch + p * pan_stride);
+    int64_t t = 0;
+    for (; t + kT <= a.n; t += kT) panel_tokens<D, kT>(a, scratch, pan_stride, np, t, rb, m);
+    for (; t < a.n; ++t) panel_tokens<D, 1>(a, scratch, pan_stride, np, t, rb, m);
+  }
 }
 
 // ---- drivers ----
 
 template <DType D, int T>
 inline void sweep_rows(const KernelArgs& a, int64_t t0, int64_t rb, int64_t re) {
-  constexpr bool kQuant = D == DType::kQ8_0 || D == DType::kQ4_0;
-  constexpr int R = kQuant ? V::kQuantRows[T] : V::kFloatRows[T];
+  constexpr int R = V::kFloatRows[T];
   int64_t r = rb;
-  for (; r + R <= re; r += R) {
-    if constexpr (kQuant) {
-      tile_q<D, T, R>(a, t0, r);
-    } else {
-      tile_float<D, T, R>(a, t0, r);
-    }
-  }
-  for (; r < re; ++r) {
-    if constexpr (kQuant) {
-      tile_q<D, T, 1>(a, t0, r);
-    } else {
-      tile_float<D, T, 1>(a, t0, r);
-    }
-  }
+  for (; r + R <= re; r += R) tile_float<D, T, R>(a, t0, r);
+  for (; r < re; ++r) tile_float<D, T, 1>(a, t0, r);
 }
 
 // Cache blocking for prefill: a chunk of tokens whose activations stay in L2 is swept by
@@ -256,8 +461,7 @@ inline constexpr int64_t kRowBlock = 16;
 
 template <DType D>
 inline void rows_dtype(const KernelArgs& a, int64_t r0, int64_t r1) {
-  constexpr bool kQuant = D == DType::kQ8_0 || D == DType::kQ4_0;
-  const int64_t act_bytes = kQuant ? a.cols : a.cols * 4;
+  const int64_t act_bytes = a.cols * 4;
   int64_t tb = kActChunkBytes / (act_bytes > 0 ? act_bytes : 1);
   tb = tb < 4 ? 4 : tb / 4 * 4;
   for (int64_t t0 = 0; t0 < a.n; t0 += tb) {
@@ -276,13 +480,22 @@ inline void rows_dtype(const KernelArgs& a, int64_t r0, int64_t r1) {
   }
 }
 
-inline void rows_any(const KernelArgs& a, int64_t r0, int64_t r1) {
+template <DType D>
+inline void rows_q(const KernelArgs& a, int64_t r0, int64_t r1, uint8_t* scratch) {
+  if (scratch != nullptr && a.n >= kPanelMinTokens) {
+    rows_q_packed<D>(a, r0, r1, scratch);
+  } else {
+    rows_q_small<D>(a, r0, r1);
+  }
+}
+
+inline void rows_any(const KernelArgs& a, int64_t r0, int64_t r1, uint8_t* scratch) {
   switch (a.dtype) {
     case DType::kF32: rows_dtype<DType::kF32>(a, r0, r1); return;
     case DType::kF16: rows_dtype<DType::kF16>(a, r0, r1); return;
     case DType::kBF16: rows_dtype<DType::kBF16>(a, r0, r1); return;
-    case DType::kQ8_0: rows_dtype<DType::kQ8_0>(a, r0, r1); return;
-    case DType::kQ4_0: rows_dtype<DType::kQ4_0>(a, r0, r1); return;
+    case DType::kQ8_0: rows_q<DType::kQ8_0>(a, r0, r1, scratch); return;
+    case DType::kQ4_0: rows_q<DType::kQ4_0>(a, r0, r1, scratch); return;
     default: return;  // the dispatcher never passes other dtypes
   }
 }
