@@ -6,8 +6,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <optional>
+#include <string>
 #include <vector>
 
+#include "ops/cpu_features.h"
 #include "ops/linear_attention.h"
 #include "support/test_support.h"
 
@@ -46,7 +49,17 @@ struct HeadInputs {
   }
 };
 
-TEST(GatedDelta, ChunkedEqualsRecurrentAndReference) {
+// Every ISA level this CPU runs (the loops are compiled per ISA: linear_attention_inl.h).
+class GatedDeltaIsa : public ::testing::TestWithParam<Isa> {
+ protected:
+  void SetUp() override {
+    if (!isa_supported(GetParam())) GTEST_SKIP() << "CPU lacks " << isa_name(GetParam());
+    scoped_.emplace(GetParam());
+  }
+  std::optional<ScopedIsa> scoped_;
+};
+
+TEST_P(GatedDeltaIsa, ChunkedEqualsRecurrentAndReference) {
   struct Shape {
     int64_t dk, dv, chunk;
   };
@@ -71,12 +84,12 @@ TEST(GatedDelta, ChunkedEqualsRecurrentAndReference) {
       worst_rec = std::max(worst_rec, e2);
     }
   }
-  std::printf("gated delta rule: max |chunked - recurrent| %.3g, max |recurrent - f64 reference| %.3g\n", worst_chunked,
-              worst_rec);
+  std::printf("%s gated delta rule: max |chunked - recurrent| %.3g, max |recurrent - f64 reference| %.3g\n",
+              std::string(isa_name(GetParam())).c_str(), worst_chunked, worst_rec);
 }
 
 // Prefill in chunks, then decode token by token from the state it left: same as one pass.
-TEST(GatedDelta, PrefillThenDecodeEqualsOnePass) {
+TEST_P(GatedDeltaIsa, PrefillThenDecodeEqualsOnePass) {
   const int64_t n = 21, dk = 16, dv = 8, split = 13;
   HeadInputs in(n, dk, dv, 99);
   std::vector<float> o_one(n * dv), o_two(n * dv);
@@ -89,7 +102,7 @@ TEST(GatedDelta, PrefillThenDecodeEqualsOnePass) {
   EXPECT_LE(max_abs(st_one, st_two), 1e-5);
 }
 
-TEST(CausalConv1d, MatchesReferenceAndCarriesTheWindow) {
+TEST_P(GatedDeltaIsa, CausalConv1dMatchesReferenceAndCarriesTheWindow) {
   for (int64_t kernel : {1, 2, 4}) {
     const int64_t n = 11, channels = 13;
     const auto x = random_vec(n * channels, 3);
@@ -108,6 +121,9 @@ TEST(CausalConv1d, MatchesReferenceAndCarriesTheWindow) {
     EXPECT_EQ(st, st_ref) << kernel;
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(AllIsas, GatedDeltaIsa, ::testing::Values(Isa::kScalar, Isa::kAvx2),
+                         [](const auto& info) { return std::string(isa_name(info.param)); });
 
 TEST(GatedRmsNorm, MatchesReference) {
   const int64_t n = 3, width = 37;

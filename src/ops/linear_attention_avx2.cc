@@ -1,0 +1,12 @@
+// AVX2 + FMA copies of the Gated DeltaNet loops (linear_attention_inl.h), compiled with
+// -mavx2 -mfma (see src/ops/CMakeLists.txt) and reached through linear_attention.cc's dispatch.
+#if defined(__x86_64__)
+#include <cassert>
+#include <cstdint>
+
+#include "ops/linear_attention.h"
+
+namespace gb::ops::avx2 {
+#include "ops/linear_attention_inl.h"
+}  // namespace gb::ops::avx2
+#endif
