@@ -19,6 +19,7 @@ struct V {
   // 32 ZMM registers: larger float tiles than AVX2.
   static constexpr int kFloatRows[5] = {0, 8, 6, 4, 4};
   static constexpr int kQuantRows[5] = {0, 4, 4, 3, 3};
+  static constexpr int kKRows[5] = {0, 4, 4, 4, 4};  // K-quants: EVEX gives 32 YMM registers
 
   static F zero() { return _mm512_setzero_ps(); }
   static F load_x(const float* p) { return _mm512_loadu_ps(p); }
@@ -39,6 +40,8 @@ struct V {
   static F bf16_odd(I v) { return _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32(-65536))); }
   static float hsum(F x);
   static __m256i dot_block(__m256i a, __m256i b) { return _mm256_dpbusd_epi32(_mm256_setzero_si256(), a, b); }
+  // vpdpwssd: the madd of int16 pairs and the accumulation in one instruction (same integers as AVX2).
+  static __m256i kmadd(__m256i acc, __m256i p16, __m256i sc) { return _mm256_dpwssd_epi32(acc, p16, sc); }
 };
 
 #include "ops/matmul_simd_inl.h"
@@ -52,6 +55,7 @@ float V::hsum(F x) {
 }  // namespace
 
 void rows(const KernelArgs& a, int64_t r0, int64_t r1) { rows_any(a, r0, r1); }
+void rows_k(const KernelArgs& a, int64_t r0, int64_t r1) { rows_k_any(a, r0, r1); }
 
 }  // namespace gb::ops::avx512
 #endif
