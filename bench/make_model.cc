@@ -1,7 +1,9 @@
 // Writes a random-weight model for benchmarks, by default with Qwen3-0.6B's shapes (or, with
 // --shape qwen3.5-0.8b, Qwen3.5-0.8B's hybrid Gated DeltaNet + gated attention shapes): a Hugging
-// Face directory (BF16 safetensors) and GGUF files (BF16, Q8_0, Q4_0) with the same weights.
-// Usage: glassbox-make-model --out DIR [--shape qwen3-0.6b|qwen3.5-0.8b] [--types bf16,q8_0,q4_0] [--layers N] ...
+// Face directory (BF16 safetensors) and GGUF files (BF16, Q8_0, Q4_0, Q4_K, Q6_K, llama.cpp's
+// Q4_K_M mix) with the same weights.
+// Usage: glassbox-make-model --out DIR [--shape qwen3-0.6b|qwen3.5-0.8b] [--types bf16,q8_0,q4_0,q4_k_m] [--layers N]
+// ...
 #include <CLI/CLI.hpp>
 #include <cmath>
 #include <cstdio>
@@ -229,7 +231,9 @@ int main(int argc, char** argv) {
   app.add_option("--out", out, "output directory")->required();
   app.add_option("--shape", shape, "qwen3-0.6b (default) or qwen3.5-0.8b; --layers/--hidden/--ffn override");
 
-  app.add_option("--types", types, "GGUF types to write (comma-separated: bf16, q8_0, q4_0, f32)");
+  app.add_option("--types", types,
+                 "GGUF types to write (comma-separated: bf16, q8_0, q4_0, f32, q4_k, q6_k, q4_k_m = llama.cpp's "
+                 "Q4_K_M mix)");
   app.add_option("--layers", s.layers, "number of layers");
   app.add_option("--hidden", s.hidden, "hidden size");
   app.add_option("--ffn", s.ffn, "intermediate size");
@@ -345,18 +349,24 @@ int main(int argc, char** argv) {
   std::stringstream ss(types);
   for (std::string type; std::getline(ss, type, ',');) {
     gb::DType dt;
+    const bool q4_k_m = type == "q4_k_m";
     if (type == "bf16") dt = gb::DType::kBF16;
     else if (type == "q8_0") dt = gb::DType::kQ8_0;
     else if (type == "q4_0") dt = gb::DType::kQ4_0;
     else if (type == "f32") dt = gb::DType::kF32;
+    else if (type == "q4_k" || q4_k_m) dt = gb::DType::kQ4_K;
+    else if (type == "q6_k") dt = gb::DType::kQ6_K;
     else {
       std::fprintf(stderr, "unknown type %s\n", type.c_str());
       return 1;
     }
     gb::GgufWriter g;
+    // llama.cpp's LLAMA_FTYPE_MOSTLY_*: a pure q4_k file is what `llama-quantize --pure Q4_K_M` writes.
     const uint32_t file_type = dt == gb::DType::kBF16   ? 32
                                : dt == gb::DType::kQ8_0 ? 7
                                : dt == gb::DType::kQ4_0 ? 2
+                               : dt == gb::DType::kQ4_K ? 15
+                               : dt == gb::DType::kQ6_K ? 18
                                                         : 0;
     const std::string a = s.qwen35 ? "qwen35" : "qwen3";
     g.set("general.architecture", a);
@@ -386,12 +396,35 @@ int main(int argc, char** argv) {
     g.set("general.quantization_version", 2u);
     for (const auto& [k, v] : tokenizer_meta.items()) g.set(k, v);
     std::vector<std::vector<uint8_t>> bufs(ts.size());
+    // Q4_K_M as llama.cpp's llama_tensor_get_type picks it: Q6_K for the output matrix (here the
+    // tied token embedding), for attn_v and ffn_down on the layers use_more_bits picks (the first
+    // and last eighth, and every third one between), Q4_K elsewhere. (Qwen3.5's attn_qkv, Q5_K in
+    // llama.cpp's mix, stays Q4_K: Glassbox has no Q5_K.)
+    auto use_more_bits = [](int64_t i, int64_t n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; };
+    int64_t n_attn_v = 0, n_ffn_down = 0, i_attn_v = 0, i_ffn_down = 0;
+    for (const Tensor& t : ts) {
+      n_attn_v += t.gguf_name.find("attn_v.weight") != std::string::npos;
+      n_ffn_down += t.gguf_name.find("ffn_down") != std::string::npos;
+    }
+    int64_t n_k_fallback = 0;
     for (size_t i = 0; i < ts.size(); ++i) {
       const Tensor& t = ts[i];
       if (t.gguf_name.empty()) continue;
       // Norms stay F32, as llama-quantize leaves 1-D tensors.
-      const gb::DType tdt = t.shape.size() == 1 || t.keep_f32 ? gb::DType::kF32 : dt;
+      gb::DType tdt = t.shape.size() == 1 || t.keep_f32 ? gb::DType::kF32 : dt;
       const int64_t cols = t.shape.back(), rows = static_cast<int64_t>(t.values.size()) / cols;
+      if (q4_k_m && tdt == gb::DType::kQ4_K) {
+        if (t.gguf_name == "token_embd.weight" || t.gguf_name == "output.weight") tdt = gb::DType::kQ6_K;
+        if (t.gguf_name.find("attn_v.weight") != std::string::npos && use_more_bits(i_attn_v++, n_attn_v))
+          tdt = gb::DType::kQ6_K;
+        if (t.gguf_name.find("ffn_down") != std::string::npos && use_more_bits(i_ffn_down++, n_ffn_down))
+          tdt = gb::DType::kQ6_K;
+      }
+      // Super-blocks need rows of 256k elements; llama.cpp falls back to another type too.
+      if ((tdt == gb::DType::kQ4_K || tdt == gb::DType::kQ6_K) && cols % 256 != 0) {
+        tdt = gb::DType::kQ8_0;
+        ++n_k_fallback;
+      }
       const int64_t rb = gb::row_bytes(tdt, cols);
       bufs[i].resize(rows * rb);
       std::vector<float> shifted;
@@ -411,6 +444,9 @@ int main(int argc, char** argv) {
       return 1;
     }
     std::printf("wrote %s\n", path.c_str());
+    if (n_k_fallback > 0)
+      std::printf("  %lld tensors with rows not a multiple of 256 written as q8_0\n",
+                  static_cast<long long>(n_k_fallback));
   }
   return 0;
 }

@@ -1,5 +1,6 @@
 #include "formats/quantize.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -45,6 +46,102 @@ void quantize_row_q4_0(const float* x, int64_t n, uint8_t* out) {
   }
 }
 
+namespace {
+
+int nearest(float v) { return static_cast<int>(std::nearbyint(v)); }
+
+float f16_round(float v) { return f16_to_f32(f32_to_f16(v)); }
+
+void put_f16(uint8_t* p, float v) {
+  const uint16_t h = f32_to_f16(v);
+  std::memcpy(p, &h, 2);
+}
+
+}  // namespace
+
+void quantize_row_q4_K(const float* x, int64_t n, uint8_t* out) {
+  for (int64_t b = 0; b < n / 256; ++b) {
+    const float* xb = x + b * 256;
+    uint8_t* blk = out + b * 144;
+    float scale[8], minv[8], max_scale = 0.0f, max_min = 0.0f;
+    for (int s = 0; s < 8; ++s) {
+      float lo = 0.0f, hi = xb[32 * s];
+      for (int i = 0; i < 32; ++i) {
+        lo = std::min(lo, xb[32 * s + i]);
+        hi = std::max(hi, xb[32 * s + i]);
+      }
+      scale[s] = (hi - lo) / 15.0f;
+      minv[s] = -lo;
+      max_scale = std::max(max_scale, scale[s]);
+      max_min = std::max(max_min, minv[s]);
+    }
+    const float d = f16_round(max_scale / 63.0f), dmin = f16_round(max_min / 63.0f);
+    put_f16(blk, d);
+    put_f16(blk + 2, dmin);
+    uint8_t sc[8], mn[8];
+    for (int s = 0; s < 8; ++s) {
+      sc[s] = d > 0.0f ? static_cast<uint8_t>(std::clamp(nearest(scale[s] / d), 0, 63)) : 0;
+      mn[s] = dmin > 0.0f ? static_cast<uint8_t>(std::clamp(nearest(minv[s] / dmin), 0, 63)) : 0;
+    }
+    uint8_t* packed = blk + 4;  // ggml's get_scale_min_k4 layout
+    for (int j = 0; j < 4; ++j) {
+      packed[j] = static_cast<uint8_t>(sc[j] | (sc[j + 4] >> 4) << 6);
+      packed[j + 4] = static_cast<uint8_t>(mn[j] | (mn[j + 4] >> 4) << 6);
+      packed[j + 8] = static_cast<uint8_t>((sc[j + 4] & 0xf) | (mn[j + 4] & 0xf) << 4);
+    }
+    uint8_t q[256];
+    for (int s = 0; s < 8; ++s) {
+      const float ds = d * sc[s], dm = dmin * mn[s];
+      for (int i = 0; i < 32; ++i)
+        q[32 * s + i] = ds > 0.0f ? static_cast<uint8_t>(std::clamp(nearest((xb[32 * s + i] + dm) / ds), 0, 15)) : 0;
+    }
+    uint8_t* qs = blk + 16;  // group g: sub-block 2g in the low nibbles, 2g + 1 in the high ones
+    for (int g = 0; g < 4; ++g)
+      for (int l = 0; l < 32; ++l) qs[32 * g + l] = static_cast<uint8_t>(q[64 * g + l] | q[64 * g + 32 + l] << 4);
+  }
+}
+
+void quantize_row_q6_K(const float* x, int64_t n, uint8_t* out) {
+  for (int64_t b = 0; b < n / 256; ++b) {
+    const float* xb = x + b * 256;
+    uint8_t* blk = out + b * 210;
+    float scale[16], max_scale = 0.0f, max_abs = 0.0f;
+    for (int j = 0; j < 16; ++j) {
+      float amax = 0.0f, max = 0.0f;
+      for (int i = 0; i < 16; ++i) {
+        const float v = xb[16 * j + i];
+        if (std::fabs(v) > amax) {
+          amax = std::fabs(v);
+          max = v;
+        }
+      }
+      scale[j] = max / -32.0f;
+      if (std::fabs(scale[j]) > max_abs) {
+        max_abs = std::fabs(scale[j]);
+        max_scale = scale[j];
+      }
+    }
+    int8_t* sc = reinterpret_cast<int8_t*>(blk + 192);
+    float d = 0.0f;
+    if (max_abs > 0.0f) {
+      const float iscale = -128.0f / max_scale;
+      for (int j = 0; j < 16; ++j) sc[j] = static_cast<int8_t>(std::min(127, nearest(iscale * scale[j])));
+      d = f16_round(1.0f / iscale);
+    } else {
+      for (int j = 0; j < 16; ++j) sc[j] = 0;
+    }
+    put_f16(blk + 208, d);
+    std::memset(blk, 0, 192);
+    for (int i = 0; i < 256; ++i) {
+      const float ds = d * sc[i / 16];
+      const int code = (ds != 0.0f ? std::clamp(nearest(xb[i] / ds), -32, 31) : 0) + 32;
+      const int h = i / 128, g = (i % 128) / 32, l = i % 32;
+      blk[64 * h + 32 * (g & 1) + l] |= static_cast<uint8_t>((code & 0xf) << (g >= 2 ? 4 : 0));
+      blk[128 + 32 * h + l] |= static_cast<uint8_t>((code >> 4) << (2 * g));
+    }
+  }
+}
+
 Status convert_row(const float* x, int64_t n, DType dtype, uint8_t* out) {
   switch (dtype) {
     case DType::kF32: std::memcpy(out, x, n * sizeof(float)); return Status::ok();
@@ -64,6 +161,11 @@ Status convert_row(const float* x, int64_t n, DType dtype, uint8_t* out) {
     case DType::kQ4_0:
       if (n % 32 != 0) return Status::error("row length " + std::to_string(n) + " is not a multiple of 32");
       (dtype == DType::kQ8_0 ? quantize_row_q8_0 : quantize_row_q4_0)(x, n, out);
+      return Status::ok();
+    case DType::kQ4_K:
+    case DType::kQ6_K:
+      if (n % 256 != 0) return Status::error("row length " + std::to_string(n) + " is not a multiple of 256");
+      (dtype == DType::kQ4_K ? quantize_row_q4_K : quantize_row_q6_K)(x, n, out);
       return Status::ok();
     default: return Status::error("cannot convert to " + std::string(dtype_name(dtype)));
   }

@@ -16,7 +16,20 @@ void quantize_row_q8_0(const float* x, int64_t n, uint8_t* out);
 // x [n] f32 -> n/32 blocks of Q4_0 (18 bytes each); n must be a multiple of 32.
 void quantize_row_q4_0(const float* x, int64_t n, uint8_t* out);
 
-// Converts one f32 row to dtype (F32, F16, BF16, Q8_0, Q4_0); out holds row_bytes(dtype, n).
+// x [n] f32 -> n/256 GGML block_q4_K super-blocks (144 bytes each); n % 256 == 0. A simple
+// encoder, not llama-quantize's (no iterative make_qkx2_quants search, so not bit-exact with it
+// and somewhat less accurate): per sub-block of 32, min = min(0, min x) and scale = (max x - min)/15;
+// d = max scale/63 and dmin = max(-min)/63 (fp16), the 6-bit scales and mins rounded to nearest
+// against the fp16 d / dmin, then each code = clamp(round((x + dmin·m)/(d·sc)), 0, 15).
+void quantize_row_q4_K(const float* x, int64_t n, uint8_t* out);
+// x [n] f32 -> n/256 GGML block_q6_K super-blocks (210 bytes each); n % 256 == 0. Like
+// llama-quantize's reference without its weighted scale search: per sub-block of 16, scale =
+// max/-32 (max = the value of largest magnitude), the 8-bit scales = round(-128/max scale · scale)
+// (at most 127) with d = fp16 of their step, codes = clamp(round(x/(d·sc)), -32, 31) + 32.
+void quantize_row_q6_K(const float* x, int64_t n, uint8_t* out);
+
+// Converts one f32 row to dtype (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K); out holds
+// row_bytes(dtype, n).
 Status convert_row(const float* x, int64_t n, DType dtype, uint8_t* out);
 
 }  // namespace gb

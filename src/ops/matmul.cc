@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cfloat>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -107,6 +108,56 @@ int32_t block_isum(DType t, const uint8_t* blk, const int8_t* xq) {
   return s;
 }
 
+bool is_kquant(DType t) { return t == DType::kQ4_K || t == DType::kQ6_K; }
+
+// Element i (0..255) of a Q4_K super-block as its unsigned 4-bit code: 64-element group i/64
+// holds sub-block 2j in the low nibbles of its 32 bytes and sub-block 2j+1 in the high ones.
+int q4k_code(const uint8_t* blk, int i) {
+  const uint8_t byte = blk[16 + 32 * (i / 64) + i % 32];
+  return (i / 32) % 2 ? byte >> 4 : byte & 0xf;
+}
+
+// Element i of a Q6_K super-block as its unsigned 6-bit code (value = d·sc[i/16]·(code - 32)).
+int q6k_code(const uint8_t* blk, int i) {
+  const int h = i / 128, g = (i % 128) / 32, l = i % 32;
+  const uint8_t lo = blk[64 * h + 32 * (g & 1) + l];
+  const uint8_t hb = blk[128 + 32 * h + l];
+  return ((g >= 2 ? lo >> 4 : lo & 0xf) | (((hb >> (2 * g)) & 3) << 4));
+}
+
+// The eight int32 lanes of one super-block's dot product with Q8_K codes xq[256] (see
+// matmul_simd_inl.h): s[m] = Σ_k scale(k, m)·Σ_{e=4m..4m+3} code[32k+e]·xq[32k+e], Q6_K's offset
+// folded in; mins[m] = Q4_K's min_m·(sum of codes of sub-block m), 0 for Q6_K.
+void kquant_lanes(DType t, const uint8_t* blk, const int8_t* xq, const int16_t* b16, const int32_t* b32, int32_t* s,
+                  int32_t* mins) {
+  uint8_t sc4[8] = {}, mn4[8] = {};
+  if (t == DType::kQ4_K) {
+    for (int j = 0; j < 8; ++j) q4k_scale_min(j, blk + 4, &sc4[j], &mn4[j]);
+  }
+  const int8_t* sc6 = reinterpret_cast<const int8_t*>(blk + 192);
+  for (int m = 0; m < 8; ++m) {
+    int32_t lane = 0;
+    for (int k = 0; k < 8; ++k) {
+      int32_t dot = 0;
+      for (int e = 4 * m; e < 4 * m + 4; ++e) {
+        const int i = 32 * k + e;
+        dot += (t == DType::kQ4_K ? q4k_code(blk, i) : q6k_code(blk, i)) * static_cast<int32_t>(xq[i]);
+      }
+      lane += (t == DType::kQ4_K ? sc4[k] : sc6[2 * k + (m >= 4)]) * dot;
+    }
+    if (t == DType::kQ4_K) {
+      mins[m] = mn4[m] * b32[m];
+    } else {
+      lane -= 32 * (sc6[2 * m] * b16[2 * m] + sc6[2 * m + 1] * b16[2 * m + 1]);
+      mins[m] = 0;
+    }
+    s[m] = lane;
+  }
+}
+
+// hsum8's order: ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)).
+float hsum8_scalar(const float* l) { return ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7])); }
+
 // Grow-only aligned scratch owned by one thread.
 struct Scratch {
   std::unique_ptr<uint8_t[]> bytes;
@@ -125,14 +176,14 @@ struct Scratch {
 KernelSet kernel_set(Isa isa) {
 #if defined(__x86_64__)
   switch (isa) {
-    case Isa::kAvx512: return {avx512::rows, avx2::quantize, 32, avx2::dequant_k};
-    case Isa::kAvx2: return {avx2::rows, avx2::quantize, 16, avx2::dequant_k};
+    case Isa::kAvx512: return {avx512::rows, avx2::quantize, 32, avx2::dequant_k, avx512::rows_k, avx2::quantize_k};
+    case Isa::kAvx2: return {avx2::rows, avx2::quantize, 16, avx2::dequant_k, avx2::rows_k, avx2::quantize_k};
     case Isa::kScalar: break;
   }
 #else
   (void)isa;
 #endif
-  return {scalar::rows, scalar::quantize, 0, scalar::dequant_k};
+  return {scalar::rows, scalar::quantize, 0, scalar::dequant_k, scalar::rows_k, scalar::quantize_k};
 }
 
 // Rows per chunk when K-quant rows are dequantized to f32 before the F32 kernel.
@@ -176,6 +227,74 @@ void quantize(const float* x, int64_t cols, float* d, int8_t* q, int32_t* s) {
 
 void dequant_k(DType dtype, const uint8_t* row, int64_t cols, float* out) {
   dequant_k_row<dequantize_q4_k, dequantize_q6_k>(dtype, row, cols, out);
+}
+
+// ggml's quantize_row_q8_K_ref: per block of 256, max = the first value of largest magnitude,
+// iscale = -127/max, q = round-half-even(x·iscale) (in [-127, 127]), d = 1/iscale, and the code
+// sums per 16 and per 32. Beyond ggml: a block holding a NaN or ±inf, or whose iscale overflows
+// (amax < ~3.7e-37), becomes all zeros (d = 0), where ggml would produce undefined codes.
+void quantize_k(const float* x, int64_t cols, float* d, int8_t* q, int16_t* b16, int32_t* b32) {
+  for (int64_t b = 0; b < cols / kKBlock; ++b) {
+    const float* xb = x + b * kKBlock;
+    int8_t* qb = q + b * kKBlock;
+    float amax = 0.0f, max = 0.0f;
+    bool bad = false;
+    for (int i = 0; i < kKBlock; ++i) {
+      const float ax = std::fabs(xb[i]);
+      if (!(ax <= FLT_MAX)) bad = true;
+      if (ax > amax) {
+        amax = ax;
+        max = xb[i];
+      }
+    }
+    float iscale = 0.0f;
+    if (!bad && amax != 0.0f) {
+      iscale = -127.f / max;
+      if (!(iscale - iscale == 0.0f)) iscale = 0.0f;  // overflowed to ±inf
+    }
+    if (iscale == 0.0f) {
+      d[b] = 0.0f;
+      std::memset(qb, 0, kKBlock);
+    } else {
+      d[b] = 1.0f / iscale;
+      for (int i = 0; i < kKBlock; ++i) qb[i] = static_cast<int8_t>(std::nearbyint(xb[i] * iscale));
+    }
+    for (int j = 0; j < kKBlock / 16; ++j) {
+      int32_t sum = 0;
+      for (int i = 0; i < 16; ++i) sum += qb[16 * j + i];
+      b16[b * 16 + j] = static_cast<int16_t>(sum);
+    }
+    for (int j = 0; j < kKBlock / 32; ++j) b32[b * 8 + j] = b16[b * 16 + 2 * j] + b16[b * 16 + 2 * j + 1];
+  }
+}
+
+// The definition of the K-quant numerics (matmul_simd_inl.h computes the same bits): eight f32
+// lanes per (token, row), per super-block acc = fma(d_w·d_x, lane, acc) and, for Q4_K,
+// acc = fma(-(dmin_w·d_x), min lane, acc); then hsum8's order.
+void rows_k(const KernelArgs& a, int64_t r0, int64_t r1) {
+  const int64_t cols = a.cols, nb = cols / kKBlock;
+  const int64_t bb = dtype_info(a.dtype).block_bytes;
+  const bool q4 = a.dtype == DType::kQ4_K;
+  for (int64_t r = r0; r < r1; ++r) {
+    const uint8_t* row = a.w + r * a.w_stride;
+    for (int64_t t = 0; t < a.n; ++t) {
+      float acc[8] = {};
+      for (int64_t b = 0; b < nb; ++b) {
+        const uint8_t* blk = row + b * bb;
+        int32_t s[8], mins[8];
+        kquant_lanes(a.dtype, blk, a.kq + t * cols + b * kKBlock, a.kb + t * (cols / 16) + b * 16,
+                     a.kb32 + t * (cols / 32) + b * 8, s, mins);
+        const float dx = a.kd[t * nb + b];
+        const float dd = load_f16(q4 ? blk : blk + 208) * dx;
+        for (int m = 0; m < 8; ++m) acc[m] = std::fma(dd, static_cast<float>(s[m]), acc[m]);
+        if (q4) {
+          const float ndm = -(load_f16(blk + 2) * dx);
+          for (int m = 0; m < 8; ++m) acc[m] = std::fma(ndm, static_cast<float>(mins[m]), acc[m]);
+        }
+      }
+      a.y[t * a.y_stride + r] = hsum8_scalar(acc);
+    }
+  }
 }
 
 void rows(const KernelArgs& a, int64_t r0, int64_t r1, uint8_t* /*scratch*/) {
@@ -276,6 +395,56 @@ void matmul_ref(const float* x, int64_t n, const Weight& w, float* y) {
 }
 
 void matmul_ref_quantized_acts(const float* x, int64_t n, const Weight& w, float* y) {
+  if (is_kquant(w.dtype)) {
+    // Q8_K activations; per super-block the exact integers Σ_sub-block scale·Σ code·x (Q6_K: code - 32)
+    // and Σ min·Σ x, each times its f32 scale product, summed in double.
+    const int64_t cols = w.cols, nb = cols / kKBlock;
+    const int64_t bb = dtype_info(w.dtype).block_bytes, stride = row_bytes(w.dtype, cols);
+    std::vector<float> kd(n * nb);
+    std::vector<int8_t> kq(n * cols);
+    std::vector<int16_t> kb(n * cols / 16);
+    std::vector<int32_t> kb32(n * cols / 32);
+    for (int64_t t = 0; t < n; ++t)
+      quantize_activations_q8k(x + t * cols, cols, &kd[t * nb], &kq[t * cols], &kb[t * cols / 16],
+                               &kb32[t * cols / 32]);
+    for (int64_t r = 0; r < w.rows; ++r) {
+      const uint8_t* row = w.data + r * stride;
+      for (int64_t t = 0; t < n; ++t) {
+        double acc = 0;
+        for (int64_t b = 0; b < nb; ++b) {
+          const uint8_t* blk = row + b * bb;
+          const int8_t* xq = &kq[t * cols + b * kKBlock];
+          const float dx = kd[t * nb + b];
+          int64_t isum = 0, msum = 0;
+          if (w.dtype == DType::kQ4_K) {
+            for (int j = 0; j < 8; ++j) {
+              uint8_t sc, mn;
+              q4k_scale_min(j, blk + 4, &sc, &mn);
+              int64_t dot = 0, xs = 0;
+              for (int i = 32 * j; i < 32 * j + 32; ++i) {
+                dot += q4k_code(blk, i) * xq[i];
+                xs += xq[i];
+              }
+              isum += sc * dot;
+              msum += mn * xs;
+            }
+            acc += static_cast<double>(load_f16(blk) * dx) * static_cast<double>(isum) -
+                   static_cast<double>(load_f16(blk + 2) * dx) * static_cast<double>(msum);
+          } else {
+            const int8_t* sc = reinterpret_cast<const int8_t*>(blk + 192);
+            for (int j = 0; j < 16; ++j) {
+              int64_t dot = 0;
+              for (int i = 16 * j; i < 16 * j + 16; ++i) dot += (q6k_code(blk, i) - 32) * xq[i];
+              isum += sc[j] * dot;
+            }
+            acc += static_cast<double>(load_f16(blk + 208) * dx) * static_cast<double>(isum);
+          }
+        }
+        y[t * w.rows + r] = static_cast<float>(acc);
+      }
+    }
+    return;
+  }
   if (!is_quantized_q8_path(w.dtype)) {
     matmul_ref(x, n, w, y);
     return;
@@ -302,6 +471,10 @@ void matmul_ref_quantized_acts(const float* x, int64_t n, const Weight& w, float
 
 void quantize_activations_q8(const float* x, int64_t cols, float* d, int8_t* q) {
   scalar::quantize(x, cols, d, q, nullptr);
+}
+
+void quantize_activations_q8k(const float* x, int64_t cols, float* d, int8_t* q, int16_t* bsums16, int32_t* bsums32) {
+  scalar::quantize_k(x, cols, d, q, bsums16, bsums32);
 }
 
 Result<OwnedWeight> convert_to_q8(const Weight& w) {
@@ -401,8 +574,40 @@ void matmul(ThreadPool& pool, const float* x, int64_t n, const Weight& w, float*
     });
     return;
   }
-  if (w.dtype != DType::kQ4_K && w.dtype != DType::kQ6_K) return;  // rejected at load time
-  // K-quants: dequantize a few rows at a time into per-thread scratch, then the F32 kernel.
+  if (!is_kquant(w.dtype)) return;  // rejected at load time
+  if ((g_kernel_variant & 4) == 0) {
+    // Integer K-quant kernels against Q8_K activations, rounded once here by the calling thread
+    // into its own grow-only scratch: [n·nb] f32 d | [n·cols/32] i32 | [n·cols/16] i16 | [n·cols] i8.
+    thread_local Scratch kscratch;
+    const int64_t cols = w.cols, nb = cols / kKBlock;
+    uint8_t* buf = kscratch.get(static_cast<size_t>(n * nb * 4 + n * cols / 8 + n * cols / 8 + n * cols));
+    float* kd = reinterpret_cast<float*>(buf);
+    int32_t* kb32 = reinterpret_cast<int32_t*>(buf + n * nb * 4);
+    int16_t* kb = reinterpret_cast<int16_t*>(buf + n * nb * 4 + n * cols / 8);
+    int8_t* kq = reinterpret_cast<int8_t*>(buf + n * nb * 4 + n * cols / 4);
+    auto quantize_tokens = [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t)
+        k.quantize_k(x + t * cols, cols, kd + t * nb, kq + t * cols, kb + t * cols / 16, kb32 + t * cols / 32);
+    };
+    if (n * cols < (int64_t{1} << 16) || n_threads == 1) {
+      quantize_tokens(0, n);
+    } else {
+      pool.run([&](int ti) {
+        const Range tr = split_range(n, ti, n_threads);
+        quantize_tokens(tr.begin, tr.end);
+      });
+    }
+    a.kd = kd;
+    a.kq = kq;
+    a.kb = kb;
+    a.kb32 = kb32;
+    pool.run([&](int) {
+      for (int64_t c; (c = next_chunk.fetch_add(1, std::memory_order_relaxed)) < n_chunks;)
+        k.rows_k(a, c * chunk, std::min(w.rows, (c + 1) * chunk));
+    });
+    return;
+  }
+  // Variant bit 2 (benchmarks only): dequantize a few rows at a time into per-thread scratch, then the F32 kernel.
   pool.run([&](int) {
     thread_local Scratch scratch;
     float* buf = reinterpret_cast<float*>(scratch.get(static_cast<size_t>(kDequantRows * w.cols * 4)));

@@ -31,9 +31,15 @@ struct Weight {
 //    f32(isum), acc) over the blocks in order. Every ISA level computes exactly this (bitwise
 //    equal to scalar), in place for few tokens and on weights repacked into 8-row panels (a
 //    vpdpbusd / maddubs GEMM) from kPanelMinTokens tokens on. (Not ggml's bits: it sums 8 lanes.)
-//  - Q4_K / Q6_K: rows dequantized to f32, then as F32 (correct, not fast).
+//  - Q4_K / Q6_K: like llama.cpp's CPU backend, each activation row is first rounded to Q8_K
+//    (quantize_activations_q8k: blocks of 256, f32 d, int8 codes, code sums per 16 and 32), then
+//    per super-block exact int32 sums of code products per sub-block times the 6-bit (Q4_K) or
+//    8-bit (Q6_K) sub-block scales, Q4_K's mins through the code sums, scaled in f32 by
+//    d_w·d_x (and -dmin_w·d_x) into eight f32 lanes, summed in hsum8's order at the end. The lane
+//    layout and every f32 operation are fixed (scalar::rows_k in matmul.cc is the definition),
+//    so scalar, AVX2 and AVX-512 give the same bits.
 // A token's result does not depend on n, on the other tokens or on the thread count (bitwise),
-// only on the ISA level (Q8_0 / Q4_0: not even on that). Supported dtypes: matmul_supported().
+// only on the ISA level (quantized types: not even on that). Supported dtypes: matmul_supported().
 // Nothing is allocated per call once the per-thread scratch has grown to the largest size seen.
 void matmul(ThreadPool& pool, const float* x, int64_t n, const Weight& w, float* y);
 
@@ -43,15 +49,24 @@ bool matmul_supported(DType dtype);
 // Scalar reference: each row dequantized, products with the exact activations summed in double.
 void matmul_ref(const float* x, int64_t n, const Weight& w, float* y);
 
-// Scalar reference of what matmul computes for Q8_0 / Q4_0 weights: activations rounded to
-// Q8_0 as ggml does, exact integer block dot products, Σ_b (d_w·d_x as f32)·isum_b in double
-// (matmul itself sums in f32: the tests bound the difference).
-// For other dtypes it is matmul_ref.
+// Scalar reference of what matmul computes for quantized weights, summed in double (matmul itself sums in f32: the
+// tests bound the difference). Q8_0 / Q4_0: activations rounded to Q8_0 as ggml does, exact integer block dot products,
+// Σ_b (d_w·d_x as f32)·isum_b. Q4_K / Q6_K: activations rounded to Q8_K, per super-block the
+// exact Σ_sub-block scale·Σ code·x (Q6_K codes - 32) times (d_w·d_x as f32), Q4_K minus
+// (dmin_w·d_x as f32)·Σ_sub-block min·Σ x. For other dtypes it is matmul_ref.
 void matmul_ref_quantized_acts(const float* x, int64_t n, const Weight& w, float* y);
 
 // out[cols] = row r of w as f32 (embedding lookup, tests). Every dtype of DType with a block
 // format (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K); zeros for integer dtypes.
 void dequantize_row(const Weight& w, int64_t r, float* out);
+
+// Activation rounding of matmul for Q4_K / Q6_K weights (ggml's quantize_row_q8_K_ref, what its
+// x86 backend uses): per block of 256, d = 1/(-127/max) with max the first value of largest
+// magnitude (so d < 0 when that value is positive), q = round-half-even(x·(-127/max)) in
+// [-127, 127]; bsums16 [cols/16] and bsums32 [cols/32] the sums of 16 / 32 consecutive codes.
+// A block holding NaN / ±inf, or with amax < ~3.7e-37 (the scale overflows), is all zeros.
+// cols % 256 == 0.
+void quantize_activations_q8k(const float* x, int64_t cols, float* d, int8_t* q, int16_t* bsums16, int32_t* bsums32);
 
 // Activation rounding of matmul for quantized weights (ggml's x86 quantize_row_q8_0):
 // d[cols/32] = fp16-rounded scales as f32, q[cols] int8 codes. cols % 32 == 0.

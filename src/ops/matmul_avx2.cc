@@ -19,6 +19,7 @@ struct V {
   // vectors and the broadcast codes fit in 16 registers.
   static constexpr int kPanelTokens = 2;
   static constexpr bool kVnni = false;
+  static constexpr int kKRows[5] = {0, 4, 3, 2, 2};  // K-quants: T·R int32 sums + R codes live
 
   static F zero() { return _mm256_setzero_ps(); }
   static F load_x(const float* p) { return _mm256_loadu_ps(p); }
@@ -44,6 +45,10 @@ struct V {
     return _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), _mm256_set1_epi16(1));
   }
   static __m256i dot_acc(__m256i acc, __m256i a, __m256i b) { return _mm256_add_epi32(acc, dot_block(a, b)); }
+  // acc + int32 lanes of Σ p16·sc over int16 pairs (exact: |p16| ≤ 2·63·127, |sc| ≤ 128).
+  static __m256i kmadd(__m256i acc, __m256i p16, __m256i sc) {
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(p16, sc));
+  }
 };
 
 #include "ops/matmul_simd_inl.h"
@@ -53,6 +58,73 @@ float V::hsum(F x) { return hsum8(x); }
 }  // namespace
 
 void rows(const KernelArgs& a, int64_t r0, int64_t r1, uint8_t* scratch) { rows_any(a, r0, r1, scratch); }
+void rows_k(const KernelArgs& a, int64_t r0, int64_t r1) { rows_k_any(a, r0, r1); }
+
+// ggml's quantize_row_q8_K_ref, vectorized (bitwise equal to scalar::quantize_k): per block of
+// 256, max = the first value of largest magnitude, iscale = -127/max, q = round-half-even(x·iscale),
+// d = 1/iscale; a block with a non-finite value or a scale that overflows is all zeros.
+void quantize_k(const float* x, int64_t cols, float* d, int8_t* q, int16_t* b16, int32_t* b32) {
+  const __m256 sign_bit = _mm256_set1_ps(-0.0f);
+  const __m256 big = _mm256_set1_ps(3.402823466e38f);
+  const __m256i perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  const int kRound = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+  for (int64_t b = 0; b < cols / kKBlock; ++b) {
+    const float* xb = x + b * kKBlock;
+    int8_t* qb = q + b * kKBlock;
+    __m256 m = _mm256_setzero_ps(), bad = _mm256_setzero_ps();
+    for (int i = 0; i < kKBlock; i += 8) {
+      const __m256 ax = _mm256_andnot_ps(sign_bit, _mm256_loadu_ps(xb + i));
+      m = _mm256_max_ps(m, ax);
+      bad = _mm256_or_ps(bad, _mm256_cmp_ps(ax, big, _CMP_NLE_UQ));  // NaN or ±inf
+    }
+    __m128 m4 = _mm_max_ps(_mm256_extractf128_ps(m, 1), _mm256_castps256_ps128(m));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    const float amax = _mm_cvtss_f32(m4);
+    float iscale = 0.0f;
+    if (_mm256_movemask_ps(bad) == 0 && amax != 0.0f) {
+      const __m256 am = _mm256_set1_ps(amax);
+      for (int i = 0; i < kKBlock; i += 8) {
+        const int hit =
+            _mm256_movemask_ps(_mm256_cmp_ps(_mm256_andnot_ps(sign_bit, _mm256_loadu_ps(xb + i)), am, _CMP_EQ_OQ));
+        if (hit != 0) {
+          iscale = -127.f / xb[i + __builtin_ctz(static_cast<unsigned>(hit))];
+          break;
+        }
+      }
+      if (!(iscale - iscale == 0.0f)) iscale = 0.0f;  // overflowed to ±inf
+    }
+    if (iscale == 0.0f) {
+      d[b] = 0.0f;
+      __builtin_memset(qb, 0, kKBlock);
+      for (int j = 0; j < kKBlock / 16; ++j) b16[b * 16 + j] = 0;
+      for (int j = 0; j < kKBlock / 32; ++j) b32[b * 8 + j] = 0;
+      continue;
+    }
+    d[b] = 1.0f / iscale;
+    const __m256 mul = _mm256_set1_ps(iscale);
+    for (int i = 0; i < kKBlock; i += 32) {
+      __m256i i0 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(xb + i), mul), kRound));
+      __m256i i1 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(xb + i + 8), mul), kRound));
+      __m256i i2 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(xb + i + 16), mul), kRound));
+      __m256i i3 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(xb + i + 24), mul), kRound));
+      // Sums of 16 before packing (the codes are in [-127, 127], so packing saturates nothing).
+      const __m256i s01 = _mm256_add_epi32(i0, i1), s23 = _mm256_add_epi32(i2, i3);
+      i0 = _mm256_packs_epi32(i0, i1);
+      i2 = _mm256_packs_epi32(i2, i3);
+      i0 = _mm256_packs_epi16(i0, i2);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(qb + i), _mm256_permutevar8x32_epi32(i0, perm));
+      alignas(32) int32_t s[16];
+      _mm256_store_si256(reinterpret_cast<__m256i*>(s), s01);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(s + 8), s23);
+      const int32_t lo = s[0] + s[1] + s[2] + s[3] + s[4] + s[5] + s[6] + s[7];
+      const int32_t hi = s[8] + s[9] + s[10] + s[11] + s[12] + s[13] + s[14] + s[15];
+      b16[b * 16 + i / 16] = static_cast<int16_t>(lo);
+      b16[b * 16 + i / 16 + 1] = static_cast<int16_t>(hi);
+      b32[b * 8 + i / 32] = lo + hi;
+    }
+  }
+}
 
 // ggml's AVX2 quantize_row_q8_0: d = amax/127 (stored as fp16), q = round-half-even(x·(127/amax));
 // s = each block's code sum.

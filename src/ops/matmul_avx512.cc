@@ -21,6 +21,7 @@ struct V {
   // Tokens per panel tile (2 panels of 8 rows): 4·2 int + 4·2 float accumulators.
   static constexpr int kPanelTokens = 4;
   static constexpr bool kVnni = true;
+  static constexpr int kKRows[5] = {0, 4, 4, 4, 4};  // K-quants: EVEX gives 32 YMM registers
 
   static F zero() { return _mm512_setzero_ps(); }
   static F load_x(const float* p) { return _mm512_loadu_ps(p); }
@@ -42,6 +43,8 @@ struct V {
   static float hsum(F x);
   static __m256i dot_block(__m256i a, __m256i b) { return _mm256_dpbusd_epi32(_mm256_setzero_si256(), a, b); }
   static __m256i dot_acc(__m256i acc, __m256i a, __m256i b) { return _mm256_dpbusd_epi32(acc, a, b); }
+  // vpdpwssd: the madd of int16 pairs and the accumulation in one instruction (same integers as AVX2).
+  static __m256i kmadd(__m256i acc, __m256i p16, __m256i sc) { return _mm256_dpwssd_epi32(acc, p16, sc); }
 };
 
 #include "ops/matmul_simd_inl.h"
@@ -55,6 +58,7 @@ float V::hsum(F x) {
 }  // namespace
 
 void rows(const KernelArgs& a, int64_t r0, int64_t r1, uint8_t* scratch) { rows_any(a, r0, r1, scratch); }
+void rows_k(const KernelArgs& a, int64_t r0, int64_t r1) { rows_k_any(a, r0, r1); }
 
 }  // namespace gb::ops::avx512
 #endif

@@ -10,7 +10,8 @@
 
 namespace gb::ops {
 
-inline constexpr int64_t kQBlock = 32;  // elements per Q8_0 / Q4_0 block
+inline constexpr int64_t kQBlock = 32;   // elements per Q8_0 / Q4_0 block
+inline constexpr int64_t kKBlock = 256;  // elements per Q4_K / Q6_K / Q8_K super-block
 
 // One matmul call as the kernels see it: compute y[t, r] for every token t < n and a range of
 // weight rows r.
@@ -31,6 +32,12 @@ struct KernelArgs {
   int64_t w_stride = 0;  // bytes per weight row
   float* y = nullptr;    // [n, y_stride] f32 outputs; column r holds weight row r
   int64_t y_stride = 0;
+  // Q4_K / Q6_K weights: the activations rounded to Q8_K (ggml's quantize_row_q8_K, see QuantizeKKernel).
+  const float* kd = nullptr;      // [n, cols/256] f32 scale d of each super-block (negative when its
+                                  // largest-magnitude value is positive: ggml's d = 1/(-127/max))
+  const int8_t* kq = nullptr;     // [n, cols] int8 codes in [-127, 127]
+  const int16_t* kb = nullptr;    // [n, cols/16] sums of 16 consecutive codes (ggml's bsums)
+  const int32_t* kb32 = nullptr;  // [n, cols/32] sums of 32 consecutive codes (Q4_K's mins term)
 };
 
 // Q8_0 / Q4_0 with at least kPanelMinTokens tokens: weights repacked per call into panels of 8
@@ -44,9 +51,15 @@ inline constexpr int64_t panel_scratch_bytes(int64_t cols) { return kPackRows / 
 // Computes y for rows [r0, r1) of every token. scratch: panel_scratch_bytes(cols) bytes owned by
 // the calling thread for Q8_0 / Q4_0 (null: the kernel reads the weights in place), else unused.
 using RowsKernel = void (*)(const KernelArgs& a, int64_t r0, int64_t r1, uint8_t* scratch);
+// The same for Q4_K / Q6_K weights (no scratch).
+using KRowsKernel = void (*)(const KernelArgs& a, int64_t r0, int64_t r1);
 // ggml's activation rounding: x [cols] f32 -> d [cols/32] f32 (fp16-rounded), q [cols] int8,
 // and s [cols/32] the sum of each block's codes (may be null).
 using QuantizeKernel = void (*)(const float* x, int64_t cols, float* d, int8_t* q, int32_t* s);
+
+// Activation rounding to Q8_K: x [cols] f32 -> d [cols/256], q [cols], b16 [cols/16], b32 [cols/32]
+// (see KernelArgs::kd ...); cols % 256 == 0.
+using QuantizeKKernel = void (*)(const float* x, int64_t cols, float* d, int8_t* q, int16_t* b16, int32_t* b32);
 
 // Dequantizes one row of Q4_K / Q6_K super-blocks: row [cols/256 blocks] -> out [cols] f32,
 // bitwise equal to dequantize_row (same f32 operations in the same order as ggml's).
@@ -69,17 +82,23 @@ struct KernelSet {
   QuantizeKernel quantize;
   int bf16_group;  // group size of KernelArgs::xp (2 x vector lanes); 0: the kernel reads x
   DequantKernel dequant_k;
+  KRowsKernel rows_k;  // Q4_K / Q6_K weights against Q8_K activations (KernelArgs::k*)
+  QuantizeKKernel quantize_k;
 };
 
 // Switches for A/B benchmarks only (bench/ops_matmul --variant); 0 = the shipped kernels.
 // Bit 0: no software prefetch. Bit 1: BF16 widened by zero-extension instead of even/odd.
-// Results are the same either way except bit 1 (another f32 summation order for BF16).
+// Bit 2: Q4_K / Q6_K rows dequantized to f32 and run through the F32 kernel (the pre-integer
+// path, for before/after figures). Results are the same either way except bits 1 and 2
+// (another f32 summation order for BF16; exact f32 activations for K-quants).
 extern int g_kernel_variant;
 
 namespace scalar {
 void rows(const KernelArgs& a, int64_t r0, int64_t r1, uint8_t* scratch);
 void dequant_k(DType dtype, const uint8_t* row, int64_t cols, float* out);
 void quantize(const float* x, int64_t cols, float* d, int8_t* q, int32_t* s);
+void rows_k(const KernelArgs& a, int64_t r0, int64_t r1);
+void quantize_k(const float* x, int64_t cols, float* d, int8_t* q, int16_t* b16, int32_t* b32);
 }  // namespace scalar
 
 #if defined(__x86_64__)
@@ -87,9 +106,12 @@ namespace avx2 {
 void rows(const KernelArgs& a, int64_t r0, int64_t r1, uint8_t* scratch);
 void dequant_k(DType dtype, const uint8_t* row, int64_t cols, float* out);
 void quantize(const float* x, int64_t cols, float* d, int8_t* q, int32_t* s);
+void rows_k(const KernelArgs& a, int64_t r0, int64_t r1);
+void quantize_k(const float* x, int64_t cols, float* d, int8_t* q, int16_t* b16, int32_t* b32);
 }  // namespace avx2
 namespace avx512 {
 void rows(const KernelArgs& a, int64_t r0, int64_t r1, uint8_t* scratch);
+void rows_k(const KernelArgs& a, int64_t r0, int64_t r1);
 }  // namespace avx512
 #endif
 

@@ -497,3 +497,174 @@ inline void rows_any(const KernelArgs& a, int64_t r0, int64_t r1, uint8_t* scrat
     default: return;  // the dispatcher never passes other dtypes
   }
 }
+
+// ---- K-quant family (Q4_K / Q6_K) against Q8_K-rounded activations ----
+//
+// The numerics are defined by scalar::rows_k (matmul.cc): per super-block of 256, eight int32
+// lanes, lane m holding the exact integer Σ over the 8 chunks k of 32 elements of
+// scale(k, m)·Σ_{e=4m..4m+3} code·x (what maddubs + madd, or maddubs + vpdpwssd, produce for a
+// chunk), Q6_K's -32 offset folded in as -32·(sc[2m]·bsum[2m] + sc[2m+1]·bsum[2m+1]) and Q4_K's
+// mins as a second lane vector min_m·Σ(codes of sub-block m); then per lane
+// acc = fma(d_w·d_x, lane, acc) (Q4_K: acc = fma(-(dmin_w·d_x), min lane, acc)) and hsum8.
+// Every ISA computes the same integers and the same f32 operations, so the bits agree.
+
+inline constexpr int64_t k_block_bytes(DType d) { return d == DType::kQ4_K ? 144 : 210; }
+
+// One row's super-block as madd operands.
+struct KScales {
+  __m256i sc[8];  // chunk k: 16 int16 scales (Q4_K: all sc_k; Q6_K: 8 × sc[2k], then 8 × sc[2k+1])
+  __m256i extra;  // Q4_K: min_m as int32 in lane m; Q6_K: the 16 scales as int16 (offset term)
+  float d, dmin;
+};
+
+inline void k_scales_q4(const uint8_t* blk, KScales* s) {
+  uint32_t u[3];
+  __builtin_memcpy(u, blk + 4, 12);
+  // 6-bit scales and mins (ggml's get_scale_min_k4), four at a time per 32-bit word.
+  const uint32_t sc_lo = u[0] & 0x3f3f3f3fu, mn_lo = u[1] & 0x3f3f3f3fu;
+  const uint32_t sc_hi = (u[2] & 0x0f0f0f0fu) | (((u[0] >> 6) & 0x03030303u) << 4);
+  const uint32_t mn_hi = ((u[2] >> 4) & 0x0f0f0f0fu) | (((u[1] >> 6) & 0x03030303u) << 4);
+  const __m128i v = _mm_set_epi32(static_cast<int>(mn_hi), static_cast<int>(mn_lo), static_cast<int>(sc_hi),
+                                  static_cast<int>(sc_lo));  // bytes: sc0..7, mn0..7
+  const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(v));
+#pragma GCC unroll 8
+  for (int k = 0; k < 8; ++k)
+    s->sc[k] = _mm256_shuffle_epi8(sc16, _mm256_set1_epi16(static_cast<short>(0x0100 + 0x0202 * k)));
+  s->extra = _mm256_cvtepu8_epi32(_mm_srli_si128(v, 8));
+  s->d = load_f16_scalar(blk);
+  s->dmin = load_f16_scalar(blk + 2);
+}
+
+inline void k_scales_q6(const uint8_t* blk, KScales* s) {
+  const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 192)));
+  s->extra = sc16;
+  const __m256i lo = _mm256_permute2x128_si256(sc16, sc16, 0x00);  // sc0..7 in both halves
+  const __m256i hi = _mm256_permute2x128_si256(sc16, sc16, 0x11);  // sc8..15 in both halves
+#pragma GCC unroll 8
+  for (int k = 0; k < 8; ++k) {
+    const int kk = k % 4;
+    const __m256i mask = _mm256_set_m128i(_mm_set1_epi16(static_cast<short>((4 * kk + 2) | (4 * kk + 3) << 8)),
+                                          _mm_set1_epi16(static_cast<short>((4 * kk) | (4 * kk + 1) << 8)));
+    s->sc[k] = _mm256_shuffle_epi8(k < 4 ? lo : hi, mask);
+  }
+  s->d = load_f16_scalar(blk + 208);
+  s->dmin = 0.0f;
+}
+
+// The 32 unsigned codes of chunk k (elements 32k..32k+31) of a super-block.
+template <DType D>
+inline __m256i k_codes(const uint8_t* blk, int k) {
+  const __m256i m4 = _mm256_set1_epi8(0x0f);
+  if constexpr (D == DType::kQ4_K) {
+    __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16 + 32 * (k / 2)));
+    if (k % 2) v = _mm256_srli_epi16(v, 4);
+    return _mm256_and_si256(v, m4);
+  } else {
+    const int h = k / 4, g = k % 4;
+    __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 64 * h + 32 * (g & 1)));
+    if (g >= 2) lo = _mm256_srli_epi16(lo, 4);
+    lo = _mm256_and_si256(lo, m4);
+    __m256i hb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 128 + 32 * h));
+    hb = _mm256_and_si256(_mm256_srli_epi16(hb, 2 * g), _mm256_set1_epi8(3));
+    return _mm256_or_si256(lo, _mm256_slli_epi16(hb, 4));
+  }
+}
+
+template <DType D, int T, int R>
+inline void tile_k(const KernelArgs& a, int64_t t0, int64_t r0) {
+  constexpr int64_t kBB = k_block_bytes(D);
+  const int64_t cols = a.cols;
+  const int64_t nb = cols / kKBlock;
+  const uint8_t* w = a.w + r0 * a.w_stride;
+  const int pf_rows = prefetch_rows<R>(a, r0);
+  __m256 acc[T][R];
+  for (int t = 0; t < T; ++t)
+    for (int r = 0; r < R; ++r) acc[t][r] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    // The next tile's rows at the same super-block (every cache line it touches).
+    for (int r = 0; r < pf_rows; ++r) {
+      const char* p = reinterpret_cast<const char*>(w + (R + r) * a.w_stride + b * kBB);
+      for (int64_t o = 0; o < kBB; o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
+      _mm_prefetch(p + kBB - 1, _MM_HINT_T0);
+    }
+    const uint8_t* blk[R];
+    KScales ks[R];
+    for (int r = 0; r < R; ++r) {
+      blk[r] = w + r * a.w_stride + b * kBB;
+      if constexpr (D == DType::kQ4_K) {
+        k_scales_q4(blk[r], &ks[r]);
+      } else {
+        k_scales_q6(blk[r], &ks[r]);
+      }
+    }
+    __m256i sumi[T][R];
+    for (int t = 0; t < T; ++t)
+      for (int r = 0; r < R; ++r) sumi[t][r] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; ++k) {
+      __m256i wq[R];
+      for (int r = 0; r < R; ++r) wq[r] = k_codes<D>(blk[r], k);
+      for (int t = 0; t < T; ++t) {
+        const __m256i xv =
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.kq + (t0 + t) * cols + b * kKBlock + 32 * k));
+        for (int r = 0; r < R; ++r) sumi[t][r] = V::kmadd(sumi[t][r], _mm256_maddubs_epi16(wq[r], xv), ks[r].sc[k]);
+      }
+    }
+    for (int t = 0; t < T; ++t) {
+      const float dx = a.kd[(t0 + t) * nb + b];
+      if constexpr (D == DType::kQ4_K) {
+        const __m256i bs =
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.kb32 + (t0 + t) * (cols / 32) + b * 8));
+        for (int r = 0; r < R; ++r) {
+          // min_m (high half 0) times the int16-ranged code sum of sub-block m.
+          const __m256i mins = _mm256_madd_epi16(ks[r].extra, bs);
+          acc[t][r] = _mm256_fmadd_ps(_mm256_set1_ps(ks[r].d * dx), _mm256_cvtepi32_ps(sumi[t][r]), acc[t][r]);
+          acc[t][r] = _mm256_fmadd_ps(_mm256_set1_ps(-(ks[r].dmin * dx)), _mm256_cvtepi32_ps(mins), acc[t][r]);
+        }
+      } else {
+        const __m256i bs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.kb + (t0 + t) * (cols / 16) + b * 16));
+        for (int r = 0; r < R; ++r) {
+          const __m256i off = _mm256_slli_epi32(_mm256_madd_epi16(ks[r].extra, bs), 5);
+          acc[t][r] = _mm256_fmadd_ps(_mm256_set1_ps(ks[r].d * dx),
+                                      _mm256_cvtepi32_ps(_mm256_sub_epi32(sumi[t][r], off)), acc[t][r]);
+        }
+      }
+    }
+  }
+  for (int t = 0; t < T; ++t)
+    for (int r = 0; r < R; ++r) a.y[(t0 + t) * a.y_stride + r0 + r] = hsum8(acc[t][r]);
+}
+
+template <DType D, int T>
+inline void sweep_rows_k(const KernelArgs& a, int64_t t0, int64_t rb, int64_t re) {
+  constexpr int R = V::kKRows[T];
+  int64_t r = rb;
+  for (; r + R <= re; r += R) tile_k<D, T, R>(a, t0, r);
+  for (; r < re; ++r) tile_k<D, T, 1>(a, t0, r);
+}
+
+// The same cache blocking as rows_dtype (activations: ~1 byte per element).
+template <DType D>
+inline void rows_kquant(const KernelArgs& a, int64_t r0, int64_t r1) {
+  int64_t tb = kActChunkBytes / (a.cols > 0 ? a.cols : 1);
+  tb = tb < 4 ? 4 : tb / 4 * 4;
+  for (int64_t t0 = 0; t0 < a.n; t0 += tb) {
+    const int64_t t1 = min64(a.n, t0 + tb);
+    for (int64_t rb = r0; rb < r1; rb += kRowBlock) {
+      const int64_t re = min64(r1, rb + kRowBlock);
+      int64_t t = t0;
+      for (; t + 4 <= t1; t += 4) sweep_rows_k<D, 4>(a, t, rb, re);
+      switch (t1 - t) {
+        case 3: sweep_rows_k<D, 3>(a, t, rb, re); break;
+        case 2: sweep_rows_k<D, 2>(a, t, rb, re); break;
+        case 1: sweep_rows_k<D, 1>(a, t, rb, re); break;
+        default: break;
+      }
+    }
+  }
+}
+
+inline void rows_k_any(const KernelArgs& a, int64_t r0, int64_t r1) {
+  if (a.dtype == DType::kQ4_K) rows_kquant<DType::kQ4_K>(a, r0, r1);
+  if (a.dtype == DType::kQ6_K) rows_kquant<DType::kQ6_K>(a, r0, r1);
+}

@@ -78,6 +78,20 @@ std::vector<float> random_acts(int64_t n, int64_t cols, uint32_t seed) {
 }
 
 bool quantized_acts(DType t) { return t == DType::kQ8_0 || t == DType::kQ4_0; }
+bool kquant(DType t) { return t == DType::kQ4_K || t == DType::kQ6_K; }
+
+// The Q8_K-rounded activations d·q as f32 [n, cols].
+std::vector<float> q8k_values(const std::vector<float>& x, int64_t n, int64_t cols) {
+  std::vector<float> out(n * cols), d(cols / 256);
+  std::vector<int8_t> q(cols);
+  std::vector<int16_t> b16(cols / 16);
+  std::vector<int32_t> b32(cols / 32);
+  for (int64_t t = 0; t < n; ++t) {
+    quantize_activations_q8k(&x[t * cols], cols, d.data(), q.data(), b16.data(), b32.data());
+    for (int64_t i = 0; i < cols; ++i) out[t * cols + i] = d[i / 256] * q[i];
+  }
+  return out;
+}
 
 // Σ_i |x̃_i · w_i| per output: the scale of the f32 rounding error of any summation order
 // (x̃ = the Q8_0-rounded activations for Q8_0/Q4_0 weights).
@@ -92,6 +106,7 @@ std::vector<double> magnitudes(const std::vector<float>& x, int64_t n, const Wei
       for (int64_t i = 0; i < w.cols; ++i) xe[t * w.cols + i] = d[i / 32] * q[i];
     }
   }
+  if (kquant(w.dtype)) xe = q8k_values(x, n, w.cols);
   std::vector<double> mag(n * w.rows);
   std::vector<float> row(w.cols);
   for (int64_t r = 0; r < w.rows; ++r) {
@@ -109,7 +124,9 @@ std::vector<double> magnitudes(const std::vector<float>& x, int64_t n, const Wei
 // Float weights: f32 products and sums over up to 4096 terms; the worst seen is 8e-7 (scalar:
 // one sequential chain) and 3e-7 (AVX2: 8-lane chains), so 2e-6. Q8_0 / Q4_0: block sums are
 // exact integers and only the f32 sum over ≤ 128 blocks rounds; worst seen 2e-7, so 1e-6.
-double tolerance_factor(DType t) { return t == DType::kQ8_0 || t == DType::kQ4_0 ? 1e-6 : 2e-6; }
+// K-quants: exact integers per super-block, f32 only in 8-lane sums over ≤ 16 super-blocks
+// (and the f32 scale products); 1e-6 like Q8_0.
+double tolerance_factor(DType t) { return t == DType::kQ8_0 || t == DType::kQ4_0 || kquant(t) ? 1e-6 : 2e-6; }
 
 const Isa kAllIsas[] = {Isa::kScalar, Isa::kAvx2, Isa::kAvx512};
 const DType kKernelDTypes[] = {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0};
@@ -128,7 +145,8 @@ std::vector<Case> shape_cases() {
   for (DType dt : {DType::kF32, DType::kF16, DType::kBF16})
     for (int64_t cols : {1, 7, 40, 100}) cases.push_back({dt, 33, cols});
   for (DType dt : {DType::kQ4_K, DType::kQ6_K})
-    for (int64_t rows : {1, 3, 33}) cases.push_back({dt, rows, 512});
+    for (int64_t rows : {1, 3, 5, 33, 67})
+      for (int64_t cols : {256, 512, 768, 4096}) cases.push_back({dt, rows, cols});
   return cases;
 }
 
@@ -450,6 +468,270 @@ TEST(ConvertToQ8, RejectsWhatItCannotConvert) {
   auto b = convert_to_q8(Weight{dummy, DType::kF32, 1, 8});
   ASSERT_FALSE(b.is_ok());
   EXPECT_NE(b.message().find("multiple of 32"), std::string::npos);
+}
+
+// ---- Q4_K / Q6_K: integer kernels against Q8_K activations ----
+
+// ggml's quantize_row_q8_K_ref written out independently (the definition the kernels follow).
+void q8k_definition(const float* x, int64_t cols, float* d, int8_t* q, int16_t* b16) {
+  for (int64_t b = 0; b < cols / 256; ++b) {
+    const float* xb = x + b * 256;
+    float amax = 0, max = 0;
+    for (int j = 0; j < 256; ++j) {
+      if (std::fabs(xb[j]) > amax) {
+        amax = std::fabs(xb[j]);
+        max = xb[j];
+      }
+    }
+    if (amax == 0) {
+      d[b] = 0;
+      for (int j = 0; j < 256; ++j) q[b * 256 + j] = 0;
+    } else {
+      const float iscale = -127.f / max;
+      for (int j = 0; j < 256; ++j) {
+        // nearest_int: adding 1.5·2^23 rounds to the nearest integer, ties to even.
+        const float v = iscale * xb[j] + 12582912.f;
+        int32_t i;
+        std::memcpy(&i, &v, 4);
+        q[b * 256 + j] = static_cast<int8_t>(std::min(127, (i & 0x007fffff) - 0x00400000));
+      }
+      d[b] = 1 / iscale;
+    }
+    for (int j = 0; j < 16; ++j) {
+      int s = 0;
+      for (int i = 0; i < 16; ++i) s += q[b * 256 + 16 * j + i];
+      b16[b * 16 + j] = static_cast<int16_t>(s);
+    }
+  }
+}
+
+TEST(QuantizeActivationsQ8K, MatchesGgmlDefinitionAndSimdBitwise) {
+  const int64_t cols = 256 * 12;
+  auto x = random_acts(1, cols, 41);
+  // Block 0: ties at scale 1 (max = -127 -> iscale = 1): 2.5 -> 2, -3.5 -> -4, 0.5 -> 0.
+  x[0] = -127.0f, x[1] = 2.5f, x[2] = -3.5f, x[3] = 0.5f;
+  // Block 1: +5 comes before -5: max = +5, so d < 0 and +5 -> -127.
+  for (int i = 256; i < 512; ++i) x[i] = 0.01f * (i % 7);
+  x[300] = 5.0f, x[400] = -5.0f;
+  for (int i = 512; i < 768; ++i) x[i] = 0.0f;         // all zero
+  for (int i = 768; i < 1024; ++i) x[i] = 1e-30f * i;  // tiny but representable scale
+  for (int i = 1024; i < 1280; ++i) x[i] = 1e-38f;     // subnormal: -127/max overflows -> zeros
+  std::vector<float> d(cols / 256), dd(cols / 256), ds(cols / 256);
+  std::vector<int8_t> q(cols), qd(cols), qs(cols);
+  std::vector<int16_t> b(cols / 16), bd(cols / 16), bs(cols / 16);
+  std::vector<int32_t> c(cols / 32), cs(cols / 32);
+  quantize_activations_q8k(x.data(), cols, d.data(), q.data(), b.data(), c.data());
+  q8k_definition(x.data(), cols, dd.data(), qd.data(), bd.data());
+  for (int64_t blk = 0; blk < cols / 256; ++blk) {
+    if (blk == 4) continue;  // ggml's codes are undefined there; ours are zeros
+    EXPECT_EQ(0, std::memcmp(&d[blk], &dd[blk], 4)) << "block " << blk;
+    EXPECT_EQ(0, std::memcmp(&q[blk * 256], &qd[blk * 256], 256)) << "block " << blk;
+    EXPECT_EQ(0, std::memcmp(&b[blk * 16], &bd[blk * 16], 32)) << "block " << blk;
+  }
+  for (int64_t j = 0; j < cols / 32; ++j) EXPECT_EQ(c[j], b[2 * j] + b[2 * j + 1]);
+  EXPECT_EQ(q[0], -127);
+  EXPECT_EQ(q[1], 2);
+  EXPECT_EQ(q[2], -4);
+  EXPECT_EQ(q[3], 0);
+  EXPECT_EQ(d[0], 1.0f);
+  EXPECT_EQ(q[300], -127);
+  EXPECT_EQ(q[400], 127);
+  EXPECT_LT(d[1], 0.0f);
+  EXPECT_EQ(d[2], 0.0f);
+  EXPECT_GT(std::fabs(d[3]), 0.0f);
+  EXPECT_EQ(d[4], 0.0f);
+  for (int i = 1024; i < 1280; ++i) ASSERT_EQ(q[i], 0);
+  // Non-finite inputs give an all-zero block rather than undefined codes.
+  auto bad = x;
+  bad[1300] = NAN;
+  bad[1600] = INFINITY;
+  quantize_activations_q8k(bad.data(), cols, d.data(), q.data(), b.data(), c.data());
+  EXPECT_EQ(d[5], 0.0f);
+  EXPECT_EQ(d[6], 0.0f);
+  EXPECT_EQ(q[1301], 0);
+  EXPECT_EQ(q[1601], 0);
+#if defined(__x86_64__)
+  if (!isa_supported(Isa::kAvx2)) GTEST_SKIP() << "CPU lacks avx2";
+  for (const auto* in : {&x, &bad}) {
+    quantize_activations_q8k(in->data(), cols, d.data(), q.data(), b.data(), c.data());
+    avx2::quantize_k(in->data(), cols, ds.data(), qs.data(), bs.data(), cs.data());
+    EXPECT_EQ(0, std::memcmp(d.data(), ds.data(), d.size() * 4));
+    EXPECT_EQ(0, std::memcmp(q.data(), qs.data(), q.size()));
+    EXPECT_EQ(0, std::memcmp(b.data(), bs.data(), b.size() * 2));
+    EXPECT_EQ(0, std::memcmp(c.data(), cs.data(), c.size() * 4));
+  }
+#endif
+}
+
+// Every ISA computes the scalar kernel's bits (same integer lanes, same f32 operations).
+TEST(MatmulKQuants, EveryIsaMatchesScalarBitwise) {
+  ThreadPool pool(2);
+  uint32_t seed = 500;
+  int compared = 0;
+  for (DType dt : {DType::kQ4_K, DType::kQ6_K}) {
+    for (int64_t rows : {1, 3, 5, 13, 67}) {
+      for (int64_t cols : {256, 768, 2048}) {
+        const auto bytes = random_weight_bytes(dt, rows, cols, seed++);
+        const Weight w{bytes.data(), dt, rows, cols};
+        for (int64_t n : {1, 2, 3, 5, 17}) {
+          const auto x = random_acts(n, cols, seed++);
+          std::vector<float> ref(n * rows);
+          {
+            ScopedIsa s(Isa::kScalar);
+            matmul(pool, x.data(), n, w, ref.data());
+          }
+          for (Isa isa : {Isa::kAvx2, Isa::kAvx512}) {
+            ScopedIsa s(isa);
+            if (!s.ok()) continue;
+            std::vector<float> y(n * rows, NAN);
+            matmul(pool, x.data(), n, w, y.data());
+            ASSERT_EQ(0, std::memcmp(y.data(), ref.data(), y.size() * 4))
+                << isa_name(isa) << " " << dtype_name(dt) << " rows=" << rows << " cols=" << cols << " n=" << n;
+            ++compared;
+          }
+        }
+      }
+    }
+  }
+  if (compared == 0) GTEST_SKIP() << "CPU has no SIMD level; only the scalar kernel runs";
+}
+
+// A token alone (n = 1) or at any place in a batch of 37; 1 or 2 threads: the same bits.
+TEST(MatmulKQuants, BatchAndThreadInvariantBitwise) {
+  ThreadPool one(1), two(2);
+  const int64_t rows = 83, cols = 1024, n = 37;
+  for (Isa isa : kAllIsas) {
+    ScopedIsa s(isa);
+    if (!s.ok()) continue;
+    for (DType dt : {DType::kQ4_K, DType::kQ6_K}) {
+      const auto bytes = random_weight_bytes(dt, rows, cols, 77);
+      const Weight w{bytes.data(), dt, rows, cols};
+      const auto x = random_acts(n, cols, 78);
+      std::vector<float> y1(n * rows), y2(n * rows), single(rows);
+      matmul(one, x.data(), n, w, y1.data());
+      matmul(two, x.data(), n, w, y2.data());
+      ASSERT_EQ(0, std::memcmp(y1.data(), y2.data(), y1.size() * 4)) << isa_name(isa) << " " << dtype_name(dt);
+      for (int64_t t = 0; t < n; ++t) {
+        matmul(one, &x[t * cols], 1, w, single.data());
+        ASSERT_EQ(0, std::memcmp(single.data(), &y2[t * rows], rows * 4))
+            << isa_name(isa) << " " << dtype_name(dt) << " token " << t << " alone vs in a batch of " << n;
+      }
+    }
+  }
+}
+
+// Against the exact-activation reference: the difference is the activation rounding, bounded by
+// Σ|w_i|·|x_i - x̃_i| (x̃ = the Q8_K values) plus f32 rounding; the typical error is far below
+// the bound, and it is not zero (the activations really are rounded).
+TEST(MatmulKQuants, WithinActivationRoundingOfExactReference) {
+  ThreadPool pool(2);
+  const int64_t rows = 40, cols = 2048, n = 5;
+  for (DType dt : {DType::kQ4_K, DType::kQ6_K}) {
+    const auto bytes = random_weight_bytes(dt, rows, cols, 90);
+    const Weight w{bytes.data(), dt, rows, cols};
+    const auto x = random_acts(n, cols, 91);
+    const auto xr = q8k_values(x, n, cols);
+    std::vector<float> y(n * rows), exact(n * rows), row(cols);
+    matmul(pool, x.data(), n, w, y.data());
+    matmul_ref(x.data(), n, w, exact.data());
+    const auto mag = magnitudes(x, n, w);
+    double worst_share = 0, rel_sum = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      dequantize_row(w, r, row.data());
+      for (int64_t t = 0; t < n; ++t) {
+        double bound = 0;
+        for (int64_t i = 0; i < cols; ++i) bound += std::fabs(row[i]) * std::fabs(x[t * cols + i] - xr[t * cols + i]);
+        const int64_t k = t * rows + r;
+        const double err = std::fabs(y[k] - exact[k]);
+        ASSERT_LE(err, bound + 1e-6 * mag[k]) << dtype_name(dt) << " token " << t << " row " << r;
+        worst_share = std::max(worst_share, err / bound);
+        rel_sum += err / mag[k];
+      }
+    }
+    EXPECT_LT(worst_share, 0.25) << dtype_name(dt) << ": errors should be far below the worst case";
+    EXPECT_GT(rel_sum, 0.0) << dtype_name(dt) << ": activations were not rounded";
+    EXPECT_LT(rel_sum / (n * rows), 3e-3) << dtype_name(dt);
+  }
+}
+
+// ---- K-quant encoders (formats/quantize.h) through dequantize_row ----
+
+TEST(QuantizeKQuants, Q4_KRoundTripWithinItsBound) {
+  const int64_t cols = 256 * 8;
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 0.05f);
+  std::vector<float> x(cols), back(cols);
+  for (auto& v : x) v = normal(rng);
+  for (int i = 256; i < 512; ++i) x[i] = std::fabs(x[i]) + 0.01f;  // all positive: min clipped to 0
+  for (int i = 512; i < 768; ++i) x[i] = -std::fabs(x[i]);         // all negative
+  for (int i = 768; i < 1024; ++i) x[i] = 0.0f;                    // all zero
+  x[1500] = 1.0f;                                                  // an outlier sub-block
+  std::vector<uint8_t> blocks(row_bytes(DType::kQ4_K, cols));
+  gb::quantize_row_q4_K(x.data(), cols, blocks.data());
+  dequantize_row(Weight{blocks.data(), DType::kQ4_K, 1, cols}, 0, back.data());
+  double se = 0, steps = 0;
+  for (int64_t b = 0; b < cols / 256; ++b) {
+    float scale[8], minv[8], max_scale = 0, max_min = 0;
+    for (int s = 0; s < 8; ++s) {
+      float lo = 0, hi = x[b * 256 + 32 * s];
+      for (int i = 0; i < 32; ++i)
+        lo = std::min(lo, x[b * 256 + 32 * s + i]), hi = std::max(hi, x[b * 256 + 32 * s + i]);
+      scale[s] = (hi - lo) / 15, minv[s] = -lo;
+      max_scale = std::max(max_scale, scale[s]), max_min = std::max(max_min, minv[s]);
+    }
+    for (int i = 0; i < 256; ++i) {
+      const int64_t k = b * 256 + i;
+      // Half a step, plus the rounding of the 6-bit scale (≤ d/2 per step, 15 steps) and min.
+      const double bound = 0.5 * scale[i / 32] + 8.0 * max_scale / 63 + 0.52 * max_min / 63 + 1e-7;
+      ASSERT_LE(std::fabs(back[k] - x[k]), bound) << "element " << k;
+      se += (back[k] - x[k]) * (back[k] - x[k]);
+      steps += scale[i / 32] * scale[i / 32];
+    }
+  }
+  EXPECT_EQ(back[800], 0.0f);
+  // Rounding to nearest on a uniform grid: RMS error ≈ step/√12 ≈ 0.29 step.
+  EXPECT_LT(std::sqrt(se / steps), 0.4);
+}
+
+TEST(QuantizeKQuants, Q6_KRoundTripWithinItsBound) {
+  const int64_t cols = 256 * 8;
+  std::mt19937 rng(6);
+  std::normal_distribution<float> normal(0.0f, 0.05f);
+  std::vector<float> x(cols), back(cols);
+  for (auto& v : x) v = normal(rng);
+  for (int i = 256; i < 512; ++i) x[i] = std::fabs(x[i]);  // positive maxima: negative scales
+  for (int i = 768; i < 1024; ++i) x[i] = 0.0f;
+  x[1500] = -1.0f;
+  std::vector<uint8_t> blocks(row_bytes(DType::kQ6_K, cols));
+  gb::quantize_row_q6_K(x.data(), cols, blocks.data());
+  dequantize_row(Weight{blocks.data(), DType::kQ6_K, 1, cols}, 0, back.data());
+  double se = 0, steps = 0;
+  for (int64_t b = 0; b < cols / 256; ++b) {
+    float step[16], max_step = 0;
+    for (int j = 0; j < 16; ++j) {
+      float amax = 0;
+      for (int i = 0; i < 16; ++i) amax = std::max(amax, std::fabs(x[b * 256 + 16 * j + i]));
+      step[j] = amax / 32, max_step = std::max(max_step, step[j]);
+    }
+    const double d = max_step / 128;  // the step of the 8-bit scales
+    for (int i = 0; i < 256; ++i) {
+      const int64_t k = b * 256 + i;
+      const double bound = step[i / 16] + 18 * d + 1e-7;
+      ASSERT_LE(std::fabs(back[k] - x[k]), bound) << "element " << k;
+      se += (back[k] - x[k]) * (back[k] - x[k]);
+      steps += step[i / 16] * step[i / 16];
+    }
+  }
+  EXPECT_EQ(back[800], 0.0f);
+  EXPECT_NEAR(back[1500], -1.0f, 1e-3);  // the block's largest value maps to code 0 (-32·step), up to fp16 d
+  EXPECT_LT(std::sqrt(se / steps), 0.4);
+}
+
+TEST(QuantizeKQuants, ConvertRowChecksTheLength) {
+  std::vector<float> x(300, 0.5f);
+  std::vector<uint8_t> out(row_bytes(DType::kQ4_K, 512));
+  EXPECT_FALSE(gb::convert_row(x.data(), 300, DType::kQ4_K, out.data()).is_ok());
+  EXPECT_TRUE(gb::convert_row(x.data(), 256, DType::kQ6_K, out.data()).is_ok());
 }
 
 }  // namespace
