@@ -44,40 +44,41 @@ void paged_attention(const ModelConfig& c, int32_t il, Activations& a, ThreadPoo
   const int64_t n_kv = c.n_kv_heads, tile_pos = ops::attend_tile_positions(group);
   const int64_t n_chunks = (n + tile_pos - 1) / tile_pos;
   const int64_t scratch_floats = cache.attend_scratch_floats(attention_tile_rows(c));
-  parallel_for(pool, n_kv * n_chunks, n * n_heads * (batch.positions[n - 1] + 1) * hd, [&](int64_t b, int64_t e, int ti) {
-    float* scratch = a.scores.data() + static_cast<size_t>(ti) * scratch_floats;
-    for (int64_t item = b; item < e; ++item) {
-      const int64_t h = item / n_chunks, k = item % n_chunks;
-      const int64_t chunk = k % 2 == 0 ? k / 2 : n_chunks - 1 - k / 2;
-      const int64_t t_end = std::min(n, (chunk + 1) * tile_pos);
-      for (int64_t t0 = chunk * tile_pos; t0 < t_end;) {
-        int64_t t1 = t0 + 1;
-        while (t1 < t_end && batch.seq_index[t1] == batch.seq_index[t0] &&
-               batch.positions[t1] == batch.positions[t1 - 1] + 1) {
-          ++t1;
-        }
-        ops::AttendTile tile;
-        tile.q = a.q.data() + t0 * qd + h * group * hd;
-        tile.q_stride = qd;
-        tile.out = a.attn.data() + t0 * qd + h * group * hd;
-        tile.out_stride = qd;
-        tile.n_pos = t1 - t0;
-        tile.n_q = group;
-        tile.pos0 = batch.positions[t0];
-        tile.kv_head = h;
-        tile.block_table = batch.seqs[batch.seq_index[t0]].block_table.data();
-        tile.scale = scale;
-        if (t0 < n_sink_rows) {
-          tile.n_sink = sink_rows + t0;
-          tile.n_sink_pos = n_sink_rows - t0;
-          tile.sink_mass = a.sink_mass.data() + t0 * n_heads + h * group;
-          tile.sink_stride = n_heads;
-        }
-        ops::attend_tile(tile, kv, scratch);
-        t0 = t1;
-      }
-    }
-  });
+  parallel_for(pool, n_kv * n_chunks, n * n_heads * (batch.positions[n - 1] + 1) * hd,
+               [&](int64_t b, int64_t e, int ti) {
+                 float* scratch = a.scores.data() + static_cast<size_t>(ti) * scratch_floats;
+                 for (int64_t item = b; item < e; ++item) {
+                   const int64_t h = item / n_chunks, k = item % n_chunks;
+                   const int64_t chunk = k % 2 == 0 ? k / 2 : n_chunks - 1 - k / 2;
+                   const int64_t t_end = std::min(n, (chunk + 1) * tile_pos);
+                   for (int64_t t0 = chunk * tile_pos; t0 < t_end;) {
+                     int64_t t1 = t0 + 1;
+                     while (t1 < t_end && batch.seq_index[t1] == batch.seq_index[t0] &&
+                            batch.positions[t1] == batch.positions[t1 - 1] + 1) {
+                       ++t1;
+                     }
+                     ops::AttendTile tile;
+                     tile.q = a.q.data() + t0 * qd + h * group * hd;
+                     tile.q_stride = qd;
+                     tile.out = a.attn.data() + t0 * qd + h * group * hd;
+                     tile.out_stride = qd;
+                     tile.n_pos = t1 - t0;
+                     tile.n_q = group;
+                     tile.pos0 = batch.positions[t0];
+                     tile.kv_head = h;
+                     tile.block_table = batch.seqs[batch.seq_index[t0]].block_table.data();
+                     tile.scale = scale;
+                     if (t0 < n_sink_rows) {
+                       tile.n_sink = sink_rows + t0;
+                       tile.n_sink_pos = n_sink_rows - t0;
+                       tile.sink_mass = a.sink_mass.data() + t0 * n_heads + h * group;
+                       tile.sink_stride = n_heads;
+                     }
+                     ops::attend_tile(tile, kv, scratch);
+                     t0 = t1;
+                   }
+                 }
+               });
   if (sink_rows != nullptr) table->apply_sinks(il, a.sink_mass.data(), n, n_heads, batch);
 }
 

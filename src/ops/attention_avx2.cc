@@ -44,7 +44,9 @@ struct V {
   }
   static __m256 sum8(__m256 acc, F p) { return _mm256_add_ps(acc, p); }
   static float first(F x) { return _mm256_cvtss_f32(x); }
-  static F widen_f16(const uint16_t* s) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s))); }
+  static F widen_f16(const uint16_t* s) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s)));
+  }
   static F widen_bf16(const uint16_t* s) {
     const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s));
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));

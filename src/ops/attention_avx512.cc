@@ -53,7 +53,9 @@ struct V {
     return _mm256_add_ps(acc, _mm512_extractf32x8_ps(p, 1));
   }
   static float first(F x) { return _mm512_cvtss_f32(x); }
-  static F widen_f16(const uint16_t* s) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s))); }
+  static F widen_f16(const uint16_t* s) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s)));
+  }
   static F widen_bf16(const uint16_t* s) {
     const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s));
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));

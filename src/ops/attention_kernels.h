@@ -13,7 +13,9 @@ namespace gb::ops {
 // values widened [block_size, head_dim].
 // (static: no copy of it is shared between files compiled with different -m flags.)
 inline constexpr int64_t kAttnKeyPad = 16;
-static inline int64_t attn_padded_block(int64_t block_size) { return (block_size + kAttnKeyPad - 1) / kAttnKeyPad * kAttnKeyPad; }
+static inline int64_t attn_padded_block(int64_t block_size) {
+  return (block_size + kAttnKeyPad - 1) / kAttnKeyPad * kAttnKeyPad;
+}
 
 #if defined(__x86_64__)
 namespace avx2 {

@@ -108,8 +108,7 @@ inline AttnBlock attn_block(const PagedKv& kv, int64_t b, int64_t h, int64_t n_v
 
 // Scores of NR rows against the block's keys, nc vectors of keys: s[r][k] = scale · q[r]·key k.
 template <int NR>
-inline void attn_qk(const float* const* q, const AttnBlock& blk, int64_t hd, int64_t nc, float scale,
-                    float* const* s) {
+inline void attn_qk(const float* const* q, const AttnBlock& blk, int64_t hd, int64_t nc, float scale, float* const* s) {
   using F = V::F;
   for (int64_t c = 0; c < nc; ++c) {
     const float* kt = blk.kt + c * V::kLanes;
