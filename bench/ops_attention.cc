@@ -74,8 +74,8 @@ struct Case {
 };
 
 struct Data {
-  std::vector<float> k_old, v_old;      // old layout, f32
-  std::vector<uint8_t> k[3], v[3];      // new layout: f32, bf16, f16
+  std::vector<float> k_old, v_old;  // old layout, f32
+  std::vector<uint8_t> k[3], v[3];  // new layout: f32, bf16, f16
   std::vector<int32_t> table;
   std::vector<float> q, out;
   int64_t n_blocks = 0;

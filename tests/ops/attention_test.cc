@@ -2,14 +2,17 @@
 // every KV dtype and every ISA this CPU runs.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "ops/attention.h"
 #include "ops/cpu_features.h"
+#include "ops/dot.h"
 #include "support/test_support.h"
 
 namespace gb::ops {
@@ -152,6 +155,56 @@ TEST(Attention, TileMatchesReferenceOnEveryIsaAndDtype) {
             }
           }
         }
+      }
+    }
+  }
+}
+
+// The loop attend_head ran before the tiled kernels (keys row-major per block), verbatim but for
+// the layout: the portable kernel must stay bitwise this on f32 KV (GLASSBOX_ISA=scalar keeps
+// the engine's pre-tiling hidden states).
+void original_attend_head(const float* q, const std::vector<float>& k, const std::vector<float>& v, int64_t hd,
+                          int64_t bs, int64_t n_ctx, float scale, float* out) {
+  float running_max = -std::numeric_limits<float>::infinity();
+  float running_sum = 0.0f;
+  std::fill(out, out + hd, 0.0f);
+  std::vector<float> scores(bs);
+  for (int64_t start = 0; start < n_ctx; start += bs) {
+    const int64_t n = std::min(bs, n_ctx - start);
+    const float* kb = k.data() + start * hd;
+    const float* vb = v.data() + start * hd;
+    float block_max = running_max;
+    for (int64_t j = 0; j < n; ++j) {
+      scores[j] = dot(q, kb + j * hd, hd) * scale;
+      block_max = std::max(block_max, scores[j]);
+    }
+    const float correction = std::exp(running_max - block_max);
+    running_sum *= correction;
+    for (int64_t i = 0; i < hd; ++i) out[i] *= correction;
+    for (int64_t j = 0; j < n; ++j) {
+      const float p = std::exp(scores[j] - block_max);
+      running_sum += p;
+      for (int64_t i = 0; i < hd; ++i) out[i] += p * vb[j * hd + i];
+    }
+    running_max = block_max;
+  }
+  const float inv = running_sum > 0.0f ? 1.0f / running_sum : 0.0f;
+  for (int64_t i = 0; i < hd; ++i) out[i] *= inv;
+}
+
+TEST(Attention, PortableKernelIsBitwiseTheOriginalLoop) {
+  ScopedIsa scoped(Isa::kScalar);
+  for (const Shape& s : {Shape{128, 16, 100}, Shape{7, 5, 41}, Shape{64, 16, 33}}) {
+    const TestCache c(2, s.bs, s.hd, DType::kF32, s.n_ctx, 51);
+    const TileRun r = run_tile(c, 1, 2, s.n_ctx - 6, 6, 52);
+    std::vector<float> kc, vc, want(s.hd);
+    c.gather(1, s.n_ctx, true, &kc, &vc);
+    for (int64_t i = 0; i < 6; ++i) {
+      for (int64_t j = 0; j < 2; ++j) {
+        original_attend_head(r.q.data() + i * r.stride + j * s.hd, kc, vc, s.hd, s.bs, s.n_ctx - 6 + i + 1,
+                             1.0f / std::sqrt(static_cast<float>(s.hd)), want.data());
+        EXPECT_EQ(std::memcmp(want.data(), r.out.data() + i * r.stride + j * s.hd, s.hd * sizeof(float)), 0)
+            << "hd " << s.hd << " row " << i << "," << j;
       }
     }
   }
