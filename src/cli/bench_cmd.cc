@@ -26,6 +26,7 @@ struct BenchOptions {
   double bandwidth_gbs = 0;
   bool json = false;
   bool convert_q8 = false;
+  std::string kv_cache_dtype = "f32";
 };
 
 struct Stats {
@@ -78,6 +79,7 @@ int run_bench(const BenchOptions& o) {
   ec.scheduler.max_num_seqs = 1;
   ec.scheduler.max_num_batched_tokens = o.batch;  // the prefill's tokens per forward
   ec.max_model_len = ctx;
+  parse_kv_cache_dtype(o.kv_cache_dtype, &ec.kv_cache_dtype);  // checked by the flag
   auto engine = Engine::create(&m, ec);
   if (!engine.is_ok()) {
     std::fprintf(stderr, "glassbox bench: %s\n", engine.message().c_str());
@@ -178,6 +180,7 @@ void register_bench(CLI::App& app, Action* action) {
       ->capture_default_str();
   cmd->add_option("--gen-tokens,-n", opts->gen_tokens, "tokens for the decode test (0: skip)")->capture_default_str();
   add_threads_flag(*cmd, &opts->threads);
+  add_kv_cache_dtype_flag(*cmd, &opts->kv_cache_dtype);
   cmd->add_option("--reps,-r", opts->reps, "measured repetitions (after one warm-up)")
       ->capture_default_str()
       ->check(CLI::Range(1, 1000));

@@ -17,6 +17,12 @@ CLI::Option* add_threads_flag(CLI::App& cmd, int* threads) {
       ->check(CLI::Range(0, 4096));
 }
 
+CLI::Option* add_kv_cache_dtype_flag(CLI::App& cmd, std::string* dtype) {
+  return cmd.add_option("--kv-cache-dtype", *dtype, "KV cache element type: f32, bf16 or f16 (half the KV memory)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"f32", "bf16", "f16"}));
+}
+
 CLI::Option* add_tokenizer_flag(CLI::App& cmd, std::string* path, const std::string& what) {
   return cmd.add_option("--tokenizer", *path, "tokenizer: model directory, tokenizer.json or .gguf file" + what);
 }

@@ -17,6 +17,9 @@ namespace gb::cli {
 CLI::Option* add_model_flag(CLI::App& cmd, std::string* model);
 // -t, --threads: compute threads, 0 = all CPUs.
 CLI::Option* add_threads_flag(CLI::App& cmd, int* threads);
+// --kv-cache-dtype: the KV cache's element type, f32 | bf16 | f16 (the engine setting
+// EngineConfig::kv_cache_dtype; `serve` has it as the kv_cache_dtype field).
+CLI::Option* add_kv_cache_dtype_flag(CLI::App& cmd, std::string* dtype);
 // --tokenizer: a model directory, a tokenizer.json or a .gguf file; `what` finishes the help line.
 CLI::Option* add_tokenizer_flag(CLI::App& cmd, std::string* path, const std::string& what);
 

@@ -23,6 +23,7 @@ struct GenerateOptions {
   std::string model, tokenizer, prompt, system, chat_template_file;
   bool chat = false, ignore_eos = false, show_ids = false, convert_q8 = false;
   int max_tokens = 128, threads = 0;
+  std::string kv_cache_dtype = "f32";
   SamplingFlags sampling;
   GlassFlags glass;
   std::string glass_report;  // --glassbox-report FILE (default: stderr)
@@ -108,6 +109,7 @@ int run_generate(const GenerateOptions& o) {
   ec.scheduler.max_num_batched_tokens = m.max_batch_tokens();
   ec.max_model_len = static_cast<int32_t>(
       std::min<int64_t>(m.config().max_pos, static_cast<int64_t>(req.prompt.size()) + o.max_tokens));
+  parse_kv_cache_dtype(o.kv_cache_dtype, &ec.kv_cache_dtype);  // checked by the flag
   auto engine = Engine::create(&m, ec);
   if (!engine.is_ok()) return fail(engine.message());
   auto channel = std::make_shared<RequestChannel>();
@@ -192,6 +194,7 @@ void register_generate(CLI::App& app, Action* action) {
       ->check(CLI::Range(1, 1 << 20));
   add_sampling_flags(*cmd, &o->sampling);
   add_threads_flag(*cmd, &o->threads);
+  add_kv_cache_dtype_flag(*cmd, &o->kv_cache_dtype);
   cmd->add_flag("--ignore-eos", o->ignore_eos, "keep generating past end-of-sequence tokens");
   cmd->add_flag("--show-ids", o->show_ids, "print token ids instead of text");
   cmd->add_flag("--convert-q8", o->convert_q8, "convert f32/f16/bf16 matrices to Q8_0 at load (faster decode)");

@@ -104,8 +104,8 @@ std::string size_text(int64_t bytes) {
 // The KV cache's size in bytes: kv_cache_bytes or kv_cache_fraction when set, else room for
 // max_num_seqs sequences of max_model_len within the kv_cache_memory budget. It must hold at
 // least one sequence of max_model_len; when it cannot, the error names the settings to change.
-Result<int64_t> kv_cache_size(const server::ServerConfig& cfg, const ModelConfig& mc, int32_t block_size) {
-  const int64_t block_bytes = kv_block_bytes(mc, block_size);
+Result<int64_t> kv_cache_size(const server::ServerConfig& cfg, const ModelConfig& mc, int32_t block_size, DType dtype) {
+  const int64_t block_bytes = kv_block_bytes(mc, block_size, dtype);
   const int64_t max_len = cfg.max_model_len > 0 ? cfg.max_model_len : mc.max_pos;
   const int64_t seq_blocks = (max_len + block_size - 1) / block_size;
   const char* setting = "--kv-cache-memory";
@@ -133,11 +133,11 @@ Result<int64_t> kv_cache_size(const server::ServerConfig& cfg, const ModelConfig
                          std::to_string(fits) + " (in the config file: " + key + ", max_model_len)");
   }
   std::fprintf(stderr,
-               "glassbox: KV cache %s: %lld blocks of %d tokens (%lld tokens; max_num_seqs %lld x max_model_len "
-               "%lld; %s %s)\n",
+               "glassbox: KV cache %s: %lld blocks of %d tokens (%lld tokens of %s K/V; max_num_seqs %lld x "
+               "max_model_len %lld; %s %s)\n",
                mib(n_blocks * block_bytes).c_str(), static_cast<long long>(n_blocks), block_size,
-               static_cast<long long>(n_blocks * block_size), static_cast<long long>(cfg.max_num_seqs),
-               static_cast<long long>(max_len), setting, mib(budget).c_str());
+               static_cast<long long>(n_blocks * block_size), std::string(dtype_name(dtype)).c_str(),
+               static_cast<long long>(cfg.max_num_seqs), static_cast<long long>(max_len), setting, mib(budget).c_str());
   return n_blocks * block_bytes;
 }
 
@@ -174,7 +174,10 @@ Result<server::Backend> make_backend(const server::ServerConfig& cfg) {
   ec.scheduler.max_num_seqs = static_cast<int32_t>(cfg.max_num_seqs);
   ec.scheduler.max_num_batched_tokens = static_cast<int32_t>(cfg.max_num_batched_tokens);
   ec.max_model_len = static_cast<int32_t>(cfg.max_model_len);
-  GB_ASSIGN_OR_RETURN(ec.kv_cache_bytes, kv_cache_size(cfg, model->config(), ec.block_size));
+  if (!parse_kv_cache_dtype(cfg.kv_cache_dtype, &ec.kv_cache_dtype)) {
+    return Status::error("kv_cache_dtype: must be f32, bf16 or f16, got '" + cfg.kv_cache_dtype + "'");
+  }
+  GB_ASSIGN_OR_RETURN(ec.kv_cache_bytes, kv_cache_size(cfg, model->config(), ec.block_size, ec.kv_cache_dtype));
   ec.max_queue = static_cast<int32_t>(cfg.max_queue_length);
   // The always-on massive-activation monitor: resid_post of every layer, one step in N.
   ec.monitor.enabled = cfg.monitor_every_steps > 0;

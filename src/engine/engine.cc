@@ -4,12 +4,25 @@
 #include <cmath>
 #include <cstdio>
 #include <future>
+#include <string_view>
+
+#include "ops/attention.h"
 
 namespace gb {
 
-int64_t kv_block_bytes(const ModelConfig& config, int32_t block_size) {
+int64_t kv_block_bytes(const ModelConfig& config, int32_t block_size, DType dtype) {
   const int64_t n_attn_layers = std::max<int64_t>(1, config.n_layers_of(LayerKind::kAttention));
-  return int64_t{2} * n_attn_layers * config.kv_dim() * block_size * 4;
+  return int64_t{2} * n_attn_layers * config.kv_dim() * block_size * (dtype == DType::kF32 ? 4 : 2);
+}
+
+bool parse_kv_cache_dtype(std::string_view name, DType* out) {
+  for (DType d : {DType::kF32, DType::kBF16, DType::kF16}) {
+    if (name == dtype_name(d)) {
+      *out = d;
+      return true;
+    }
+  }
+  return false;
 }
 
 Result<std::unique_ptr<Engine>> Engine::create(Model* model, const EngineConfig& config_in) {
@@ -28,7 +41,11 @@ Result<std::unique_ptr<Engine>> Engine::create(Model* model, const EngineConfig&
                          " tokens); load the model with a larger max_batch_tokens");
   }
   if (config.block_size <= 0) return Status::error("block_size must be positive");
-  const int64_t bytes_per_block = kv_block_bytes(mc, config.block_size);
+  if (!ops::kv_dtype_supported(config.kv_cache_dtype)) {
+    return Status::error("kv_cache_dtype must be f32, bf16 or f16 (got " +
+                         std::string(dtype_name(config.kv_cache_dtype)) + ")");
+  }
+  const int64_t bytes_per_block = kv_block_bytes(mc, config.block_size, config.kv_cache_dtype);
   config.scheduler.recurrent_state = mc.hybrid();
   int64_t n_blocks;
   if (config.kv_cache_bytes > 0) {
@@ -45,7 +62,7 @@ Result<std::unique_ptr<Engine>> Engine::create(Model* model, const EngineConfig&
                          " bytes); raise the KV cache size or lower max_model_len");
   }
   GB_ASSIGN_OR_RETURN(auto cache, KvCache::create(mc, static_cast<int32_t>(n_blocks), config.block_size,
-                                                  config.scheduler.max_num_seqs));
+                                                  config.scheduler.max_num_seqs, config.kv_cache_dtype));
   cache->prefault();
   if (mc.hybrid()) {
     std::fprintf(stderr,

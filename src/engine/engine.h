@@ -26,14 +26,20 @@ struct EngineConfig {
   SchedulerConfig scheduler;
   int32_t block_size = 16;
   int64_t kv_cache_bytes = 0;  // 0: enough for max_num_seqs sequences of max_model_len
-  int32_t max_model_len = 0;   // 0: the model's max_position_embeddings
-  int32_t max_queue = 256;     // waiting requests beyond this are refused (the server answers 429)
-  MonitorConfig monitor;       // the massive-activation monitor (off by default; the server turns it on)
+  // K/V element type: f32, bf16 or f16 (half the KV memory and traffic; K/V rounded to nearest
+  // even when stored). A hybrid model's linear-attention state stays f32.
+  DType kv_cache_dtype = DType::kF32;
+  int32_t max_model_len = 0;  // 0: the model's max_position_embeddings
+  int32_t max_queue = 256;    // waiting requests beyond this are refused (the server answers 429)
+  MonitorConfig monitor;      // the massive-activation monitor (off by default; the server turns it on)
 };
 
-// Bytes of one KV block: K and V, f32, of block_size tokens in every attention layer (a hybrid
+// Bytes of one KV block: K and V in `dtype` of block_size tokens in every attention layer (a hybrid
 // model's linear-attention layers keep a fixed-size recurrent state per sequence instead).
-int64_t kv_block_bytes(const ModelConfig& config, int32_t block_size);
+int64_t kv_block_bytes(const ModelConfig& config, int32_t block_size, DType dtype = DType::kF32);
+
+// "f32" | "bf16" | "f16" -> the KV cache element type; false for anything else.
+bool parse_kv_cache_dtype(std::string_view name, DType* out);
 
 class Engine : public EngineApi {
  public:

@@ -30,7 +30,8 @@ struct Activations {
   std::vector<float> rope_cos;    // [max_tokens, rope_dims / 2] f32 for this step's positions
   std::vector<float> rope_sin;    // [max_tokens, rope_dims / 2] f32
   std::vector<float> out_norm;    // [max_tokens, n_embd] f32 final norm of the output rows (hook final_norm)
-  std::vector<float> scores;      // [n_threads, block_size] f32 attention scratch (sized on first use per block size)
+  std::vector<float> scores;      // [n_threads, KvCache::attend_scratch_floats] f32 attention tile scratch (sized on
+                                  // first use per cache geometry)
   std::vector<int32_t> all_rows;  // [max_tokens] 0, 1, 2, ...: the row ids of per-layer hook tensors
   std::vector<double> inv_freq;   // [rope_dims / 2] RoPE frequencies incl. scaling
 

@@ -23,6 +23,12 @@ void embed_tokens(const ModelConfig& c, const ModelWeights& w, Activations& a, c
 // mass on the first key positions into acts.sink_mass, handed to StepTable::apply_sinks.
 void paged_attention(const ModelConfig& c, int32_t il, Activations& a, ThreadPool& pool, const Batch& batch,
                      KvCache& cache, const Hooks* hooks);
+// Query rows of paged_attention's tiles (the GQA group × ops::attend_tile_positions): acts.scores
+// holds cache.attend_scratch_floats(attention_tile_rows(c)) floats per thread.
+inline int64_t attention_tile_rows(const ModelConfig& c) {
+  const int64_t group = c.n_heads / c.n_kv_heads;
+  return ops::attend_tile_positions(group) * group;
+}
 void residual_and_mlp(const ModelConfig& c, const LayerWeights& L, int32_t il, Activations& a, ThreadPool& pool,
                       const Batch& batch, const Hooks* hooks);
 void output_head(const ModelConfig& c, const ModelWeights& w, Activations& a, ThreadPool& pool, const Batch& batch,

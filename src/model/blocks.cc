@@ -1,6 +1,7 @@
 // The parts every layer loop shares: the embedding, the residual add of a token mixer's output
 // followed by the SwiGLU MLP, and the output head — with their hook points, in one place so each
 // architecture's loop emits them the same way.
+#include <algorithm>
 #include <cmath>
 
 #include "model/arch.h"
@@ -34,17 +35,50 @@ void paged_attention(const ModelConfig& c, int32_t il, Activations& a, ThreadPoo
   const StepTable* table = hooks != nullptr ? hooks->glass() : nullptr;
   const uint8_t* sink_rows = table != nullptr ? table->sink_rows(il) : nullptr;
   const int64_t n_sink_rows = sink_rows != nullptr ? table->rows_needed() : 0;
-  // One work item per (token, query head): each attends over its own sequence up to its position.
-  parallel_for(pool, n * n_heads, n * n_heads * (batch.positions[n - 1] + 1) * hd, [&](int64_t b, int64_t e, int ti) {
-    float* scores = a.scores.data() + static_cast<size_t>(ti) * cache.block_size();
-    for (int64_t item = b; item < e; ++item) {
-      const int64_t t = item / n_heads, h = item % n_heads;
-      const BatchSeq& seq = batch.seqs[batch.seq_index[t]];
-      const int64_t n_sink = t < n_sink_rows ? sink_rows[t] : 0;
-      ops::attend_head(a.q.data() + t * qd + h * hd, kv, h / group, seq.block_table.data(), batch.positions[t] + 1,
-                       scale, a.attn.data() + t * qd + h * hd, scores, n_sink, a.sink_mass.data() + t * n_heads + h);
-    }
-  });
+  // One work item per (KV head, chunk of tile_positions tokens): each run of consecutive positions
+  // of one sequence inside the chunk is one tile — the GQA group's query heads × those positions
+  // against the sequence's keys, each KV block loaded once for all of them. KV-head-major with the
+  // chunks in zig-zag order (first, last, second, ...), so that contiguous ranges of items carry
+  // about equal causal work. A row's result does not depend on its tile, so neither chunking nor
+  // threads nor the other sequences in the batch change it.
+  const int64_t n_kv = c.n_kv_heads, tile_pos = ops::attend_tile_positions(group);
+  const int64_t n_chunks = (n + tile_pos - 1) / tile_pos;
+  const int64_t scratch_floats = cache.attend_scratch_floats(attention_tile_rows(c));
+  parallel_for(pool, n_kv * n_chunks, n * n_heads * (batch.positions[n - 1] + 1) * hd,
+               [&](int64_t b, int64_t e, int ti) {
+                 float* scratch = a.scores.data() + static_cast<size_t>(ti) * scratch_floats;
+                 for (int64_t item = b; item < e; ++item) {
+                   const int64_t h = item / n_chunks, k = item % n_chunks;
+                   const int64_t chunk = k % 2 == 0 ? k / 2 : n_chunks - 1 - k / 2;
+                   const int64_t t_end = std::min(n, (chunk + 1) * tile_pos);
+                   for (int64_t t0 = chunk * tile_pos; t0 < t_end;) {
+                     int64_t t1 = t0 + 1;
+                     while (t1 < t_end && batch.seq_index[t1] == batch.seq_index[t0] &&
+                            batch.positions[t1] == batch.positions[t1 - 1] + 1) {
+                       ++t1;
+                     }
+                     ops::AttendTile tile;
+                     tile.q = a.q.data() + t0 * qd + h * group * hd;
+                     tile.q_stride = qd;
+                     tile.out = a.attn.data() + t0 * qd + h * group * hd;
+                     tile.out_stride = qd;
+                     tile.n_pos = t1 - t0;
+                     tile.n_q = group;
+                     tile.pos0 = batch.positions[t0];
+                     tile.kv_head = h;
+                     tile.block_table = batch.seqs[batch.seq_index[t0]].block_table.data();
+                     tile.scale = scale;
+                     if (t0 < n_sink_rows) {
+                       tile.n_sink = sink_rows + t0;
+                       tile.n_sink_pos = n_sink_rows - t0;
+                       tile.sink_mass = a.sink_mass.data() + t0 * n_heads + h * group;
+                       tile.sink_stride = n_heads;
+                     }
+                     ops::attend_tile(tile, kv, scratch);
+                     t0 = t1;
+                   }
+                 }
+               });
   if (sink_rows != nullptr) table->apply_sinks(il, a.sink_mass.data(), n, n_heads, batch);
 }
 

@@ -17,11 +17,12 @@ namespace gb {
 
 class KvCache {
  public:
-  // n_blocks blocks of block_size token slots for every attention layer of the model: f32,
-  // n_attention_layers · 2 · n_blocks · n_kv_heads · block_size · head_dim floats; for hybrid
-  // models also n_state_slots recurrent states (ignored, and nothing allocated, otherwise).
+  // n_blocks blocks of block_size token slots for every attention layer of the model:
+  // n_attention_layers · 2 · n_blocks · n_kv_heads · block_size · head_dim elements of `dtype`
+  // (F32, BF16 or F16: K/V are rounded to it when stored); for hybrid models also n_state_slots
+  // recurrent states, always f32 (ignored, and nothing allocated, otherwise).
   static Result<std::unique_ptr<KvCache>> create(const ModelConfig& config, int32_t n_blocks, int32_t block_size = 16,
-                                                 int32_t n_state_slots = 8);
+                                                 int32_t n_state_slots = 8, DType dtype = DType::kF32);
 
   // Zero-fills the cache, faulting in every page: a server reserves its memory at start (an
   // out-of-memory there, not under load later) and no step pays first-touch page faults.
@@ -43,12 +44,18 @@ class KvCache {
   size_t state_bytes() const { return state_floats_ * sizeof(float); }
 
   int32_t n_blocks() const { return n_blocks_; }
+  DType dtype() const { return dtype_; }
   int32_t block_size() const { return block_size_; }
   int64_t n_slots() const { return int64_t{n_blocks_} * block_size_; }
-  size_t bytes() const { return (n_floats_ + state_floats_) * sizeof(float); }
+  size_t bytes() const { return n_elems_ * elem_bytes() + state_floats_ * sizeof(float); }
+  // Floats of per-thread scratch that ops::attend_tile needs on this cache (tiles of up to
+  // max_rows query rows).
+  int64_t attend_scratch_floats(int64_t max_rows) const;
 
  private:
-  KvCache(int32_t n_blocks, int32_t block_size, int64_t n_kv_heads, int64_t head_dim, int32_t n_state_slots);
+  KvCache(int32_t n_blocks, int32_t block_size, int64_t n_kv_heads, int64_t head_dim, int32_t n_state_slots,
+          DType dtype);
+  size_t elem_bytes() const { return dtype_ == DType::kF32 ? 4 : 2; }
   float* state_at(int32_t il, int32_t slot) const {
     return state_.get() + (int64_t{lin_index_[il]} * n_state_slots_ + slot) * slot_floats_;
   }
@@ -56,10 +63,12 @@ class KvCache {
   int32_t block_size_;
   int64_t n_kv_heads_;
   int64_t head_dim_;
-  int64_t layer_floats_ = 0;         // floats of K (or V) for one layer
+  DType dtype_;
+  int64_t layer_elems_ = 0;          // elements of K (or V) for one layer
   std::vector<int32_t> attn_index_;  // [n_layers] index among attention layers, -1 for other kinds
-  size_t n_floats_ = 0;
-  std::unique_ptr<float[]> data_;  // [n_attention_layers, 2 (K, V), n_blocks, n_kv_heads, block_size, head_dim] f32
+  size_t n_elems_ = 0;
+  std::unique_ptr<uint8_t[]> data_;  // [n_attention_layers, 2 (K, V), n_blocks, n_kv_heads, block] in dtype_
+                                     // (a block of one head: see ops::PagedKv)
   int32_t n_state_slots_ = 0;
   std::vector<int32_t> lin_index_;  // [n_layers] index among linear-attention layers, -1 for other kinds
   int64_t conv_floats_ = 0;         // per slot and layer: conv window

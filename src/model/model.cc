@@ -154,7 +154,7 @@ Status Model::forward(const Batch& batch, KvCache& cache, const Hooks* hooks, fl
     return Status::error("forward: output rows requested but no logits buffer");
   if (config_.hybrid()) GB_RETURN_IF_ERROR(prepare_recurrent(batch, cache));
   // Attention scratch grows with the cache's block size, once, outside the layer loop.
-  const size_t need = static_cast<size_t>(pool_->size()) * cache.block_size();
+  const size_t need = static_cast<size_t>(pool_->size()) * cache.attend_scratch_floats(attention_tile_rows(config_));
   if (acts_.scores.size() < need) acts_.scores.resize(need);
   acts_.variants = prepare_variants(batch);
   switch (config_.arch) {

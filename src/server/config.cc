@@ -537,6 +537,8 @@ Status validate_config(const EnvLookup& env, ServerConfig* cfg) {
   if (cfg->host.empty()) return Status::error("host: must not be empty");
   if (cfg->kv_cache_bytes > 0 && cfg->kv_cache_fraction > 0)
     return Status::error("kv_cache_bytes and kv_cache_fraction: set one, not both");
+  if (cfg->kv_cache_dtype != "f32" && cfg->kv_cache_dtype != "bf16" && cfg->kv_cache_dtype != "f16")
+    return Status::error("kv_cache_dtype: must be f32, bf16 or f16, got '" + brief_name(cfg->kv_cache_dtype) + "'");
   if (!parse_massive_median(cfg->monitor_median))
     return Status::error("monitor_median: must be layer or token, got '" + brief_name(cfg->monitor_median) + "'");
   if (!parse_massive_fire(cfg->monitor_fire_on))

@@ -93,6 +93,7 @@ struct ServerConfig {
   int64_t kv_cache_memory = int64_t{4} << 30;  // budget: max_num_seqs sequences of max_model_len, at most this
   int64_t kv_cache_bytes = 0;                  // exact size instead of the budget rule; 0: unset
   double kv_cache_fraction = 0;                // exact size as a fraction of physical RAM; 0: unset
+  std::string kv_cache_dtype = "f32";          // K/V element type: f32, bf16 or f16
   int64_t threads = 0;                         // compute threads; 0: all cores
 
   // HTTP
@@ -167,6 +168,8 @@ void visit_fields(Config& c, F&& f) {
   f(FieldInfo{"kv_cache_fraction", "KV cache size as a fraction of RAM, instead of the kv_cache_memory rule (0: unset)",
               0, 1},
     c.kv_cache_fraction);
+  f(FieldInfo{"kv_cache_dtype", "K/V element type: f32, bf16 or f16 (bf16/f16: half the KV memory and traffic)"},
+    c.kv_cache_dtype);
   f(FieldInfo{"threads", "compute threads (0: all cores)", 0, 4096}, c.threads);
   f(FieldInfo{"host", "address to listen on"}, c.host);
   f(FieldInfo{"port", "TCP port (0: any free port)", 0, 65535}, c.port);

@@ -2,6 +2,7 @@
 // batch, on how its prompt is chunked, or on whether it was decoded incrementally with the cache.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 
 #include "observers.h"
@@ -75,6 +76,50 @@ TEST_P(Invariance, AloneEqualsInsideMixedBatch) {
   EXPECT_LE(e1, 1e-5);
   EXPECT_LE(e2, 1e-5);
   std::printf("%s: alone vs mixed batch max |diff| %.2g / %.2g\n", GetParam(), e1, e2);
+}
+
+// Bitwise: a mixed step (a prefill chunk starting mid-block beside other prompts and decode tokens)
+// gives the same logits at 1, 2 and 3 threads, and A's rows equal A fed alone in one forward —
+// for f32 and bf16 KV (the tiled attention's rows do not depend on their tile, chunk or thread).
+TEST_P(Invariance, ThreadsAndBatchBitwiseForEveryKvDtype) {
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    std::vector<float> first;
+    for (int threads : {1, 2, 3}) {
+      auto m = load(GetParam(), threads);
+      ASSERT_NE(m, nullptr);
+      const int64_t vocab = m->config().vocab;
+      const auto a = random_ids(37, vocab, 4), b = random_ids(6, vocab, 5), c = random_ids(50, vocab, 6);
+      auto cache = KvCache::create(m->config(), 32, 16, 8, dtype);
+      ASSERT_TRUE(cache.is_ok());
+      const std::vector<int32_t> ta = {5, 1, 9}, tb = {2}, tc = {7, 0, 3, 8}, tn = {4, 6, 10};
+      Batch batch;
+      batch.add_sequence(std::span(a).first(21), 0, ta, 16, false);
+      batch.add_sequence(b, 0, tb, 16, false);
+      batch.add_sequence(c, 0, tc, 16, false);
+      std::vector<float> logits(batch.n_out() * vocab);
+      ASSERT_TRUE(m->forward(batch, **cache, nullptr, logits.data()).is_ok());
+      batch.clear();
+      const int32_t nb[] = {3}, nc[] = {11};
+      batch.add_sequence(nb, 6, tb, 16, true);
+      batch.add_sequence(std::span(a).subspan(21), 21, ta, 16, true);  // starts mid-block
+      batch.add_sequence(nc, 50, tc, 16, true);
+      logits.assign(batch.n_out() * vocab, 0.0f);
+      ASSERT_TRUE(m->forward(batch, **cache, nullptr, logits.data()).is_ok());
+      if (first.empty()) {
+        first = logits;
+      } else {
+        EXPECT_EQ(logits, first) << dtype_name(dtype) << " " << threads << " threads";
+      }
+      // A alone: its 37 tokens in one forward; rows 21..36 must equal the mixed step's.
+      auto alone_cache = KvCache::create(m->config(), 32, 16, 8, dtype);
+      Batch alone;
+      alone.add_sequence(a, 0, tn, 16, true);
+      std::vector<float> la(alone.n_out() * vocab);
+      ASSERT_TRUE(m->forward(alone, **alone_cache, nullptr, la.data()).is_ok());
+      EXPECT_TRUE(std::equal(la.begin() + 21 * vocab, la.end(), logits.begin() + 1 * vocab))
+          << dtype_name(dtype) << " " << threads << " threads: A alone vs in the mixed batch";
+    }
+  }
 }
 
 TEST_P(Invariance, IncrementalDecodeEqualsFullRecomputation) {

@@ -1,0 +1,206 @@
+// Paged attention at Qwen3-0.6B shapes (16 query heads, 8 KV heads, head_dim 128, blocks of 16):
+// a prefill chunk of N tokens from position 0 and one decode token at context C, the per-(token,
+// head) loop the engine ran before the tiled kernels ("old": a copy of it, on its own key layout)
+// against ops::attend_tile ("tile", with f32 / bf16 / f16 KV), 1 and 2 threads, the variants
+// interleaved back to back in every repetition (the host is noisy; compare within one run).
+// The work split is paged_attention's (src/model/blocks.cc): old = contiguous ranges of
+// (token, head) items, tile = KV-head-major chunks in zig-zag order.
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "ops/attention.h"
+#include "ops/cpu_features.h"
+#include "ops/dot.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using gb::DType;
+
+constexpr int64_t kHeads = 16, kKvHeads = 8, kHd = 128, kBs = 16, kGroup = kHeads / kKvHeads;
+
+// The attention loop before the tiled kernels, verbatim but for the names: keys row-major
+// [block_size, head_dim] per head and block.
+void old_attend_head(const float* q, const float* kc, const float* vc, int64_t hd, int64_t kv_head,
+                     const int32_t* table, int64_t n_ctx, float scale, float* out, float* scores) {
+  float running_max = -std::numeric_limits<float>::infinity();
+  float running_sum = 0.0f;
+  std::fill(out, out + hd, 0.0f);
+  for (int64_t start = 0; start < n_ctx; start += kBs) {
+    const int64_t n = std::min(kBs, n_ctx - start);
+    const float* kb = kc + (table[start / kBs] * kKvHeads + kv_head) * kBs * hd;
+    const float* vb = vc + (table[start / kBs] * kKvHeads + kv_head) * kBs * hd;
+    float block_max = running_max;
+    for (int64_t j = 0; j < n; ++j) {
+      scores[j] = gb::ops::dot(q, kb + j * hd, hd) * scale;
+      block_max = std::max(block_max, scores[j]);
+    }
+    const float correction = std::exp(running_max - block_max);
+    running_sum *= correction;
+    for (int64_t i = 0; i < hd; ++i) out[i] *= correction;
+    for (int64_t j = 0; j < n; ++j) {
+      const float p = std::exp(scores[j] - block_max);
+      running_sum += p;
+      for (int64_t i = 0; i < hd; ++i) out[i] += p * vb[j * hd + i];
+    }
+    running_max = block_max;
+  }
+  const float inv = running_sum > 0.0f ? 1.0f / running_sum : 0.0f;
+  for (int64_t i = 0; i < hd; ++i) out[i] *= inv;
+}
+
+template <class F>
+void parallel(gb::ThreadPool& pool, int64_t n, F&& fn) {
+  pool.run([&](int ti) {
+    const gb::Range r = gb::split_range(n, ti, pool.size());
+    if (r.begin < r.end) fn(r.begin, r.end, ti);
+  });
+}
+
+struct Case {
+  const char* name;
+  int64_t n_tokens;  // query tokens: positions ctx - n_tokens .. ctx - 1
+  int64_t ctx;
+};
+
+struct Data {
+  std::vector<float> k_old, v_old;  // old layout, f32
+  std::vector<uint8_t> k[3], v[3];  // new layout: f32, bf16, f16
+  std::vector<int32_t> table;
+  std::vector<float> q, out;
+  int64_t n_blocks = 0;
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"paged attention: old per-head loop vs tiled kernel"};
+  int reps = 7;
+  std::vector<int> threads = {1, 2};
+  app.add_option("--reps", reps, "repetitions (each variant once per repetition, interleaved)")->capture_default_str();
+  app.add_option("--threads", threads, "thread counts")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+
+  const Case cases[] = {{"prefill 512", 512, 512},
+                        {"prefill 4096", 4096, 4096},
+                        {"decode ctx 512", 1, 512},
+                        {"decode ctx 4096", 1, 4096}};
+  const DType dtypes[3] = {DType::kF32, DType::kBF16, DType::kF16};
+  std::printf("ISA %s; %lld q heads, %lld kv heads, head_dim %lld, block %lld; ms per call, median [min, max] of %d\n",
+              std::string(gb::ops::isa_name(gb::ops::active_isa())).c_str(), (long long)kHeads, (long long)kKvHeads,
+              (long long)kHd, (long long)kBs, reps);
+  for (int nt : threads) {
+    gb::ThreadPool pool(nt);
+    for (const Case& c : cases) {
+      Data d;
+      d.n_blocks = (c.ctx + kBs - 1) / kBs;
+      const int64_t elems = d.n_blocks * kKvHeads * kBs * kHd;
+      std::mt19937 rng(1);
+      std::normal_distribution<float> nd(0.0f, 1.0f);
+      d.k_old.resize(elems);
+      d.v_old.resize(elems);
+      for (auto& x : d.k_old) x = nd(rng);
+      for (auto& x : d.v_old) x = nd(rng);
+      for (int64_t b = 0; b < d.n_blocks; ++b) d.table.push_back(static_cast<int32_t>((b * 7 + 3) % d.n_blocks));
+      if (d.n_blocks % 7 == 0) {
+        for (int64_t b = 0; b < d.n_blocks; ++b) d.table[b] = static_cast<int32_t>(b);
+      }
+      gb::ops::PagedKv kv[3];
+      for (int t = 0; t < 3; ++t) {
+        const int64_t eb = dtypes[t] == DType::kF32 ? 4 : 2;
+        d.k[t].resize(elems * eb);
+        d.v[t].resize(elems * eb);
+        kv[t] = gb::ops::PagedKv{d.k[t].data(), d.v[t].data(), d.n_blocks, kKvHeads, kBs, kHd, dtypes[t]};
+      }
+      // The same keys/values in every layout (slot = block · 16 + offset).
+      std::vector<float> krow(kKvHeads * kHd), vrow(kKvHeads * kHd);
+      for (int64_t slot = 0; slot < d.n_blocks * kBs; ++slot) {
+        const int64_t b = slot / kBs, off = slot % kBs;
+        for (int64_t h = 0; h < kKvHeads; ++h) {
+          for (int64_t i = 0; i < kHd; ++i) {
+            krow[h * kHd + i] = d.k_old[((b * kKvHeads + h) * kBs + off) * kHd + i];
+            vrow[h * kHd + i] = d.v_old[((b * kKvHeads + h) * kBs + off) * kHd + i];
+          }
+        }
+        for (int t = 0; t < 3; ++t) gb::ops::kv_store(kv[t], slot, krow.data(), vrow.data());
+      }
+      const int64_t n = c.n_tokens, qd = kHeads * kHd, pos_first = c.ctx - n;
+      d.q.resize(n * qd);
+      for (auto& x : d.q) x = nd(rng);
+      d.out.resize(n * qd);
+      const float scale = 1.0f / std::sqrt(static_cast<float>(kHd));
+      const int64_t tile_pos = gb::ops::attend_tile_positions(kGroup);
+      const int64_t scratch_floats = gb::ops::attend_scratch_floats(kv[0], tile_pos * kGroup);
+      std::vector<float> scratch(static_cast<size_t>(nt) * scratch_floats);
+
+      auto run_old = [&] {
+        parallel(pool, n * kHeads, [&](int64_t b, int64_t e, int ti) {
+          for (int64_t item = b; item < e; ++item) {
+            const int64_t t = item / kHeads, h = item % kHeads;
+            old_attend_head(d.q.data() + t * qd + h * kHd, d.k_old.data(), d.v_old.data(), kv[0].head_dim, h / kGroup,
+                            d.table.data(), pos_first + t + 1, scale, d.out.data() + t * qd + h * kHd,
+                            scratch.data() + ti * scratch_floats);
+          }
+        });
+      };
+      auto run_tile = [&](const gb::ops::PagedKv& cache) {
+        const int64_t n_chunks = (n + tile_pos - 1) / tile_pos;
+        parallel(pool, kKvHeads * n_chunks, [&](int64_t b, int64_t e, int ti) {
+          for (int64_t item = b; item < e; ++item) {
+            const int64_t h = item / n_chunks, k = item % n_chunks;
+            const int64_t chunk = k % 2 == 0 ? k / 2 : n_chunks - 1 - k / 2;
+            const int64_t t0 = chunk * tile_pos, t1 = std::min(n, t0 + tile_pos);
+            gb::ops::AttendTile tile;
+            tile.q = d.q.data() + t0 * qd + h * kGroup * kHd;
+            tile.q_stride = qd;
+            tile.out = d.out.data() + t0 * qd + h * kGroup * kHd;
+            tile.out_stride = qd;
+            tile.n_pos = t1 - t0;
+            tile.n_q = kGroup;
+            tile.pos0 = pos_first + t0;
+            tile.kv_head = h;
+            tile.block_table = d.table.data();
+            tile.scale = scale;
+            gb::ops::attend_tile(tile, cache, scratch.data() + ti * scratch_floats);
+          }
+        });
+      };
+      const char* names[4] = {"old f32", "tile f32", "tile bf16", "tile f16"};
+      std::vector<double> ms[4];
+      for (int r = -1; r < reps; ++r) {  // one warm-up round
+        for (int v = 0; v < 4; ++v) {
+          const auto t0 = Clock::now();
+          if (v == 0) {
+            run_old();
+          } else {
+            run_tile(kv[v - 1]);
+          }
+          const double dt = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+          if (r >= 0) ms[v].push_back(dt);
+        }
+      }
+      const double base = median(ms[0]);
+      for (int v = 0; v < 4; ++v) {
+        std::printf("t%d %-16s %-9s %10.3f [%.3f, %.3f]  x%.2f\n", nt, c.name, names[v], median(ms[v]),
+                    *std::min_element(ms[v].begin(), ms[v].end()), *std::max_element(ms[v].begin(), ms[v].end()),
+                    base / median(ms[v]));
+      }
+    }
+  }
+  return 0;
+}

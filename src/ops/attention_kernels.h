@@ -1,0 +1,29 @@
+// Internal interface between the attention dispatcher (attention.cc) and the per-ISA tile kernels
+// (attention_avx2.cc, attention_avx512.cc), which include attention_simd_inl.h.
+#pragma once
+
+#include <cstdint>
+
+#include "ops/attention.h"
+
+namespace gb::ops {
+
+// Scratch layout shared by every kernel (floats): running max [R], running sum [R], scores
+// [R, kAttnKeyPad-padded block], one block's keys widened [head_dim, padded block], one block's
+// values widened [block_size, head_dim].
+// (static: no copy of it is shared between files compiled with different -m flags.)
+inline constexpr int64_t kAttnKeyPad = 16;
+static inline int64_t attn_padded_block(int64_t block_size) {
+  return (block_size + kAttnKeyPad - 1) / kAttnKeyPad * kAttnKeyPad;
+}
+
+#if defined(__x86_64__)
+namespace avx2 {
+void attend_tile(const AttendTile& t, const PagedKv& kv, float* scratch);
+}
+namespace avx512 {
+void attend_tile(const AttendTile& t, const PagedKv& kv, float* scratch);
+}
+#endif
+
+}  // namespace gb::ops

@@ -1,0 +1,269 @@
+// The SIMD tile kernel of ops::attend_tile, written once against a small vector vocabulary V
+// and instantiated per ISA: attention_avx2.cc and attention_avx512.cc include this file inside
+// their own namespace after defining V (so no symbol is shared between files compiled with
+// different -m flags, and no std template is instantiated here).
+//
+// Bitwise the same on every V: each score lane is one key's dot product (FMAs over head_dim, even
+// and odd elements in two chains, in index order), each output element an FMA chain over the
+// block's keys in order, the exponential the same polynomial per lane, and a block's sum of
+// weights reduced in 8-lane chunks then hsum8. These files are compiled with -ffp-contract=off:
+// every FMA is an explicit one. A row's result depends only on its query, its own keys and
+// their block order — never on the other rows of its tile.
+// No include guard on purpose.
+
+inline int64_t attn_min(int64_t a, int64_t b) { return a < b ? a : b; }
+inline int64_t attn_max(int64_t a, int64_t b) { return a > b ? a : b; }
+
+// PagedKv's block addresses, here again: inline members of a baseline header must not be
+// instantiated in a file compiled with wider -m flags (the linker could keep that copy).
+inline const uint8_t* attn_kptr(const PagedKv& kv, int64_t b, int64_t h) {
+  const int64_t eb = kv.dtype == DType::kF32 ? 4 : 2;
+  return static_cast<const uint8_t*>(kv.k) + (b * kv.n_kv_heads + h) * kv.block_size * kv.head_dim * eb;
+}
+inline const uint8_t* attn_vptr(const PagedKv& kv, int64_t b, int64_t h) {
+  const int64_t eb = kv.dtype == DType::kF32 ? 4 : 2;
+  return static_cast<const uint8_t*>(kv.v) + (b * kv.n_kv_heads + h) * kv.block_size * kv.head_dim * eb;
+}
+
+inline float attn_hsum8(__m256 x) {
+  __m128 r = _mm256_extractf128_ps(x, 1);
+  r = _mm_add_ps(r, _mm256_castps256_ps128(x));
+  r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+  r = _mm_add_ss(r, _mm_movehdup_ps(r));
+  return _mm_cvtss_f32(r);
+}
+
+// exp(x) for x <= 0 (Cephes expf: Cody-Waite reduction, degree-6 polynomial, within 2 ulp);
+// x < -87 (and -inf) gives exactly 0, NaN stays NaN.
+inline V::F attn_exp(V::F x) {
+  using F = V::F;
+  const F lo = V::set1(-87.0f);
+  const F xc = V::max(lo, x);  // NaN x: x (max returns its second operand on NaN)
+  const F fx = V::round(V::mul(xc, V::set1(1.44269504088896341f)));
+  F r = V::fma(fx, V::set1(-0.693359375f), xc);
+  r = V::fma(fx, V::set1(2.12194440e-4f), r);
+  F y = V::set1(1.9875691500e-4f);
+  y = V::fma(y, r, V::set1(1.3981999507e-3f));
+  y = V::fma(y, r, V::set1(8.3334519073e-3f));
+  y = V::fma(y, r, V::set1(4.1665795894e-2f));
+  y = V::fma(y, r, V::set1(1.6666665459e-1f));
+  y = V::fma(y, r, V::set1(5.0000001201e-1f));
+  y = V::fma(y, V::mul(r, r), r);
+  y = V::add(y, V::set1(1.0f));
+  return V::zero_below(x, lo, V::ldexp(y, fx));
+}
+
+inline float attn_exp_scalar(float x) { return V::first(attn_exp(V::set1(x))); }
+
+// The tile's view of one KV block: keys as f32 [head_dim, ks], values as f32 [.., head_dim].
+struct AttnBlock {
+  const float* kt;
+  int64_t ks;
+  const float* vb;
+};
+
+inline float attn_widen(const uint8_t* p, DType d) {
+  uint16_t h;
+  __builtin_memcpy(&h, p, 2);
+  if (d == DType::kF16) return _cvtsh_ss(h);
+  const uint32_t u = static_cast<uint32_t>(h) << 16;
+  float f;
+  __builtin_memcpy(&f, &u, 4);
+  return f;
+}
+
+// n elements of dtype d at src -> f32 dst.
+inline void attn_widen_run(const uint8_t* src, DType d, int64_t n, float* dst) {
+  int64_t i = 0;
+  const uint16_t* s = reinterpret_cast<const uint16_t*>(src);
+  if (d == DType::kF16) {
+    for (; i + V::kLanes <= n; i += V::kLanes) V::store(dst + i, V::widen_f16(s + i));
+  } else {
+    for (; i + V::kLanes <= n; i += V::kLanes) V::store(dst + i, V::widen_bf16(s + i));
+  }
+  for (; i < n; ++i) dst[i] = attn_widen(src + 2 * i, d);
+}
+
+// Block b's keys (and, with n_vals > 0, its first n_vals values) as f32: in place for f32 with a
+// block that is a whole number of vectors, else widened / padded into scratch (padding lanes 0).
+inline AttnBlock attn_block(const PagedKv& kv, int64_t b, int64_t h, int64_t n_vals, float* kscr, float* vscr) {
+  const int64_t bs = kv.block_size, hd = kv.head_dim, bsp = attn_padded_block(bs);
+  const uint8_t* kb = attn_kptr(kv, b, h);
+  const uint8_t* vb = attn_vptr(kv, b, h);
+  if (kv.dtype == DType::kF32) {
+    const float* kf = reinterpret_cast<const float*>(kb);
+    if (bs % V::kLanes == 0) return {kf, bs, reinterpret_cast<const float*>(vb)};
+    for (int64_t i = 0; i < hd; ++i) {
+      for (int64_t j = 0; j < bsp; ++j) kscr[i * bsp + j] = j < bs ? kf[i * bs + j] : 0.0f;
+    }
+    return {kscr, bsp, reinterpret_cast<const float*>(vb)};
+  }
+  for (int64_t i = 0; i < hd; ++i) {
+    attn_widen_run(kb + i * bs * 2, kv.dtype, bs, kscr + i * bsp);
+    for (int64_t j = bs; j < bsp; ++j) kscr[i * bsp + j] = 0.0f;
+  }
+  if (n_vals > 0) attn_widen_run(vb, kv.dtype, n_vals * hd, vscr);
+  return {kscr, bsp, vscr};
+}
+
+// Scores of NR rows against the block's keys, nc vectors of keys: s[r][k] = scale · q[r]·key k.
+template <int NR>
+inline void attn_qk(const float* const* q, const AttnBlock& blk, int64_t hd, int64_t nc, float scale, float* const* s) {
+  using F = V::F;
+  for (int64_t c = 0; c < nc; ++c) {
+    const float* kt = blk.kt + c * V::kLanes;
+    F a0[NR], a1[NR];
+    for (int r = 0; r < NR; ++r) a0[r] = a1[r] = V::zero();
+    int64_t i = 0;
+    for (; i + 2 <= hd; i += 2) {
+      const F k0 = V::load(kt + i * blk.ks), k1 = V::load(kt + (i + 1) * blk.ks);
+      for (int r = 0; r < NR; ++r) {
+        a0[r] = V::fma(V::set1(q[r][i]), k0, a0[r]);
+        a1[r] = V::fma(V::set1(q[r][i + 1]), k1, a1[r]);
+      }
+    }
+    if (i < hd) {
+      const F k0 = V::load(kt + i * blk.ks);
+      for (int r = 0; r < NR; ++r) a0[r] = V::fma(V::set1(q[r][i]), k0, a0[r]);
+    }
+    for (int r = 0; r < NR; ++r) V::store(s[r] + c * V::kLanes, V::mul(V::add(a0[r], a1[r]), V::set1(scale)));
+  }
+}
+
+// Scores of rows [r0, r1) of the tile (row r: query qr[r], scores at S + r · bsp).
+inline void attn_qk_rows(const float* const* qr, int64_t r0, int64_t r1, const AttnBlock& blk, int64_t hd, int64_t nc,
+                         float scale, float* S, int64_t bsp) {
+  int64_t r = r0;
+  for (; r + V::kQkRows <= r1; r += V::kQkRows) {
+    float* s[V::kQkRows];
+    for (int k = 0; k < V::kQkRows; ++k) s[k] = S + (r + k) * bsp;
+    attn_qk<V::kQkRows>(qr + r, blk, hd, nc, scale, s);
+  }
+  for (; r < r1; ++r) {
+    float* s[1] = {S + r * bsp};
+    attn_qk<1>(qr + r, blk, hd, nc, scale, s);
+  }
+}
+
+// out[i] = out[i] · corr + Σ_j p[j] · v[j, i] over j < nk, for NV vectors from element i0.
+template <int NV>
+inline void attn_pv(float* out, int64_t i0, float corr, const float* p, const float* v, int64_t hd, int64_t nk) {
+  using F = V::F;
+  F a[NV];
+  const F c = V::set1(corr);
+  for (int k = 0; k < NV; ++k) a[k] = V::mul(V::load(out + i0 + k * V::kLanes), c);
+  for (int64_t j = 0; j < nk; ++j) {
+    const F pj = V::set1(p[j]);
+    const float* vj = v + j * hd + i0;
+    for (int k = 0; k < NV; ++k) a[k] = V::fma(pj, V::load(vj + k * V::kLanes), a[k]);
+  }
+  for (int k = 0; k < NV; ++k) V::store(out + i0 + k * V::kLanes, a[k]);
+}
+
+inline void attn_pv_row(float* out, float corr, const float* p, const float* v, int64_t hd, int64_t nk) {
+  constexpr int64_t W = V::kLanes;
+  int64_t i = 0;
+  for (; i + 8 * W <= hd; i += 8 * W) attn_pv<8>(out, i, corr, p, v, hd, nk);
+  for (; i + 4 * W <= hd; i += 4 * W) attn_pv<4>(out, i, corr, p, v, hd, nk);
+  for (; i + W <= hd; i += W) attn_pv<1>(out, i, corr, p, v, hd, nk);
+  for (; i < hd; ++i) {
+    float a = out[i] * corr;
+    for (int64_t j = 0; j < nk; ++j) a = __builtin_fmaf(p[j], v[j * hd + i], a);
+    out[i] = a;
+  }
+}
+
+// Lanes k >= n of s -> -inf (n may be <= 0 or >= the width). Returns the masked scores' maximum
+// with m.
+inline float attn_mask_max(float* s, int64_t nc, int64_t n, float m) {
+  V::F mx = V::set1(m);
+  for (int64_t c = 0; c < nc; ++c) {
+    const V::F x = V::mask_tail(V::load(s + c * V::kLanes), n - c * V::kLanes);
+    V::store(s + c * V::kLanes, x);
+    mx = V::max(mx, x);
+  }
+  return V::hmax(mx);
+}
+
+// s[k] -> exp(s[k] - m); returns their sum (8-lane chunks in order, then hsum8).
+inline float attn_exp_sum(float* s, int64_t nc, float m) {
+  __m256 acc = _mm256_setzero_ps();
+  const V::F mv = V::set1(m);
+  for (int64_t c = 0; c < nc; ++c) {
+    const V::F p = attn_exp(V::sub(V::load(s + c * V::kLanes), mv));
+    V::store(s + c * V::kLanes, p);
+    acc = V::sum8(acc, p);
+  }
+  return attn_hsum8(acc);
+}
+
+inline void attend_tile_any(const AttendTile& t, const PagedKv& kv, float* scratch) {
+  const int64_t bs = kv.block_size, hd = kv.head_dim, bsp = attn_padded_block(bs);
+  const int64_t nc = (bs + V::kLanes - 1) / V::kLanes;
+  const int64_t R = t.n_pos * t.n_q;
+  float* m = scratch;
+  float* l = m + R;
+  float* S = l + R;
+  float* kscr = S + R * bsp;
+  float* vscr = kscr + hd * bsp;
+  // Row pointers on the stack: tiles are small (attend_tile_positions).
+  constexpr int64_t kMaxRows = 256;
+  const float* qr[kMaxRows];
+  float* orow[kMaxRows];
+  for (int64_t i = 0; i < t.n_pos; ++i) {
+    for (int64_t j = 0; j < t.n_q; ++j) {
+      const int64_t r = i * t.n_q + j;
+      qr[r] = t.q + i * t.q_stride + j * hd;
+      orow[r] = t.out + i * t.out_stride + j * hd;
+      m[r] = -__builtin_inff();
+      l[r] = 0.0f;
+      for (int64_t e = 0; e < hd; ++e) orow[r][e] = 0.0f;
+    }
+  }
+  const int64_t max_ctx = t.pos0 + t.n_pos;
+  for (int64_t start = 0; start < max_ctx; start += bs) {
+    const int64_t i_min = attn_max(0, start - t.pos0);  // positions that see this block
+    const int64_t r0 = i_min * t.n_q;
+    const AttnBlock blk =
+        attn_block(kv, t.block_table[start / bs], t.kv_head, attn_min(bs, max_ctx - start), kscr, vscr);
+    attn_qk_rows(qr, r0, R, blk, hd, nc, t.scale, S, bsp);
+    for (int64_t r = r0; r < R; ++r) {
+      const int64_t nk = attn_min(bs, t.pos0 + r / t.n_q + 1 - start);
+      float* s = S + r * bsp;
+      const float bm = attn_mask_max(s, nc, nk, m[r]);
+      const float corr = attn_exp_scalar(m[r] - bm);  // exp(-inf) = 0 on the first block
+      const float sum = attn_exp_sum(s, nc, bm);
+      l[r] = __builtin_fmaf(l[r], corr, sum);
+      m[r] = bm;
+      attn_pv_row(orow[r], corr, s, blk.vb, hd, nk);
+    }
+  }
+  for (int64_t r = 0; r < R; ++r) {
+    const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+    float* o = orow[r];
+    int64_t e = 0;
+    for (; e + V::kLanes <= hd; e += V::kLanes) V::store(o + e, V::mul(V::load(o + e), V::set1(inv)));
+    for (; e < hd; ++e) o[e] *= inv;
+  }
+  if (t.n_sink == nullptr) return;
+  // Attention sinks: the first positions' weights under the final maximum and sum, from the same
+  // scores (same kernel, same inputs) the loop normalised.
+  for (int64_t i = 0; i < attn_min(t.n_sink_pos, t.n_pos); ++i) {
+    if (t.n_sink[i] == 0) continue;
+    const int64_t cnt = attn_min(t.n_sink[i], t.pos0 + i + 1);
+    for (int64_t j = 0; j < t.n_q; ++j) {
+      const int64_t r = i * t.n_q + j;
+      float mass = 0.0f;
+      for (int64_t start = 0; start < cnt; start += bs) {
+        const AttnBlock blk = attn_block(kv, t.block_table[start / bs], t.kv_head, 0, kscr, vscr);
+        attn_qk_rows(qr, r, r + 1, blk, hd, nc, t.scale, S, bsp);
+        float* s = S + r * bsp;
+        attn_mask_max(s, nc, attn_min(bs, cnt - start), m[r]);
+        mass += attn_exp_sum(s, nc, m[r]);
+      }
+      const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+      const float share = mass * inv;
+      t.sink_mass[i * t.sink_stride + j] = share < 1.0f ? share : 1.0f;  // not above 1 by rounding
+    }
+  }
+}
