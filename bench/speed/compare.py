@@ -11,7 +11,8 @@ the figure `glassbox bench` prints). Usage:
       --models DIR/gguf --types bf16,q8_0,q4_0,q4_k_m --threads 2 --reps 3 \\
       --tests pp512,pp4096,tg64 --bandwidth 32.0
 
-Without --llama-bench only Glassbox is measured. Files are DIR/model-<type>.gguf
+Without --llama-bench only Glassbox is measured; --peer-glassbox BIN measures another Glassbox
+build as the peer instead (before/after a change). Files are DIR/model-<type>.gguf
 (glassbox-make-model writes them). Run niced peers off the machine: the host is shared.
 """
 import argparse
@@ -47,6 +48,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--glassbox", default="build/glassbox")
     ap.add_argument("--llama-bench", default="")
+    ap.add_argument("--peer-glassbox", default="", help="another glassbox binary as the peer (before/after)")
     ap.add_argument("--models", required=True)
     ap.add_argument("--types", default="bf16,q8_0,q4_0")
     ap.add_argument("--tests", default="pp512,tg64")
@@ -54,7 +56,8 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--bandwidth", type=float, default=0.0, help="read GB/s (bench_ops_stream)")
     o = ap.parse_args()
-    print("| type | test | llama.cpp t/s | Glassbox t/s | ratio | decode % of limit |")
+    peer = "peer Glassbox" if o.peer_glassbox else "llama.cpp"
+    print(f"| type | test | {peer} t/s | Glassbox t/s | ratio | decode % of limit |")
     print("| --- | --- | --- | --- | --- | --- |")
     for t in o.types.split(","):
         model = f"{o.models}/model-{t}.gguf"
@@ -63,7 +66,9 @@ def main():
             for _ in range(o.reps):  # interleaved rep by rep
                 v, wbytes = run_glassbox(o.glassbox, model, test, o.threads)
                 gb.append(v)
-                if o.llama_bench:
+                if o.peer_glassbox:
+                    ll.append(run_glassbox(o.peer_glassbox, model, test, o.threads)[0])
+                elif o.llama_bench:
                     ll.append(run_llama(o.llama_bench, model, test, o.threads))
             ratio = f"{statistics.median(gb) / statistics.median(ll):.2f}x" if ll else "-"
             share = "-"
