@@ -186,6 +186,20 @@ KernelSet kernel_set(Isa isa) {
   return {scalar::rows, scalar::quantize, 0, scalar::dequant_k, scalar::rows_k, scalar::quantize_k};
 }
 
+// Activation rounding of n tokens: on the calling thread when small, else split over the pool.
+template <typename F>
+void for_token_ranges(ThreadPool& pool, int64_t n, int64_t cols, const F& f) {
+  const int n_threads = pool.size();
+  if (n * cols < (int64_t{1} << 16) || n_threads == 1) {
+    f(0, n);
+    return;
+  }
+  pool.run([&](int ti) {
+    const Range tr = split_range(n, ti, n_threads);
+    f(tr.begin, tr.end);
+  });
+}
+
 // Rows per chunk when K-quant rows are dequantized to f32 before the F32 kernel.
 constexpr int64_t kDequantRows = 16;
 
@@ -541,17 +555,9 @@ void matmul(ThreadPool& pool, const float* x, int64_t n, const Weight& w, float*
     float* xd = reinterpret_cast<float*>(buf);
     int32_t* xs = reinterpret_cast<int32_t*>(buf + n * nb * 4);
     int8_t* xq = reinterpret_cast<int8_t*>(buf + n * nb * 8);
-    auto quantize_tokens = [&](int64_t t0, int64_t t1) {
+    for_token_ranges(pool, n, cols, [&](int64_t t0, int64_t t1) {
       for (int64_t t = t0; t < t1; ++t) k.quantize(x + t * cols, cols, xd + t * nb, xq + t * cols, xs + t * nb);
-    };
-    if (n * cols < (int64_t{1} << 16) || n_threads == 1) {
-      quantize_tokens(0, n);
-    } else {
-      pool.run([&](int ti) {
-        const Range tr = split_range(n, ti, n_threads);
-        quantize_tokens(tr.begin, tr.end);
-      });
-    }
+    });
     a.xd = xd;
     a.xs = xs;
     a.xq = xq;
@@ -585,18 +591,10 @@ void matmul(ThreadPool& pool, const float* x, int64_t n, const Weight& w, float*
     int32_t* kb32 = reinterpret_cast<int32_t*>(buf + n * nb * 4);
     int16_t* kb = reinterpret_cast<int16_t*>(buf + n * nb * 4 + n * cols / 8);
     int8_t* kq = reinterpret_cast<int8_t*>(buf + n * nb * 4 + n * cols / 4);
-    auto quantize_tokens = [&](int64_t t0, int64_t t1) {
+    for_token_ranges(pool, n, cols, [&](int64_t t0, int64_t t1) {
       for (int64_t t = t0; t < t1; ++t)
         k.quantize_k(x + t * cols, cols, kd + t * nb, kq + t * cols, kb + t * cols / 16, kb32 + t * cols / 32);
-    };
-    if (n * cols < (int64_t{1} << 16) || n_threads == 1) {
-      quantize_tokens(0, n);
-    } else {
-      pool.run([&](int ti) {
-        const Range tr = split_range(n, ti, n_threads);
-        quantize_tokens(tr.begin, tr.end);
-      });
-    }
+    });
     a.kd = kd;
     a.kq = kq;
     a.kb = kb;

@@ -46,6 +46,22 @@ inline int prefetch_rows(const KernelArgs& a, int64_t r0) {
   return left <= 0 ? 0 : left < R ? static_cast<int>(left) : R;
 }
 
+// Token tiles: f(TokTile<4>{}, t) for every 4 tokens of [t0, t1), then one tile of the 3, 2 or 1
+// left (T is a template parameter of the tile kernels).
+template <int T>
+struct TokTile {};
+template <typename F>
+inline void token_tiles(int64_t t0, int64_t t1, const F& f) {
+  int64_t t = t0;
+  for (; t + 4 <= t1; t += 4) f(TokTile<4>{}, t);
+  switch (t1 - t) {
+    case 3: f(TokTile<3>{}, t); break;
+    case 2: f(TokTile<2>{}, t); break;
+    case 1: f(TokTile<1>{}, t); break;
+    default: break;
+  }
+}
+
 // Software prefetch of the next group of rows while a group of R rows is swept block by block:
 // the next rows are contiguous (R·w_stride bytes), so they are fetched in address order, spread
 // evenly over the current group's blocks, one cache line each. Measured against prefetching
@@ -292,14 +308,7 @@ template <DType D>
 inline void rows_q_small(const KernelArgs& a, int64_t r0, int64_t r1) {
   for (int64_t rb = r0; rb < r1; rb += 8) {
     const int64_t re = min64(r1, rb + 8);
-    int64_t t = 0;
-    for (; t + 4 <= a.n; t += 4) rows_q_small_t<D, 4>(a, t, rb, re);
-    switch (a.n - t) {
-      case 3: rows_q_small_t<D, 3>(a, t, rb, re); break;
-      case 2: rows_q_small_t<D, 2>(a, t, rb, re); break;
-      case 1: rows_q_small_t<D, 1>(a, t, rb, re); break;
-      default: break;
-    }
+    token_tiles(0, a.n, [&]<int T>(TokTile<T>, int64_t t) { rows_q_small_t<D, T>(a, t, rb, re); });
   }
 }
 
@@ -466,14 +475,7 @@ inline void rows_dtype(const KernelArgs& a, int64_t r0, int64_t r1) {
     const int64_t t1 = min64(a.n, t0 + tb);
     for (int64_t rb = r0; rb < r1; rb += kRowBlock) {
       const int64_t re = min64(r1, rb + kRowBlock);
-      int64_t t = t0;
-      for (; t + 4 <= t1; t += 4) sweep_rows<D, 4>(a, t, rb, re);
-      switch (t1 - t) {
-        case 3: sweep_rows<D, 3>(a, t, rb, re); break;
-        case 2: sweep_rows<D, 2>(a, t, rb, re); break;
-        case 1: sweep_rows<D, 1>(a, t, rb, re); break;
-        default: break;
-      }
+      token_tiles(t0, t1, [&]<int T>(TokTile<T>, int64_t t) { sweep_rows<D, T>(a, t, rb, re); });
     }
   }
 }
@@ -652,14 +654,7 @@ inline void rows_kquant(const KernelArgs& a, int64_t r0, int64_t r1) {
     const int64_t t1 = min64(a.n, t0 + tb);
     for (int64_t rb = r0; rb < r1; rb += kRowBlock) {
       const int64_t re = min64(r1, rb + kRowBlock);
-      int64_t t = t0;
-      for (; t + 4 <= t1; t += 4) sweep_rows_k<D, 4>(a, t, rb, re);
-      switch (t1 - t) {
-        case 3: sweep_rows_k<D, 3>(a, t, rb, re); break;
-        case 2: sweep_rows_k<D, 2>(a, t, rb, re); break;
-        case 1: sweep_rows_k<D, 1>(a, t, rb, re); break;
-        default: break;
-      }
+      token_tiles(t0, t1, [&]<int T>(TokTile<T>, int64_t t) { sweep_rows_k<D, T>(a, t, rb, re); });
     }
   }
 }
