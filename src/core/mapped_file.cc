@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 
 namespace gb {
@@ -20,6 +21,44 @@ const char* file_kind(mode_t m) {
   if (S_ISBLK(m)) return "a block device";
   if (S_ISSOCK(m)) return "a socket";
   return "not a regular file";
+}
+
+constexpr size_t kHugePage = size_t{2} << 20;
+// Files at least this large are copied into huge pages (model weights); smaller ones (tokenizers,
+// adapters, test fixtures) stay mapped.
+constexpr size_t kInMemoryMinBytes = size_t{32} << 20;
+
+// GLASSBOX_WEIGHTS=mmap keeps large files mapped from the page cache, as small ones are.
+bool large_files_in_memory() {
+  static const bool in_memory = [] {
+    const char* v = std::getenv("GLASSBOX_WEIGHTS");
+    return v == nullptr || std::strcmp(v, "mmap") != 0;
+  }();
+  return in_memory;
+}
+
+// The file's bytes in anonymous memory backed by transparent huge pages (2 MiB), read-only once
+// filled; null when the memory cannot be had (the caller maps the file instead).
+uint8_t* read_into_huge_pages(int fd, size_t size, size_t* mapped, std::string* error) {
+  const size_t cap = (size + kHugePage - 1) / kHugePage * kHugePage;
+  void* p = mmap(nullptr, cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return nullptr;
+  madvise(p, cap, MADV_HUGEPAGE);  // best effort: without THP the copy still works
+  auto* out = static_cast<uint8_t*>(p);
+  for (size_t off = 0; off < size;) {
+    const ssize_t got = pread(fd, out + off, std::min(size - off, size_t{64} << 20), static_cast<off_t>(off));
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) {
+      *error = got == 0 ? std::string("the file ended early") : std::string(std::strerror(errno));
+      munmap(p, cap);
+      return nullptr;
+    }
+    off += static_cast<size_t>(got);
+  }
+  mprotect(p, cap, PROT_READ);
+  posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);  // the copy is what is used: free the page cache
+  *mapped = cap;
+  return out;
 }
 
 }  // namespace
@@ -48,7 +87,16 @@ Result<std::shared_ptr<MappedFile>> MappedFile::open(const std::string& path) {
   std::shared_ptr<MappedFile> f(new MappedFile());
   f->path_ = path;
   f->size_ = static_cast<size_t>(st.st_size);
-  if (f->size_ > 0) {
+  if (f->size_ >= kInMemoryMinBytes && large_files_in_memory()) {
+    std::string error;
+    f->data_ = read_into_huge_pages(fd, f->size_, &f->mapped_size_, &error);
+    if (!error.empty()) {
+      ::close(fd);
+      return Status::error("cannot read " + path + ": " + error);
+    }
+    f->in_memory_ = f->data_ != nullptr;
+  }
+  if (f->size_ > 0 && f->data_ == nullptr) {
     void* p = mmap(nullptr, f->size_, PROT_READ, MAP_PRIVATE, fd, 0);
     if (p == MAP_FAILED) {
       int err = errno;
@@ -56,16 +104,21 @@ Result<std::shared_ptr<MappedFile>> MappedFile::open(const std::string& path) {
       return Status::error("cannot mmap " + path + ": " + std::strerror(err));
     }
     f->data_ = static_cast<const uint8_t*>(p);
+    f->mapped_size_ = f->size_;
   }
   ::close(fd);
   return f;
 }
 
 MappedFile::~MappedFile() {
-  if (data_ != nullptr) munmap(const_cast<uint8_t*>(data_), size_);
+  if (data_ != nullptr) munmap(const_cast<uint8_t*>(data_), mapped_size_);
 }
 
 void MappedFile::prefetch(const std::function<void(size_t)>& on_chunk) const {
+  if (in_memory_) {  // read in full by open()
+    if (on_chunk) on_chunk(size_);
+    return;
+  }
   constexpr size_t kChunk = size_t{32} << 20;
   const long page = sysconf(_SC_PAGESIZE);
   volatile uint8_t sink = 0;
