@@ -28,8 +28,19 @@ void for_dims(float* x, int64_t n_rows, int64_t width, const int32_t* dims, int6
 // mispredictions of a comparison-based nth_element.
 uint32_t select_kth(uint32_t* keys, int64_t n, int64_t k) {
   for (int shift = 24; shift >= 0 && n > 1; shift -= 8) {
-    int64_t count[256] = {};
-    for (int64_t i = 0; i < n; ++i) ++count[(keys[i] >> shift) & 0xff];
+    // Four interleaved histograms: the values of a row share a few exponents, so one histogram
+    // would increment the same counter back to back, each waiting on the last (store forwarding).
+    int32_t hist[4][256] = {};
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+      ++hist[0][(keys[i] >> shift) & 0xff];
+      ++hist[1][(keys[i + 1] >> shift) & 0xff];
+      ++hist[2][(keys[i + 2] >> shift) & 0xff];
+      ++hist[3][(keys[i + 3] >> shift) & 0xff];
+    }
+    for (; i < n; ++i) ++hist[0][(keys[i] >> shift) & 0xff];
+    int64_t count[256];
+    for (int b = 0; b < 256; ++b) count[b] = int64_t{hist[0][b]} + hist[1][b] + hist[2][b] + hist[3][b];
     int d = 0;
     while (k >= count[d]) k -= count[d++];
     int64_t m = 0;
