@@ -4,6 +4,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <thread>
@@ -230,6 +231,30 @@ TEST(GgufWriter, RoundTripsMetadataAndTensors) {
   EXPECT_EQ(ta->shape, (std::vector<int64_t>{2, 3}));
   EXPECT_EQ(std::memcmp(ta->data, a, sizeof(a)), 0);
   EXPECT_EQ(std::memcmp(g->find_tensor("b")->data, b, sizeof(b)), 0);
+}
+
+// Weight-sized files (32 MiB and more) are read into huge-page memory, byte for byte, unless
+// GLASSBOX_WEIGHTS=mmap; smaller ones stay mapped. Either way the bytes are the file's and
+// prefetch reports the whole size.
+TEST(Files, LargeFilesAreReadIntoMemorySmallOnesMapped) {
+  std::string big(size_t{33} << 20, '\0');
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>((i * 2654435761u) >> 13);
+  const std::string big_path = write_bytes("weights.bin", big);
+  const std::string small_path = write_bytes("small.bin", big.substr(0, 4096));
+  const char* mode = std::getenv("GLASSBOX_WEIGHTS");
+  const bool expect_memory = mode == nullptr || std::string(mode) != "mmap";
+  auto f = MappedFile::open(big_path);
+  ASSERT_TRUE(f.is_ok()) << f.message();
+  EXPECT_EQ((*f)->in_memory(), expect_memory);
+  ASSERT_EQ((*f)->size(), big.size());
+  EXPECT_EQ(std::memcmp((*f)->data(), big.data(), big.size()), 0);
+  size_t reported = 0;
+  (*f)->prefetch([&](size_t done) { reported = done; });
+  EXPECT_EQ(reported, big.size());
+  auto g = MappedFile::open(small_path);
+  ASSERT_TRUE(g.is_ok()) << g.message();
+  EXPECT_FALSE((*g)->in_memory());
+  EXPECT_EQ(std::memcmp((*g)->data(), big.data(), 4096), 0);
 }
 
 // An array's element type holds every element, not just the first: [0, 0.5] is f32 (it was
