@@ -466,18 +466,24 @@ inline void sweep_rows(const KernelArgs& a, int64_t t0, int64_t rb, int64_t re) 
 inline constexpr int64_t kActChunkBytes = 160 * 1024;
 inline constexpr int64_t kRowBlock = 16;
 
-template <DType D>
-inline void rows_dtype(const KernelArgs& a, int64_t r0, int64_t r1) {
-  const int64_t act_bytes = a.cols * 4;
+// sweep(TokTile<T>{}, t, rb, re) over chunks of tokens (act_bytes per token) × row blocks.
+template <typename Sweep>
+inline void cache_blocked(const KernelArgs& a, int64_t r0, int64_t r1, int64_t act_bytes, const Sweep& sweep) {
   int64_t tb = kActChunkBytes / (act_bytes > 0 ? act_bytes : 1);
   tb = tb < 4 ? 4 : tb / 4 * 4;
   for (int64_t t0 = 0; t0 < a.n; t0 += tb) {
     const int64_t t1 = min64(a.n, t0 + tb);
     for (int64_t rb = r0; rb < r1; rb += kRowBlock) {
       const int64_t re = min64(r1, rb + kRowBlock);
-      token_tiles(t0, t1, [&]<int T>(TokTile<T>, int64_t t) { sweep_rows<D, T>(a, t, rb, re); });
+      token_tiles(t0, t1, [&]<int T>(TokTile<T> tile, int64_t t) { sweep(tile, t, rb, re); });
     }
   }
+}
+
+template <DType D>
+inline void rows_dtype(const KernelArgs& a, int64_t r0, int64_t r1) {
+  cache_blocked(a, r0, r1, a.cols * 4,
+                [&]<int T>(TokTile<T>, int64_t t, int64_t rb, int64_t re) { sweep_rows<D, T>(a, t, rb, re); });
 }
 
 template <DType D>
@@ -648,15 +654,8 @@ inline void sweep_rows_k(const KernelArgs& a, int64_t t0, int64_t rb, int64_t re
 // The same cache blocking as rows_dtype (activations: ~1 byte per element).
 template <DType D>
 inline void rows_kquant(const KernelArgs& a, int64_t r0, int64_t r1) {
-  int64_t tb = kActChunkBytes / (a.cols > 0 ? a.cols : 1);
-  tb = tb < 4 ? 4 : tb / 4 * 4;
-  for (int64_t t0 = 0; t0 < a.n; t0 += tb) {
-    const int64_t t1 = min64(a.n, t0 + tb);
-    for (int64_t rb = r0; rb < r1; rb += kRowBlock) {
-      const int64_t re = min64(r1, rb + kRowBlock);
-      token_tiles(t0, t1, [&]<int T>(TokTile<T>, int64_t t) { sweep_rows_k<D, T>(a, t, rb, re); });
-    }
-  }
+  cache_blocked(a, r0, r1, a.cols,
+                [&]<int T>(TokTile<T>, int64_t t, int64_t rb, int64_t re) { sweep_rows_k<D, T>(a, t, rb, re); });
 }
 
 inline void rows_k_any(const KernelArgs& a, int64_t r0, int64_t r1) {
