@@ -9,6 +9,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/fp16.h"
 #include "formats/quantize.h"
@@ -572,9 +573,15 @@ void matmul(ThreadPool& pool, const float* x, int64_t n, const Weight& w, float*
   std::atomic<int64_t> next_chunk{0};
   if (is_kernel_dtype(w.dtype)) {
     const bool panels = is_quantized_q8_path(w.dtype) && n >= kPanelMinTokens;
-    pool.run([&](int) {
-      thread_local Scratch scratch;
-      uint8_t* pan = panels ? scratch.get(static_cast<size_t>(panel_scratch_bytes(w.cols))) : nullptr;
+    // Panel scratch per job index, owned by the calling thread: the pool hands job indices to
+    // whichever thread comes first, so a per-OS-thread buffer could first grow in a late step;
+    // every index runs in every call, so these grow in the first call and never after.
+    // (A thread_local named inside the job would be each worker's own: take the caller's here.)
+    thread_local std::vector<Scratch> caller_panels;
+    std::vector<Scratch>& panel_scratch = caller_panels;
+    if (panels && panel_scratch.size() < static_cast<size_t>(n_threads)) panel_scratch.resize(n_threads);
+    pool.run([&](int ti) {
+      uint8_t* pan = panels ? panel_scratch[ti].get(static_cast<size_t>(panel_scratch_bytes(w.cols))) : nullptr;
       for (int64_t c; (c = next_chunk.fetch_add(1, std::memory_order_relaxed)) < n_chunks;)
         k.rows(a, c * chunk, std::min(w.rows, (c + 1) * chunk), pan);
     });
