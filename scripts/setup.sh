@@ -1,23 +1,40 @@
 #!/usr/bin/env bash
 # Installs everything Glassbox needs to build and test on Debian bookworm (idempotent).
-# Usage: scripts/setup.sh            (apt packages + npm test tools)
+# Usage: scripts/setup.sh               apt packages + npm test tools (build, test, benchmark)
+#        scripts/setup.sh --build-only  only what compiling the glassbox binary needs (deploy/Containerfile)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APT_PACKAGES=(
-  build-essential cmake ninja-build pkg-config git
-  clang-16 libclang-rt-16-dev           # AMX kernels (GCC 12 mis-compiles tile configs), libFuzzer
+# What `cmake --build build --target glassbox` needs.
+BUILD_PACKAGES=(
+  build-essential cmake ninja-build pkg-config
   nlohmann-json3-dev libpcre2-dev libutf8proc-dev
-  libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev libspdlog-dev libfmt-dev libcpp-httplib-dev libssl-dev
   libyaml-cpp-dev libsqlite3-dev
+)
+# Tests, benchmarks and developer tools.
+APT_PACKAGES=(
+  git
+  clang-16 libclang-rt-16-dev           # libFuzzer (fuzz/), a second compiler
+  libgtest-dev libgmock-dev libbenchmark-dev
   sqlite3                               # tests read the eval and audit stores independently of glassbox
   curl                                  # the README's HTTP examples (tests/readme)
   clang-format                          # tests/format: the sources stay formatted (scripts/format.sh)
   python3-jinja2                        # second Jinja implementation for chat-template cross-checks
+  podman runc mmdebstrap                # tests/deploy: build and run deploy/Containerfile (base made from Debian's mirror)
 )
+# kubectl for `kubectl kustomize` (tests/deploy); Debian's kubernetes-client where none is installed.
+command -v kubectl >/dev/null 2>&1 || APT_PACKAGES+=(kubernetes-client)
 # Node.js (>= 20) with npm: Debian's packages only where the machine has none.
 command -v npm >/dev/null 2>&1 || APT_PACKAGES+=(nodejs npm)
+
+BUILD_ONLY=0
+case "${1:-}" in
+  "") ;;
+  --build-only) BUILD_ONLY=1 ;;
+  *) echo "usage: scripts/setup.sh [--build-only]" >&2; exit 2 ;;
+esac
+if [ "$BUILD_ONLY" = 1 ]; then APT_PACKAGES=("${BUILD_PACKAGES[@]}"); else APT_PACKAGES=("${BUILD_PACKAGES[@]}" "${APT_PACKAGES[@]}"); fi
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
@@ -31,6 +48,6 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 # Node packages for end-to-end and cross-check tests (official OpenAI SDK, HF tokenizers, HF jinja).
-if [ -f tools/node/package.json ]; then
+if [ "$BUILD_ONLY" = 0 ] && [ -f tools/node/package.json ]; then
   (cd tools/node && npm ci --no-audit --no-fund --silent 2>/dev/null || npm install --no-audit --no-fund --silent)
 fi

@@ -579,10 +579,13 @@ Status validate_config(const EnvLookup& env, ServerConfig* cfg) {
 
 Result<ServerConfig> load_config(const std::string& config_file, const EnvLookup& env, const ConfigOverrides& flags) {
   ServerConfig cfg;
-  if (!config_file.empty()) {
-    Result<std::string> text = read_file(config_file);  // a FIFO or a directory is refused, never waited on
+  // --config, else GLASSBOX_CONFIG (a container's mounted ConfigMap).
+  std::string file = config_file;
+  if (file.empty()) file = env("GLASSBOX_CONFIG").value_or("");
+  if (!file.empty()) {
+    Result<std::string> text = read_file(file);  // a FIFO or a directory is refused, never waited on
     if (!text.is_ok()) return Status::error("config file: " + text.message());
-    GB_RETURN_IF_ERROR(apply_yaml(*text, &cfg).with_context(config_file));
+    GB_RETURN_IF_ERROR(apply_yaml(*text, &cfg).with_context(file));
   }
   GB_RETURN_IF_ERROR(apply_env(env, &cfg));
   GB_RETURN_IF_ERROR(apply_overrides(flags, &cfg));

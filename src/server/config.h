@@ -239,7 +239,8 @@ Status apply_overrides(const ConfigOverrides& values, ServerConfig* cfg);
 // Checks ranges and cross-field rules and resolves keys[].key_env.
 Status validate_config(const EnvLookup& env, ServerConfig* cfg);
 
-// The whole pipeline: defaults -> file (if non-empty) -> environment -> flags -> validation.
+// The whole pipeline: defaults -> file (config_file, else $GLASSBOX_CONFIG; none when both are empty) ->
+// environment -> flags -> validation.
 Result<ServerConfig> load_config(const std::string& config_file, const EnvLookup& env, const ConfigOverrides& flags);
 
 // The effective config as JSON with every secret replaced by "***".

@@ -1,6 +1,8 @@
 // ServerConfig: YAML, environment and flag layering, validation messages, masking.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+
 #include <CLI/CLI.hpp>
 
 #include "server/config.h"
@@ -34,6 +36,28 @@ TEST(ConfigTest, YamlEnvAndFlagsLayerInOrder) {
   EXPECT_EQ(cfg->max_num_seqs, 4);  // flag over env
   EXPECT_EQ(cfg->host, "0.0.0.0");
   EXPECT_EQ(cfg->served_model_name, "stories260K");  // the directory name by default
+}
+
+// A container mounts the file (a Kubernetes ConfigMap) and names it in GLASSBOX_CONFIG; --config wins.
+TEST(ConfigTest, ConfigFileFromTheEnvironment) {
+  const std::string dir = ::testing::TempDir();
+  const std::string a = dir + "/gb_config_env_a.yaml", b = dir + "/gb_config_env_b.yaml";
+  for (const auto& [path, port] : {std::pair{a, 9001}, std::pair{b, 9002}}) {
+    std::FILE* f = std::fopen(path.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fprintf(f, "model: /models/m\nallow_unauthenticated: true\nport: %d\n", port);
+    std::fclose(f);
+  }
+  auto from_env = load_config("", env_of({{"GLASSBOX_CONFIG", a}}), {});
+  ASSERT_TRUE(from_env.is_ok()) << from_env.message();
+  EXPECT_EQ(from_env->port, 9001);
+  EXPECT_EQ(from_env->model, "/models/m");
+  auto flag_wins = load_config(b, env_of({{"GLASSBOX_CONFIG", a}}), {});
+  ASSERT_TRUE(flag_wins.is_ok()) << flag_wins.message();
+  EXPECT_EQ(flag_wins->port, 9002);
+  auto missing = load_config("", env_of({{"GLASSBOX_CONFIG", dir + "/gb_no_such_config.yaml"}}), {});
+  ASSERT_FALSE(missing.is_ok());
+  EXPECT_NE(missing.message().find("gb_no_such_config.yaml"), std::string::npos) << missing.message();
 }
 
 TEST(ConfigTest, KeysWithRolesAndEnvSecrets) {
