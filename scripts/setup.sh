@@ -11,6 +11,8 @@ APT_PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev libspdlog-dev libfmt-dev libcpp-httplib-dev libssl-dev
   libyaml-cpp-dev libsqlite3-dev
+  libpq-dev                             # the PostgreSQL audit store (audit_db: postgresql://...)
+  postgresql                            # tests run the audit store on a throwaway server (tests/support/pg_cluster.sh)
   sqlite3                               # tests read the eval and audit stores independently of glassbox
   curl                                  # the README's HTTP examples (tests/readme)
   clang-format                          # tests/format: the sources stay formatted (scripts/format.sh)
