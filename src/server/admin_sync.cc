@@ -121,7 +121,8 @@ void Server::apply_change_row(const AuditRecord& r) {
       e = glass_->delete_vector(str("vector"), &change);
     } else {
       // A GGUF file must exist at the same path here (a shared volume); directions are inline.
-      const json body = spec.contains("path") ? json{{"path", field("path")}} : json{{"directions", field("directions")}};
+      const json body =
+          spec.contains("path") ? json{{"path", field("path")}} : json{{"directions", field("directions")}};
       e = glass_->put_vector(str("vector"), body, &change);
     }
   } else if (r.kind == "session") {
@@ -138,9 +139,10 @@ void Server::apply_change_row(const AuditRecord& r) {
                                : glass_->put_default({{"interventions", field("interventions")}}, &change);
     // The versions are the origin's when both sides applied the same history.
     if (!e && change.value("version", int64_t{-1}) != spec.value("version", int64_t{-2}))
-      spdlog::warn("admin sync: row {}: the default set here is v{}, the row made v{} (this server's history "
-                   "differs: its config or an earlier row)",
-                   r.id, change.value("version", int64_t{-1}), spec.value("version", int64_t{-2}));
+      spdlog::warn(
+          "admin sync: row {}: the default set here is v{}, the row made v{} (this server's history "
+          "differs: its config or an earlier row)",
+          r.id, change.value("version", int64_t{-1}), spec.value("version", int64_t{-2}));
   } else if (r.kind == "variant") {
     if (r.action == "load") {
       const json loaded = field("loaded");

@@ -131,8 +131,8 @@ class PgConn {
     values.push_back(nullptr);
     conn_ = PQconnectdbParams(keys.data(), values.data(), /*expand_dbname=*/0);
     if (conn_ == nullptr || PQstatus(conn_) != CONNECTION_OK) {
-      last_error_ = "audit store " + *display_ + ": cannot connect: " +
-                    one_line(conn_ ? PQerrorMessage(conn_) : "out of memory") +
+      last_error_ = "audit store " + *display_ +
+                    ": cannot connect: " + one_line(conn_ ? PQerrorMessage(conn_) : "out of memory") +
                     " (is PostgreSQL running and reachable? check audit_db)";
       drop();
       return Status::error(last_error_);
@@ -171,7 +171,8 @@ class PgConn {
   Status exec(const std::string& what, const std::string& sql) {
     PgResult r;
     r.reset(PQexec(conn_, sql.c_str()));
-    if (r.get() != nullptr && (PQresultStatus(r.get()) == PGRES_COMMAND_OK || PQresultStatus(r.get()) == PGRES_TUPLES_OK))
+    if (r.get() != nullptr &&
+        (PQresultStatus(r.get()) == PGRES_COMMAND_OK || PQresultStatus(r.get()) == PGRES_TUPLES_OK))
       return Status::ok();
     const char* state = r.get() ? PQresultErrorField(r.get(), PG_DIAG_SQLSTATE) : nullptr;
     std::string msg = one_line(r.get() ? PQresultErrorMessage(r.get()) : PQerrorMessage(conn_));
@@ -197,7 +198,8 @@ class PgConn {
       // At least "on": the commit waits for the local WAL flush (and a synchronous standby's,
       // where one is configured). A stronger setting (remote_write, remote_apply) is kept.
       GB_ASSIGN_OR_RETURN(const std::string sc, show("synchronous_commit"));
-      if (sc == "off" || sc == "local") GB_RETURN_IF_ERROR(exec("setting up the session", "SET synchronous_commit TO on"));
+      if (sc == "off" || sc == "local")
+        GB_RETURN_IF_ERROR(exec("setting up the session", "SET synchronous_commit TO on"));
     }
     if (read_only_) GB_RETURN_IF_ERROR(exec("setting up the session", "SET default_transaction_read_only TO on"));
     if (role_ == Role::kListener) GB_RETURN_IF_ERROR(exec("listening for changes", std::string("LISTEN ") + kChannel));
@@ -214,7 +216,9 @@ class PgConn {
 };
 
 AuditRecord read_row(const PGresult* r, int row) {
-  auto text = [&](int col) { return std::string(PQgetvalue(r, row, col), static_cast<size_t>(PQgetlength(r, row, col))); };
+  auto text = [&](int col) {
+    return std::string(PQgetvalue(r, row, col), static_cast<size_t>(PQgetlength(r, row, col)));
+  };
   auto int64 = [&](int col) { return static_cast<int64_t>(std::strtoll(PQgetvalue(r, row, col), nullptr, 10)); };
   AuditRecord a;
   a.id = int64(0);
@@ -301,7 +305,9 @@ class PgAuditStore final : public AuditStore {
 
 Status PgAuditStore::check_schema(PgConn& c, bool create) {
   PgResult r;
-  if (create) GB_RETURN_IF_ERROR(c.exec("creating the schema", std::string("BEGIN; SELECT pg_advisory_xact_lock(") + kLockKey + ")"));
+  if (create)
+    GB_RETURN_IF_ERROR(
+        c.exec("creating the schema", std::string("BEGIN; SELECT pg_advisory_xact_lock(") + kLockKey + ")"));
   Status s = c.run("reading the schema",
                    "SELECT to_regclass('glassbox_schema') IS NOT NULL, to_regclass('audit') IS NOT NULL, "
                    "current_schema()",
@@ -343,7 +349,8 @@ Status PgAuditStore::check_schema(PgConn& c, bool create) {
                               ": no schema to create the audit table in (the search_path names none that exists)"));
   s = c.exec("creating the schema", kSchema);
   if (s.is_ok())
-    s = c.exec("creating the schema", "INSERT INTO glassbox_schema (version) VALUES (" + std::to_string(kSchemaVersion) + ")");
+    s = c.exec("creating the schema",
+               "INSERT INTO glassbox_schema (version) VALUES (" + std::to_string(kSchemaVersion) + ")");
   if (!s.is_ok()) return fail(s);
   return c.exec("creating the schema", "COMMIT");
 }
@@ -397,8 +404,7 @@ Status PgAuditStore::insert_locked(AuditRecord* r, int64_t last_change_id, bool*
   if (last_change_id >= 0) {
     // A statement of its own, after the lock: its snapshot sees every change committed before.
     PgResult newer;
-    Status s = writer_.run("append",
-                           "SELECT EXISTS (SELECT 1 FROM audit WHERE id > $1 AND kind <> 'request')",
+    Status s = writer_.run("append", "SELECT EXISTS (SELECT 1 FROM audit WHERE id > $1 AND kind <> 'request')",
                            {std::to_string(last_change_id)}, PGRES_TUPLES_OK, &newer);
     if (!s.is_ok()) return rollback(s);
     if (std::string(PQgetvalue(newer.get(), 0, 0)) == "t") {
@@ -497,10 +503,10 @@ Result<std::vector<AuditRecord>> PgAuditStore::changes_after(int64_t after_id, i
                          std::to_string(kMaxAuditLimit));
   return read([&](PgConn& c) -> Result<std::vector<AuditRecord>> {
     PgResult r;
-    GB_RETURN_IF_ERROR(c.run("reading the change rows",
-                             std::string("SELECT ") + kColumns +
-                                 " FROM audit WHERE id > $1 AND kind <> 'request' ORDER BY id LIMIT $2",
-                             {std::to_string(after_id), std::to_string(limit)}, PGRES_TUPLES_OK, &r));
+    GB_RETURN_IF_ERROR(c.run(
+        "reading the change rows",
+        std::string("SELECT ") + kColumns + " FROM audit WHERE id > $1 AND kind <> 'request' ORDER BY id LIMIT $2",
+        {std::to_string(after_id), std::to_string(limit)}, PGRES_TUPLES_OK, &r));
     std::vector<AuditRecord> out;
     for (int i = 0; i < PQntuples(r.get()); ++i) out.push_back(read_row(r.get(), i));
     return out;

@@ -285,9 +285,9 @@ Status SqliteAuditStore::insert(AuditRecord* r, int64_t last_change_id, bool* st
   // A conditional change row: BEGIN IMMEDIATE takes the database's write lock, so no other
   // writer (another process on the same file) appends between the check and the insert.
   GB_RETURN_IF_ERROR(note(exec(writer_, path(), "BEGIN IMMEDIATE")));
-  auto newer = query_int(writer_, path(),
-                         "SELECT count(*) FROM audit WHERE id > " + std::to_string(last_change_id) +
-                             " AND kind <> 'request'");
+  auto newer =
+      query_int(writer_, path(),
+                "SELECT count(*) FROM audit WHERE id > " + std::to_string(last_change_id) + " AND kind <> 'request'");
   Status s = newer.status();
   if (s.is_ok() && *newer > 0) {
     *stale = true;
@@ -396,10 +396,9 @@ Result<std::vector<AuditRecord>> SqliteAuditStore::changes_after(int64_t after_i
                          std::to_string(kMaxAuditLimit));
   std::lock_guard<std::mutex> lock(read_mu_);
   Stmt st;
-  GB_RETURN_IF_ERROR(prepare(reader_, path(),
-                             std::string("SELECT ") + kColumns +
-                                 " FROM audit WHERE id > ? AND kind <> 'request' ORDER BY id LIMIT ?",
-                             &st));
+  GB_RETURN_IF_ERROR(prepare(
+      reader_, path(),
+      std::string("SELECT ") + kColumns + " FROM audit WHERE id > ? AND kind <> 'request' ORDER BY id LIMIT ?", &st));
   sqlite3_stmt* s = st.get();
   sqlite3_bind_int64(s, 1, after_id);
   sqlite3_bind_int(s, 2, limit);
