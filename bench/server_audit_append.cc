@@ -50,7 +50,8 @@ int main(int argc, char** argv) {
         r.request_id = "cmpl-bench-" + std::to_string(round) + "-" + std::to_string(i);
         r.model = "stories260K@bench";
         r.action = "/v1/completions";
-        r.spec_json = R"({"glassbox":{"interventions":[{"dims":[5],"layer":1,"op":"scale","point":"mlp_act","strength":0.5}]}})";
+        r.spec_json =
+            R"({"glassbox":{"interventions":[{"dims":[5],"layer":1,"op":"scale","point":"mlp_act","strength":0.5}]}})";
         const auto t0 = std::chrono::steady_clock::now();
         if (auto st = store->append(&r); !st.is_ok()) {
           std::fprintf(stderr, "%s\n", st.message().c_str());
@@ -63,7 +64,9 @@ int main(int argc, char** argv) {
   std::printf("%-11s %8s %10s %10s %10s %10s\n", "backend", "appends", "p50_ms", "p90_ms", "p99_ms", "max_ms");
   for (auto& [name, v] : us) {
     std::sort(v.begin(), v.end());
-    auto pct = [&](double p) { return v[std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size())))] / 1000; };
+    auto pct = [&](double p) {
+      return v[std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size())))] / 1000;
+    };
     std::printf("%-11s %8zu %10.3f %10.3f %10.3f %10.3f\n", name.c_str(), v.size(), pct(0.50), pct(0.90), pct(0.99),
                 v.back() / 1000);
   }
