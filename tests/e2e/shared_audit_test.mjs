@@ -14,6 +14,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
+import { createHash } from 'node:crypto';
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -199,4 +200,32 @@ test('SIGKILL of either server right after its answers loses no audit row', asyn
   const table = execFileSync(BIN, ['audit', '--db', url, '--kind', 'preset', '--key-id', 'cli'], { encoding: 'utf8' });
   assert.match(table, /preset/);
   assert.match(table, /^id\s+time\s+kind/m);
+});
+
+test('a change row that cannot be applied here is reported, not fatal; an unreachable store stops the start', async () => {
+  // A vector row whose GGUF exists only on the machine of the server that wrote it (a missing
+  // shared volume): written straight into the store, as that server would have.
+  const spec = JSON.stringify({ path: '/nonexistent-models/calm.gguf', vector: 'calm_vec' });
+  const hash = createHash('sha256').update(spec).digest('hex');
+  execFileSync('psql', [url, '-q', '-v', 'ON_ERROR_STOP=1', '-c',
+    `INSERT INTO audit (time_ms, kind, key_id, request_id, model, action, spec_json, spec_hash, status, prompt_tokens,
+     completion_tokens, finish_reason, repetition_rate)
+     VALUES (${Date.now()}, 'vector', 'elsewhere', '', 'stories260K', 'set', '${spec}', '${hash}', 0, 0, 0, '', 0)`]);
+  const d = await start();  // replays the whole history at start, that row included
+  const r = await ready(d);
+  assert.equal(r.status, 'degraded', JSON.stringify(r));
+  assert.equal(r.admin_sync.failed_rows, 1);
+  assert.match(r.admin_sync.last_failure, /vector set by key 'elsewhere'.*nonexistent-models/);
+  const m = await (await fetch(`${d.origin}/metrics`)).text();
+  assert.match(m, /^glassbox_admin_sync_failures_total 1$/m);
+  // The rows around it were applied, and the server serves, steering included.
+  assert.deepEqual(Object.keys((await policyOf(d)).presets).sort(), ['after', 'calm']);
+  assert.equal((await trySteer(d)).status, 'ok');
+  d.proc.kill('SIGKILL');
+
+  // A store that cannot be reached at start: the server does not start, and says why.
+  const bad = startServer(`${BIN} serve --threads 1 --model ${SHARED}/models/stories260K`, [
+    `api_key: ${ADMIN}`, 'interventions: true', 'audit_db: "postgresql://gb:s3cret@127.0.0.1:1/glassbox"']);
+  await assert.rejects(bad, (e) => /exited with 1/.test(e.message) && /audit_db.*cannot connect/.test(e.message) &&
+    !/s3cret/.test(e.message));
 });
