@@ -11,12 +11,14 @@ BUILD_PACKAGES=(
   nlohmann-json3-dev libpcre2-dev libutf8proc-dev
   libcli11-dev libspdlog-dev libfmt-dev libcpp-httplib-dev libssl-dev
   libyaml-cpp-dev libsqlite3-dev
+  libpq-dev                             # the PostgreSQL audit store (audit_db: postgresql://...)
 )
 # Tests, benchmarks and developer tools.
 APT_PACKAGES=(
   git
   clang-16 libclang-rt-16-dev           # libFuzzer (fuzz/), a second compiler
   libgtest-dev libgmock-dev libbenchmark-dev
+  postgresql                            # tests run the audit store on a throwaway server (tests/support/pg_cluster.sh)
   sqlite3                               # tests read the eval and audit stores independently of glassbox
   curl                                  # the README's HTTP examples (tests/readme)
   clang-format                          # tests/format: the sources stay formatted (scripts/format.sh)

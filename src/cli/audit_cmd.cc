@@ -1,5 +1,5 @@
 // `glassbox audit`: query the audit store (server/audit.h) — a table, or one JSON object a line.
-// Opens the database read-only, so it runs beside a live server.
+// Opens the store read-only (an SQLite file or a postgresql:// URL), so it runs beside a live server.
 #include <algorithm>
 #include <cstdio>
 #include <memory>
@@ -98,7 +98,8 @@ void register_audit(CLI::App& app, Action* action) {
   auto o = std::make_shared<AuditOptions>();
   CLI::App* cmd =
       app.add_subcommand("audit", "Query the audit store (requests with interventions, policy/preset/vector changes)");
-  cmd->add_option("--db", o->db, "Audit database (SQLite) the server writes")->required();
+  cmd->add_option("--db", o->db, "The audit store the server writes: an SQLite file or a postgresql:// URL")
+      ->required();
   const auto& kinds = server::audit_kinds();
   cmd->add_option("--kind", o->kind, "Only this kind")->check(CLI::IsMember(kinds));
   cmd->add_option("--key-id", o->key_id, "Only rows of this API key id");

@@ -47,16 +47,19 @@ void Server::handle_admin_glass(const httplib::Request& req, const std::string& 
     // No change takes effect before its audit row is committed: GlassService runs the hook after
     // validating the change and before swapping it in; a failed append cancels it.
     std::lock_guard<std::mutex> lock(admin_mutex_);
-    glass_->set_commit_hook([&]() -> std::optional<ApiError> {
-      if (Status st = audit_change(caller, kind, action, change); !st.is_ok()) {
-        spdlog::error("audit: cannot record a {} change: {}", kind, st.message());
-        return make_error(503, "service_unavailable", "audit_unavailable",
-                          "the change was not made: the audit store cannot record it: " + st.message());
-      }
-      return std::nullopt;
+    e = run_admin_change([&] {
+      glass_->set_commit_hook([&]() -> std::optional<ApiError> {
+        if (Status st = audit_change(caller, kind, action, change); !st.is_ok()) {
+          if (!change_stale_) spdlog::error("audit: cannot record a {} change: {}", kind, st.message());
+          return make_error(503, "service_unavailable", "audit_unavailable",
+                            "the change was not made: the audit store cannot record it: " + st.message());
+        }
+        return std::nullopt;
+      });
+      std::optional<ApiError> r = apply_glass_change(req, body, &change);
+      glass_->set_commit_hook(nullptr);
+      return r;
     });
-    e = apply_glass_change(req, body, &change);
-    glass_->set_commit_hook(nullptr);
   }
   if (e) return send_error(res, *e);
   write_log({{"event", "glassbox_change"},
@@ -82,14 +85,37 @@ std::optional<ApiError> Server::apply_glass_change(const httplib::Request& req, 
 
 Status Server::audit_change(const Caller& caller, const std::string& kind, const std::string& action,
                             const json& change) {
-  if (audit_ == nullptr) return Status::ok();
+  if (audit_ == nullptr || replaying_) return Status::ok();
   AuditRecord r;
   r.kind = kind;
   r.key_id = caller.key_id;
   r.model = cfg_.served_model_name + "@" + cfg_.model;
   r.action = action;
   r.spec_json = change.dump();
-  return audit_->append(&r);
+  if (!sync_enabled_) return audit_->append(&r);
+  Result<bool> appended = audit_->append_change(&r, last_change_id_);
+  if (!appended.is_ok()) return appended.status();
+  if (!*appended) {
+    change_stale_ = true;
+    return Status::error("another server changed the admin state at the same moment, again and again; retry");
+  }
+  last_change_id_ = r.id;
+  return Status::ok();
+}
+
+std::optional<ApiError> Server::run_admin_change(const std::function<std::optional<ApiError>()>& fn) {
+  constexpr int kAttempts = 5;
+  std::optional<ApiError> e;
+  for (int attempt = 0; attempt < kAttempts; ++attempt) {
+    if (sync_enabled_) {
+      // Validate against the newest shared state; a failed read is no risk (append_change checks).
+      if (Status st = catch_up_locked(); !st.is_ok()) spdlog::warn("admin sync: {}", st.message());
+    }
+    change_stale_ = false;
+    e = fn();
+    if (!change_stale_) return e;
+  }
+  return e;
 }
 
 void Server::handle_admin_audit(const httplib::Request& req, httplib::Response& res) {

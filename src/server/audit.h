@@ -1,21 +1,21 @@
-// The audit store: a durable, append-only record in SQLite of every request that used an
-// intervention and every policy / preset / vector change — who, when, what (the spec and its
-// SHA-256), which model, and what came out. An append is committed and fsynced (WAL,
-// synchronous=FULL) when it returns, so a row exists for every answer the server sent even if the
-// process is killed right after. Read by `GET /admin/audit` and `glassbox audit`.
+// The audit store: a durable, append-only record of every request that used an intervention and
+// every admin change (policy, preset, vector, session, default set, variant, route) — who, when,
+// what (the spec and its SHA-256), which model, and what came out. SQLite (a file, the default) or
+// PostgreSQL (shared by replicas). An append is committed and flushed to disk when it returns, so a
+// row exists for every answer the server sent even if the process is killed right after. Read by
+// `GET /admin/audit` and `glassbox audit`; the change rows are also what replicas replay to share
+// the admin state.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "core/status.h"
-
-struct sqlite3;
 
 namespace gb::server {
 
@@ -36,7 +36,7 @@ struct AuditRecord {
   double repetition_rate = 0;  // requests: n-gram repetition rate of the output (computed by the caller)
 };
 
-// "request", "policy", "preset", "vector", "session", "default_set".
+// "request", "policy", "preset", "vector", "session", "default_set", "variant", "route".
 const std::vector<std::string>& audit_kinds();
 
 struct AuditQuery {
@@ -49,67 +49,102 @@ inline constexpr int32_t kMaxAuditLimit = 1000;
 
 // What the store's write connection runs with (for tests and health output).
 struct AuditStoreSettings {
-  std::string journal_mode;  // "wal"
-  int synchronous = 0;       // 2 = FULL
-  int schema_version = 0;    // PRAGMA user_version
+  std::string backend;             // "sqlite" or "postgresql"
+  std::string journal_mode;        // SQLite: "wal"
+  int synchronous = 0;             // SQLite: 2 = FULL
+  std::string synchronous_commit;  // PostgreSQL: "on" (or a stronger remote_write / remote_apply)
+  std::string fsync;               // PostgreSQL: the server's fsync setting, "on"
+  int schema_version = 0;          // SQLite: PRAGMA user_version; PostgreSQL: glassbox_schema.version
 };
 
+// Kinds of rows that change the admin state (every kind but "request"): the rows a replica
+// replays to follow admin changes made on another one (Server's admin sync).
+bool is_change_kind(const std::string& kind);
+
+// The audit store: one interface, two backends chosen by the location. A location that starts
+// with postgresql:// or postgres:// is a libpq connection URL (audit_pg.cc); anything else is
+// the path of an SQLite file (audit_sqlite.cc). Both keep the same table and the same promises:
+// ids only grow and are never reused, a row is committed durably before append returns, the spec
+// is stored canonical with its SHA-256, queries filter and page the same way.
 class AuditStore {
  public:
   static constexpr int kSchemaVersion = 1;
 
-  // Opens or creates the database (schema versioned with PRAGMA user_version; a file that is not
-  // SQLite or has a newer schema is an error naming the path), journal_mode=WAL, synchronous=FULL.
-  static Result<std::unique_ptr<AuditStore>> open(const std::string& path);
-  // Opens an existing store read-only (SQLITE_OPEN_READONLY), e.g. beside a live server; append
-  // then fails. A missing file, a non-SQLite file or a database without the audit table is an
-  // error naming the path.
-  static Result<std::unique_ptr<AuditStore>> open_readonly(const std::string& path);
-  ~AuditStore();
+  // Opens or creates the store. SQLite: schema versioned with PRAGMA user_version, journal_mode
+  // WAL, synchronous=FULL; a file that is not SQLite or has a newer schema is an error naming the
+  // path. PostgreSQL: connects (a malformed URL or an unreachable server is an error naming the
+  // URL, its password hidden), creates the table in the connection's schema under an advisory
+  // lock (replicas may start together), synchronous_commit at least "on".
+  static Result<std::unique_ptr<AuditStore>> open(const std::string& location);
+  // Opens an existing store read-only (SQLite: SQLITE_OPEN_READONLY, e.g. beside a live server;
+  // PostgreSQL: read-only transactions); append then fails. A missing file or database, a
+  // non-SQLite file or a database without the audit table is an error naming the location.
+  static Result<std::unique_ptr<AuditStore>> open_readonly(const std::string& location);
+  // "postgresql" for a postgresql:// or postgres:// URL, else "sqlite".
+  static std::string backend_of(const std::string& location);
+  virtual ~AuditStore() = default;
   AuditStore(const AuditStore&) = delete;
   AuditStore& operator=(const AuditStore&) = delete;
 
-  // Appends one row; durable (committed and fsynced) when it returns OK. Validates kind and
-  // spec_json, fills in id, time_ms (when 0), spec_json (compact) and spec_hash (when empty).
-  // Thread-safe (many HTTP threads); appends are serialized on one write connection.
+  // Appends one row; durable (committed, and flushed to disk) when it returns OK. Validates kind
+  // and spec_json, fills in id, time_ms (when 0), spec_json (canonical) and spec_hash (when
+  // empty). Thread-safe (many HTTP threads); appends are serialized on one write connection.
   Status append(AuditRecord* record);
+  // Appends a change row (is_change_kind) only if no change row has an id above last_change_id,
+  // atomically with respect to every other writer of the store (another replica included): true
+  // when appended (record->id set), false when another change came first (nothing written; the
+  // caller applies the newer rows and tries again). Change rows of the store so appended get ids
+  // in the order they commit.
+  Result<bool> append_change(AuditRecord* record, int64_t last_change_id);
   // Records how a request that already has its row (appended at admission, before any token
   // left) ended: status, token counts, finish reason, repetition rate of record.id's row.
   // Durable when it returns OK.
-  Status update_result(const AuditRecord& record);
-  // OK while the store accepts writes: the file is still the one opened (not deleted or replaced)
-  // and the last write succeeded (a full disk, an I/O error); else the reason. A later write that
-  // succeeds clears a write failure.
-  Status health() const;
-  // Fault injection for tests: caps the database at this many pages (PRAGMA max_page_count), so
-  // a write that needs more fails with SQLITE_FULL exactly as on a full disk.
-  Status limit_pages_for_test(int64_t pages);
+  virtual Status update_result(const AuditRecord& record) = 0;
+  // OK while the store accepts writes, else the reason: SQLite: the file is still the one opened
+  // (not deleted or replaced) and the last write succeeded (a full disk, an I/O error);
+  // PostgreSQL: the last write or ping reached the server. A later write that succeeds clears a
+  // failure. Never waits on I/O (probes and /metrics call it).
+  virtual Status health() const = 0;
+  // Checks that the store accepts writes now (PostgreSQL: a round trip on the write connection,
+  // reconnecting when it was lost), and records the outcome for health().
+  virtual Status ping() = 0;
+  // Fault injection for tests (SQLite): caps the database at this many pages (PRAGMA
+  // max_page_count), so a write that needs more fails with SQLITE_FULL exactly as on a full disk.
+  virtual Status limit_pages_for_test(int64_t pages);
   // Rows matching q, ascending id, at most q.limit. Runs on a separate read connection, so a
-  // query does not hold up appends (WAL: readers and the writer do not block each other).
+  // query does not hold up appends.
   Result<std::vector<AuditRecord>> query(const AuditQuery& q) const;
+  // Change rows (is_change_kind) with id > after_id, ascending id, at most limit (1..1000).
+  virtual Result<std::vector<AuditRecord>> changes_after(int64_t after_id, int32_t limit) const = 0;
+  // Waits up to timeout for a sign that another writer appended a change (PostgreSQL: a NOTIFY on
+  // the change channel; SQLite: none, it just waits), or until interrupt_wait().
+  virtual void wait_for_change(std::chrono::milliseconds timeout) = 0;
+  virtual void interrupt_wait() = 0;
   // Number of rows; -1 when the database cannot be read.
-  int64_t count() const;
-  Result<AuditStoreSettings> settings() const;
+  virtual int64_t count() const = 0;
+  virtual Result<AuditStoreSettings> settings() const = 0;
+  // The location for messages: the SQLite path, or the URL with its password hidden.
   const std::string& path() const { return path_; }
+  const std::string& backend() const { return backend_; }
+
+ protected:
+  AuditStore(std::string path, std::string backend) : path_(std::move(path)), backend_(std::move(backend)) {}
+  // The backend's insert of a validated, canonical row; last_change_id < 0: unconditional, else
+  // as append_change (*stale = true when a newer change row exists).
+  virtual Status insert(AuditRecord* record, int64_t last_change_id, bool* stale) = 0;
+  virtual Result<std::vector<AuditRecord>> select(const AuditQuery& q) const = 0;
 
  private:
-  AuditStore() = default;
-  static Result<std::unique_ptr<AuditStore>> open_impl(const std::string& path, bool read_only);
-
-  // The file still is the one opened (called with write_mu_ held).
-  Status check_file() const;
-  // Remembers a write's outcome for health() (write_mu_ held).
-  Status note(Status st);
-
-  std::string path_;
-  bool read_only_ = false;
-  uint64_t dev_ = 0, ino_ = 0;  // of the file opened
-  std::string write_error_;     // the last write's failure; empty after a success
-  mutable std::mutex write_mu_;
-  sqlite3* writer_ = nullptr;  // null when read-only
-  mutable std::mutex read_mu_;
-  sqlite3* reader_ = nullptr;
+  Status prepare_row(AuditRecord* record) const;
+  std::string path_, backend_;
 };
+
+// The backends (audit_sqlite.cc, audit_pg.cc); AuditStore::open picks one by the location.
+Result<std::unique_ptr<AuditStore>> open_sqlite_audit_store(const std::string& path, bool read_only);
+Result<std::unique_ptr<AuditStore>> open_pg_audit_store(const std::string& url, bool read_only);
+
+// A postgresql:// URL with its password (user:PASSWORD@ or password=...) replaced by "***".
+std::string redact_url(const std::string& url);
 
 // One record as JSON: every field; "spec" is the parsed spec (the text when it does not parse), so
 // sha256_hex(j["spec"].dump()) == spec_hash for a hash the store computed; "time_ms" and "time"

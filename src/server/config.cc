@@ -13,6 +13,7 @@
 #include "core/mapped_file.h"
 #include "glass/spec.h"
 #include "model/hooks.h"
+#include "server/audit.h"
 
 namespace gb::server {
 
@@ -570,6 +571,10 @@ Status validate_config(const EnvLookup& env, ServerConfig* cfg) {
   }
   if (cfg->interventions && cfg->audit_db.empty())
     return Status::error("audit_db: required when interventions are on (every use is audited)");
+  if (cfg->admin_sync != "auto" && cfg->admin_sync != "on" && cfg->admin_sync != "off")
+    return Status::error("admin_sync: must be auto, on or off, got '" + brief_name(cfg->admin_sync) + "'");
+  if (cfg->admin_sync == "on" && cfg->audit_db.empty())
+    return Status::error("admin_sync: on needs audit_db (the admin changes are shared through the audit store)");
   if (cfg->keys.empty() && cfg->api_key.empty() && !cfg->allow_unauthenticated)
     return Status::error(
         "no API keys configured: give --api-key KEY, GLASSBOX_API_KEY or 'keys:' in the config file, or set "
@@ -611,6 +616,7 @@ nlohmann::json config_to_json(const ServerConfig& cfg) {
     keys.push_back(std::move(e));
   }
   j["keys"] = std::move(keys);
+  j["audit_db"] = redact_url(cfg.audit_db);  // a postgresql:// URL may hold a password
   j["glassbox_policy"] = glass_policy_json(cfg.glassbox_policy);
   nlohmann::json variants = nlohmann::json::array();
   for (const VariantConfig& v : cfg.variants)

@@ -124,10 +124,13 @@ struct ServerConfig {
   int64_t max_logprobs = 20;
 
   // Glass box
-  bool interventions = false;       // per-request interventions allowed at all (then roles and caps apply)
-  std::string audit_db;             // SQLite audit store; required with interventions
-  int64_t monitor_every_steps = 1;  // massive-activation monitor: one step in this many (0: off)
-  double monitor_min_abs = 100;     // the rule (MassiveRule): |x| > min_abs, |x| > min_ratio · median|x|
+  bool interventions = false;  // per-request interventions allowed at all (then roles and caps apply)
+  std::string audit_db;        // audit store: an SQLite path or a postgresql:// URL; required with interventions
+  std::string admin_sync =
+      "auto";  // replay other replicas' admin changes from audit_db: on, off, auto (on for PostgreSQL)
+  int64_t admin_sync_interval_ms = 1000;  // admin sync: poll the change rows this often (NOTIFY wakes it sooner)
+  int64_t monitor_every_steps = 1;        // massive-activation monitor: one step in this many (0: off)
+  double monitor_min_abs = 100;           // the rule (MassiveRule): |x| > min_abs, |x| > min_ratio · median|x|
   double monitor_min_ratio = 1000;
   std::string monitor_median = "layer";  // layer: the median over a sequence's rows in the step; token: the row's
   std::string monitor_fire_on = "both";  // both, abs, ratio or either test
@@ -195,7 +198,16 @@ void visit_fields(Config& c, F&& f) {
   f(FieldInfo{"max_stop", "most stop strings per request", 0, 1024}, c.max_stop);
   f(FieldInfo{"max_logprobs", "most top logprobs per token", 0, 1024}, c.max_logprobs);
   f(FieldInfo{"interventions", "allow per-request interventions (roles and caps: glassbox_policy)"}, c.interventions);
-  f(FieldInfo{"audit_db", "SQLite audit database (required with interventions)"}, c.audit_db);
+  f(FieldInfo{"audit_db",
+              "audit store: an SQLite file path, or postgresql://user:pass@host:port/db shared by replicas "
+              "(required with interventions)"},
+    c.audit_db);
+  f(FieldInfo{"admin_sync",
+              "follow admin changes made by other servers on the same audit_db: on, off or auto (on for "
+              "PostgreSQL, off for SQLite)"},
+    c.admin_sync);
+  f(FieldInfo{"admin_sync_interval_ms", "admin sync: how often the change rows are polled, ms", 20, 600000},
+    c.admin_sync_interval_ms);
   f(FieldInfo{"monitor_every_steps", "massive-activation monitor samples one step in this many (0: off)", 0, 1 << 20},
     c.monitor_every_steps);
   f(FieldInfo{"monitor_min_abs", "massive activation: |x| above this", 0, 1e30}, c.monitor_min_abs);

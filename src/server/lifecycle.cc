@@ -53,6 +53,7 @@ Result<std::unique_ptr<LocalServer>> LocalServer::start(const ServerConfig& cfg,
   local->server_->attach(local->backend_.engine.get(), local->backend_.codec.get(), local->backend_.max_model_len);
   GB_RETURN_IF_ERROR(local->server_->init_glass().with_context("glass box"));
   GB_RETURN_IF_ERROR(local->server_->self_test(std::chrono::seconds(120)));
+  GB_RETURN_IF_ERROR(local->server_->start_admin_sync());
   local->server_->set_ready();
   return local;
 }
@@ -93,6 +94,11 @@ int run_server(const ServerConfig& cfg, const BackendFactory& make_backend) {
   }
   if (Status st = server.self_test(std::chrono::seconds(120)); !st.is_ok()) {
     spdlog::error("{}; refusing to serve", st.message());
+    server.stop();
+    return 1;
+  }
+  if (Status st = server.start_admin_sync(); !st.is_ok()) {
+    spdlog::error("{}", st.message());
     server.stop();
     return 1;
   }

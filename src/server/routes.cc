@@ -238,6 +238,12 @@ void Server::handle_ready(httplib::Response& res) {
       body["audit"] = st.message();
       body["interventions"] = "refused until the audit store accepts writes again";
     }
+    // A change row this server could not apply: its admin state differs from the other servers'.
+    if (sync_enabled_) {
+      json sync = admin_sync_json();
+      if (sync["failed_rows"].get<int64_t>() > 0) body["status"] = "degraded";
+      body["admin_sync"] = std::move(sync);
+    }
   }
   res.set_content(body.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
 }

@@ -250,6 +250,7 @@ void Server::stop() {
     if (listen_thread_.joinable()) listen_thread_.join();
     http_->stop_transport();
   }
+  stop_admin_sync();  // it may replay a variant load, which needs the engine
   {
     std::lock_guard<std::mutex> lock(monitor_mutex_);
     monitor_stop_ = true;

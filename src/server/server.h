@@ -95,6 +95,11 @@ class Server {
   Status init_glass();
   // Generates one token from a short prompt; ready only if that finishes cleanly.
   Status self_test(std::chrono::milliseconds timeout);
+  // After self_test, before set_ready: with admin sync on (admin_sync; auto: a PostgreSQL
+  // audit_db), replays every change row of the audit store (the admin state the other servers
+  // share) and starts the thread that follows new ones; with a PostgreSQL store, that thread also
+  // pings it. An error: the change rows cannot be read.
+  Status start_admin_sync();
   void set_ready();
 
   // Stops accepting generation requests (503), lets running ones finish until `deadline`,
@@ -197,7 +202,22 @@ class Server {
   // Runs the admin change the request names on the glass service.
   std::optional<ApiError> apply_glass_change(const httplib::Request& req, const json& body, json* change);
   // Appends a change (policy, preset, vector, session, default set) to the audit store, if any.
+  // With admin sync on, only when no other server's change came after the last one applied here
+  // (else an error, and change_stale_ is set). Not while replaying (the row exists). admin_mutex_ held.
   Status audit_change(const Caller& caller, const std::string& kind, const std::string& action, const json& change);
+  // Runs one admin change (fn: validate, audit_change, apply) under admin_mutex_: first applies the
+  // change rows other servers appended; when one came first again, applies it and runs fn again.
+  std::optional<ApiError> run_admin_change(const std::function<std::optional<ApiError>()>& fn);
+  // Admin sync (admin_sync.cc).
+  bool admin_sync_on() const;
+  void admin_sync_loop();
+  void stop_admin_sync();
+  // Applies the change rows after last_change_id_ (admin_mutex_ held).
+  Status catch_up_locked();
+  // Replays one change row through the admin code paths, unaudited; a failure is logged and counted.
+  void apply_change_row(const AuditRecord& r);
+  // For /ready: enabled, failed rows, the last failure.
+  json admin_sync_json() const;
   // Logs the monitor's new massive-activation events (one JSON line each) every 500 ms.
   void monitor_loop();
   // Authenticates and checks the role; on failure fills *err.
@@ -257,6 +277,20 @@ class Server {
   uint64_t id_salt_ = 0;
   std::mutex log_mutex_;
   std::mutex admin_mutex_;  // admin changes one at a time (each with its audit row first)
+  // Admin sync (admin_sync.cc). Under admin_mutex_: the last change row applied (or written) here,
+  // whether a replay is running (audit_change then writes nothing), whether the last audit_change
+  // lost to another server's change.
+  int64_t last_change_id_ = 0;
+  bool replaying_ = false;
+  bool change_stale_ = false;
+  bool sync_enabled_ = false;  // set by start_admin_sync()
+  int64_t sync_applied_at_start_ = 0;
+  std::thread sync_thread_;
+  std::atomic<bool> sync_stop_{false};
+  mutable std::mutex sync_status_mutex_;
+  int64_t sync_failures_ = 0;      // rows that could not be applied here
+  std::string sync_last_failure_;  // the last of them, and why
+  std::string sync_read_error_;    // the last read of the change rows failed: why
 };
 
 }  // namespace gb::server

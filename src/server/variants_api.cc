@@ -166,9 +166,11 @@ void Server::handle_admin_variants(const httplib::Request& req, const std::strin
   std::optional<ApiError> e;
   {
     std::lock_guard<std::mutex> lock(admin_mutex_);
-    if (action == "load") e = load_variant(caller, name, body_text, &change);
-    else if (action == "unload") e = unload_variant(caller, name, &change);
-    else e = rollback_variant(caller, name, &change);
+    e = run_admin_change([&]() -> std::optional<ApiError> {
+      if (action == "load") return load_variant(caller, name, body_text, &change);
+      if (action == "unload") return unload_variant(caller, name, &change);
+      return rollback_variant(caller, name, &change);
+    });
   }
   if (e) return send_error(res, *e);
   spdlog::info("variant '{}': {} by key '{}': {}", name, action, caller.key_id, change.dump());
@@ -349,9 +351,11 @@ void Server::handle_admin_routes(const httplib::Request& req, const std::string&
   std::optional<ApiError> e;
   {
     std::lock_guard<std::mutex> lock(admin_mutex_);
-    if (req.method == "DELETE") e = delete_route_or_shadow(caller, shadow, name, &change);
-    else if (shadow) e = set_shadow(caller, name, body_text, &change);
-    else e = set_route(caller, name, body_text, &change);
+    e = run_admin_change([&]() -> std::optional<ApiError> {
+      if (req.method == "DELETE") return delete_route_or_shadow(caller, shadow, name, &change);
+      if (shadow) return set_shadow(caller, name, body_text, &change);
+      return set_route(caller, name, body_text, &change);
+    });
   }
   if (e) return send_error(res, *e);
   spdlog::info("{} '{}': {} by key '{}': {}", shadow ? "shadow" : "route", name, action, caller.key_id, change.dump());

@@ -6,6 +6,11 @@
 // crawls), every disconnect is cancelled and its KV blocks freed (the cache is empty at the
 // end), and the server's RSS is flat after warm-up.
 //
+// With GB_TEST_PG (the state folder of tests/support/pg_cluster.sh, whose url file names a
+// PostgreSQL database), the audit store is that database and every fourth client steers
+// (interventions on, each such request audited at admission and at its end): the same checks,
+// plus every steered answer's audit row with its outcome.
+//
 // GB_E2E_SERVER: the server command, e.g. "build/glassbox serve --model ../shared/models/stories260K".
 // Run: node --test tests/e2e/load_test.mjs
 import { test, before, after } from 'node:test';
@@ -20,16 +25,28 @@ const SECONDS = Number(process.env.GB_LOAD_SECONDS ?? 60);
 const CLIENTS = 64;
 const MAX_CONCURRENT = 60;  // below CLIENTS + 2: some 429s are deliberate
 let server = null;
+let auditUrl = null;  // the PostgreSQL audit store, with GB_TEST_PG
 
 before(async () => {
   const command = process.env.GB_E2E_SERVER;
   if (!command) throw new Error('set GB_E2E_SERVER (a server command)');
+  const audit = [];
+  if (process.env.GB_TEST_PG) {
+    const file = `${process.env.GB_TEST_PG}/url`;
+    try {
+      auditUrl = readFileSync(file, 'utf8').trim();
+    } catch {
+      throw new Error(`${file} is missing: the pg_audit fixture did not start PostgreSQL (scripts/setup.sh installs it)`);
+    }
+    audit.push('interventions: true', `audit_db: "${auditUrl}"`);
+  }
   server = await startServer(command, [
     `api_key: ${KEY}`,
     `max_concurrent_requests: ${MAX_CONCURRENT}`,
     'max_queue_length: 256',
     `http_threads: ${CLIENTS + 16}`,
     'write_timeout_s: 30',
+    ...audit,
   ], { requestLog: true });
 });
 
@@ -53,20 +70,24 @@ test(`${CLIENTS} streaming clients for ${SECONDS} s, a slow reader and a disconn
   const model = (await client.models.list()).data[0].id;
   const t0 = performance.now();
   const deadline = t0 + SECONDS * 1000;
-  const stats = { ok: 0, rejected429: 0, errors: [], tokens: 0, itl: [], completions: [] };
+  const stats = { ok: 0, rejected429: 0, errors: [], tokens: 0, itl: [], completions: [], steered: [] };
+  const STEER = { interventions: [{ op: 'scale', point: 'mlp_act', layer: 1, dims: [5], strength: 0.5 }] };
 
   // The 64 clients: streamed completions back to back.
   async function streamer(id) {
     let k = 0;
     while (performance.now() < deadline) {
       k++;
+      const steered = auditUrl !== null && id % 4 === 0;
       try {
         const stream = await client.completions.create({
           model, prompt: PROMPTS[(id + k) % PROMPTS.length], max_tokens: 16 + ((id * 7 + k * 13) % 96),
-          temperature: 0.8, seed: id * 1000 + k, stream: true,
+          temperature: 0.8, seed: id * 1000 + k, stream: true, ...(steered ? { glassbox: STEER } : {}),
         });
         let last = null;
+        let requestId = null;
         for await (const chunk of stream) {
+          requestId = chunk.id;
           if (!chunk.choices.length || !chunk.choices[0].text) continue;
           const now = performance.now();
           if (last !== null) stats.itl.push(now - last);
@@ -75,6 +96,7 @@ test(`${CLIENTS} streaming clients for ${SECONDS} s, a slow reader and a disconn
         }
         stats.ok++;
         stats.completions.push(performance.now());
+        if (steered) stats.steered.push(requestId);
       } catch (e) {
         if (e.status === 429) {
           stats.rejected429++;
@@ -222,6 +244,25 @@ test(`${CLIENTS} streaming clients for ${SECONDS} s, a slow reader and a disconn
   assert.equal(metric(m, 'glassbox_num_requests_running'), 0);
   assert.equal(metric(m, 'glassbox_kv_cache_blocks_used'), 0);
   assert.equal(metric(m, 'glassbox_requests_in_flight'), 0);
+  // With the audit store: every steered answer has its row, with its outcome.
+  if (auditUrl !== null) {
+    const rows = new Map();
+    for (let after = 0; ;) {
+      const r = await fetch(`${server.origin}/admin/audit?kind=request&limit=1000&after_id=${after}`,
+        { headers: { Authorization: `Bearer ${KEY}` } });
+      assert.equal(r.status, 200);
+      const page = await r.json();
+      for (const row of page.data) rows.set(row.request_id, row);
+      if (page.data.length < 1000) break;
+      after = page.last_id;
+    }
+    console.log(JSON.stringify({ steered_answers: stats.steered.length, audit_rows: rows.size }));
+    assert.ok(stats.steered.length > 10, `only ${stats.steered.length} steered answers`);
+    for (const id of stats.steered) {
+      assert.ok(rows.has(id), `no audit row for steered answer ${id}`);
+      assert.equal(rows.get(id).status, 200, `the row of ${id} has no outcome`);
+    }
+  }
   // Flat RSS after warm-up: under 5% (or 8 MiB) growth.
   assert.ok(rssMax - rssStart < Math.max(0.05 * rssStart, 8 * 1024), `RSS grew from ${rssStart} to ${rssMax} KiB`);
 });

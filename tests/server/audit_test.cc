@@ -1,8 +1,13 @@
 // The audit store: round trip, filters and paging, validation, durability across SIGKILL,
-// concurrent appends, bad files, and the pragmas it runs with.
+// concurrent appends, conditional change rows, bad files and URLs, and the settings it runs with.
+// The shared suite (AuditStoreTest) runs on both backends: SQLite (a temp file) and PostgreSQL (a
+// fresh schema of the throwaway server ctest's pg_audit fixture starts, tests/support/pg_cluster.sh;
+// GB_TEST_PG names its state folder). Without that server the PostgreSQL cases fail, naming
+// scripts/setup.sh.
 #include "server/audit.h"
 
 #include <gtest/gtest.h>
+#include <libpq-fe.h>
 #include <signal.h>
 #include <sqlite3.h>
 #include <sys/wait.h>
@@ -50,13 +55,73 @@ std::unique_ptr<AuditStore> open_store(const std::string& path) {
   return s.is_ok() ? std::move(s).value() : nullptr;
 }
 
+// The fixture server's URL (database "glassbox"), or "" after a failure naming what is missing.
+std::string pg_base_url() {
+  const char* dir = std::getenv("GB_TEST_PG");
+  if (dir == nullptr || *dir == '\0') {
+    ADD_FAILURE() << "GB_TEST_PG is not set: run this test through ctest (its pg_audit fixture starts a throwaway "
+                     "PostgreSQL), or start one with tests/support/pg_cluster.sh start DIR and set GB_TEST_PG=DIR; "
+                     "the server binaries come from scripts/setup.sh (Debian's postgresql)";
+    return "";
+  }
+  std::ifstream f(std::string(dir) + "/url");
+  std::string url;
+  if (!std::getline(f, url) || url.empty()) {
+    ADD_FAILURE() << "no PostgreSQL for the test: " << dir << "/url is missing (the pg_audit fixture failed; "
+                  << "see its output; the server binaries come from scripts/setup.sh)";
+    return "";
+  }
+  return url;
+}
+
+// Runs SQL on the fixture server's glassbox database (the test's own connection).
+bool pg_exec(const std::string& url, const std::string& sql) {
+  PGconn* c = PQconnectdb(url.c_str());
+  bool ok = PQstatus(c) == CONNECTION_OK;
+  if (!ok) ADD_FAILURE() << "cannot connect to the test PostgreSQL: " << PQerrorMessage(c);
+  if (ok) {
+    PQsetNoticeProcessor(
+        c, [](void*, const char*) {}, nullptr);
+    PGresult* r = PQexec(c, sql.c_str());
+    ok = PQresultStatus(r) == PGRES_COMMAND_OK || PQresultStatus(r) == PGRES_TUPLES_OK;
+    if (!ok) ADD_FAILURE() << sql << ": " << PQresultErrorMessage(r);
+    PQclear(r);
+  }
+  PQfinish(c);
+  return ok;
+}
+
+// A fresh, empty store location: a file in a new temp folder, or a new schema of the test
+// database (so ids start at 1 again).
+std::string fresh_location(const std::string& backend) {
+  if (backend == "sqlite") return test::temp_dir() + "/audit.db";
+  const std::string base = pg_base_url();
+  if (base.empty()) return "";
+  static std::atomic<int> counter{0};
+  const std::string schema = "t" + std::to_string(getpid()) + "_" + std::to_string(counter++);
+  if (!pg_exec(base, "DROP SCHEMA IF EXISTS " + schema + " CASCADE; CREATE SCHEMA " + schema)) return "";
+  return base + "&options=-csearch_path%3D" + schema;
+}
+
+class AuditStoreTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  std::string location() {
+    std::string l = fresh_location(GetParam());
+    EXPECT_FALSE(l.empty());
+    return l;
+  }
+};
+
+INSTANTIATE_TEST_SUITE_P(Backends, AuditStoreTest, ::testing::Values("sqlite", "postgresql"),
+                         [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
+
 TEST(AuditTest, Sha256) {
   EXPECT_EQ(sha256_hex(""), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
   EXPECT_EQ(sha256_hex("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
 }
 
-TEST(AuditTest, RoundTrip) {
-  const std::string path = test::temp_dir() + "/audit.db";
+TEST_P(AuditStoreTest, RoundTrip) {
+  const std::string path = location();
   auto store = open_store(path);
   ASSERT_TRUE(store);
   EXPECT_EQ(store->count(), 0);
@@ -130,8 +195,8 @@ TEST(AuditTest, RoundTrip) {
   EXPECT_EQ(fourth.id, 4);
 }
 
-TEST(AuditTest, EmptySpecIsNull) {
-  auto store = open_store(test::temp_dir() + "/audit.db");
+TEST_P(AuditStoreTest, EmptySpecIsNull) {
+  auto store = open_store(location());
   ASSERT_TRUE(store);
   AuditRecord r;
   r.kind = "vector";
@@ -142,8 +207,8 @@ TEST(AuditTest, EmptySpecIsNull) {
   EXPECT_TRUE(audit_record_json(r)["spec"].is_null());
 }
 
-TEST(AuditTest, Validation) {
-  auto store = open_store(test::temp_dir() + "/audit.db");
+TEST_P(AuditStoreTest, Validation) {
+  auto store = open_store(location());
   ASSERT_TRUE(store);
   for (const std::string& kind : audit_kinds()) {
     AuditRecord r;
@@ -182,8 +247,8 @@ TEST(AuditTest, Validation) {
   EXPECT_EQ(one->size(), 1u);
 }
 
-TEST(AuditTest, FiltersAndPaging) {
-  auto store = open_store(test::temp_dir() + "/audit.db");
+TEST_P(AuditStoreTest, FiltersAndPaging) {
+  auto store = open_store(location());
   ASSERT_TRUE(store);
   const int64_t t0 = 1764491916000;
   for (int i = 0; i < 30; ++i) {
@@ -253,8 +318,8 @@ TEST(AuditTest, FiltersAndPaging) {
 
 // A child appends N rows, acknowledging each on a pipe as its append returns; the parent kills
 // it with SIGKILL right after the N-th ack and must find all N rows.
-TEST(AuditTest, DurableAcrossSigkill) {
-  const std::string path = test::temp_dir() + "/audit.db";
+TEST_P(AuditStoreTest, DurableAcrossSigkill) {
+  const std::string path = location();
   constexpr int kRows = 50;
   int fds[2];
   ASSERT_EQ(pipe(fds), 0);
@@ -294,8 +359,8 @@ TEST(AuditTest, DurableAcrossSigkill) {
   for (int i = 0; i < kRows; ++i) EXPECT_EQ((*rows)[i].request_id, "req-" + std::to_string(i + 1));
 }
 
-TEST(AuditTest, ConcurrentAppends) {
-  auto store = open_store(test::temp_dir() + "/audit.db");
+TEST_P(AuditStoreTest, ConcurrentAppends) {
+  auto store = open_store(location());
   ASSERT_TRUE(store);
   constexpr int kThreads = 8, kPerThread = 25;
   std::vector<std::vector<int64_t>> ids(kThreads);
@@ -328,6 +393,318 @@ TEST(AuditTest, ConcurrentAppends) {
     ASSERT_TRUE(rows.is_ok());
     EXPECT_EQ(rows->size(), static_cast<size_t>(kPerThread));
   }
+}
+
+TEST_P(AuditStoreTest, UpdateResult) {
+  auto store = open_store(location());
+  ASSERT_TRUE(store);
+  AuditRecord r = request_row("req-u", "k", 0);
+  r.status = 0;
+  r.completion_tokens = 0;
+  r.finish_reason.clear();
+  ASSERT_TRUE(store->append(&r).is_ok());
+  r.status = 200;
+  r.prompt_tokens = 7;
+  r.completion_tokens = 9;
+  r.finish_reason = "stop,length";
+  r.repetition_rate = 1.0 / 3.0;
+  ASSERT_TRUE(store->update_result(r).is_ok());
+  auto rows = store->query({});
+  ASSERT_TRUE(rows.is_ok()) << rows.message();
+  ASSERT_EQ(rows->size(), 1u);
+  EXPECT_EQ((*rows)[0].status, 200);
+  EXPECT_EQ((*rows)[0].prompt_tokens, 7);
+  EXPECT_EQ((*rows)[0].completion_tokens, 9);
+  EXPECT_EQ((*rows)[0].finish_reason, "stop,length");
+  EXPECT_EQ((*rows)[0].repetition_rate, 1.0 / 3.0);  // bit for bit
+  EXPECT_EQ((*rows)[0].spec_hash, r.spec_hash);      // the spec is not touched
+  AuditRecord missing = r;
+  missing.id = 999;
+  Status s = store->update_result(missing);
+  ASSERT_FALSE(s.is_ok());
+  EXPECT_NE(s.message().find("no row 999"), std::string::npos) << s.message();
+  EXPECT_TRUE(store->health().is_ok()) << store->health().message();
+  EXPECT_TRUE(store->ping().is_ok());
+}
+
+// Two writers on one store, as two replicas: a change row is appended only on top of the newest
+// change row its writer has seen; request rows never count.
+TEST_P(AuditStoreTest, ConditionalChangeRows) {
+  const std::string where = location();
+  auto a = open_store(where);
+  auto b = open_store(where);
+  ASSERT_TRUE(a && b);
+  AuditRecord req = request_row("req-1", "k", 0);
+  ASSERT_TRUE(a->append(&req).is_ok());
+  AuditRecord p1;
+  p1.kind = "policy";
+  p1.action = "set";
+  p1.spec_json = R"({"policy":{"max_interventions":4}})";
+  auto ok = a->append_change(&p1, 0);
+  ASSERT_TRUE(ok.is_ok()) << ok.message();
+  EXPECT_TRUE(*ok);
+  EXPECT_EQ(p1.id, 2);
+  // b has not seen row 2: refused, nothing written.
+  AuditRecord p2 = p1;
+  p2.id = 0;
+  p2.spec_json = R"({"policy":{"max_interventions":8}})";
+  ok = b->append_change(&p2, 0);
+  ASSERT_TRUE(ok.is_ok()) << ok.message();
+  EXPECT_FALSE(*ok);
+  EXPECT_EQ(a->count(), 2);
+  // What b replays: the change rows only, in id order.
+  auto changes = b->changes_after(0, 10);
+  ASSERT_TRUE(changes.is_ok()) << changes.message();
+  ASSERT_EQ(changes->size(), 1u);
+  EXPECT_EQ((*changes)[0].id, 2);
+  EXPECT_EQ((*changes)[0].spec_json, p1.spec_json);
+  // More request rows after it change nothing; b, caught up, may append.
+  AuditRecord req2 = request_row("req-2", "k", 0);
+  ASSERT_TRUE(a->append(&req2).is_ok());
+  ok = b->append_change(&p2, 2);
+  ASSERT_TRUE(ok.is_ok()) << ok.message();
+  EXPECT_TRUE(*ok);
+  EXPECT_GT(p2.id, req2.id);
+  AuditRecord p3 = p1;
+  p3.id = 0;
+  ok = a->append_change(&p3, 2);  // a has not seen b's row
+  ASSERT_TRUE(ok.is_ok());
+  EXPECT_FALSE(*ok);
+  changes = a->changes_after(2, 10);
+  ASSERT_TRUE(changes.is_ok());
+  ASSERT_EQ(changes->size(), 1u);
+  EXPECT_EQ((*changes)[0].id, p2.id);
+  EXPECT_TRUE(a->changes_after(p2.id, 10)->empty());
+  // Only change kinds, and the bounds.
+  AuditRecord not_change = request_row("x", "k", 0);
+  EXPECT_FALSE(a->append_change(&not_change, p2.id).is_ok());
+  EXPECT_FALSE(a->changes_after(0, 0).is_ok());
+  EXPECT_FALSE(a->changes_after(-1, 10).is_ok());
+}
+
+// Writers racing on one store (four threads, two connections each side): every change row that
+// got in was appended on top of the one before it, so the rows form one chain in id order.
+TEST_P(AuditStoreTest, RacingChangeWritersFormOneChain) {
+  const std::string where = location();
+  auto a = open_store(where);
+  auto b = open_store(where);
+  ASSERT_TRUE(a && b);
+  constexpr int kThreads = 4, kEach = 15;
+  std::atomic<int> errors{0}, refusals{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      AuditStore* s = (t % 2 ? a : b).get();
+      int64_t last = 0;
+      for (int done = 0; done < kEach;) {
+        auto rows = s->changes_after(last, kMaxAuditLimit);
+        if (!rows.is_ok()) {
+          errors++;
+          return;
+        }
+        if (!rows->empty()) last = rows->back().id;
+        AuditRecord r;
+        r.kind = "preset";
+        r.action = "set";
+        r.key_id = tag("w", t);
+        r.spec_json = "{\"after\":" + std::to_string(last) + "}";
+        auto ok = s->append_change(&r, last);
+        if (!ok.is_ok()) {
+          errors++;
+          return;
+        }
+        if (*ok) {
+          last = r.id;
+          ++done;
+        } else {
+          refusals++;
+        }
+        if (t < 2) {
+          AuditRecord req = request_row(tag("r", done), "k", 0);  // request rows in between
+          if (!s->append(&req).is_ok()) errors++;
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(errors.load(), 0);
+  auto rows = a->changes_after(0, kMaxAuditLimit);
+  ASSERT_TRUE(rows.is_ok()) << rows.message();
+  ASSERT_EQ(rows->size(), static_cast<size_t>(kThreads * kEach));
+  int64_t prev = 0;
+  for (const AuditRecord& r : *rows) {
+    const auto spec = nlohmann::json::parse(r.spec_json);
+    EXPECT_EQ(spec["after"].get<int64_t>(), prev) << "row " << r.id;
+    prev = r.id;
+  }
+  std::printf("%d change rows, %d refused and retried\n", kThreads * kEach, refusals.load());
+}
+
+TEST_P(AuditStoreTest, WaitForChange) {
+  const std::string where = location();
+  auto a = open_store(where);
+  auto b = open_store(where);
+  ASSERT_TRUE(a && b);
+  // interrupt_wait ends a wait at once, on both backends.
+  std::thread interrupter([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    a->interrupt_wait();
+  });
+  auto t0 = std::chrono::steady_clock::now();
+  a->wait_for_change(std::chrono::seconds(60));
+  interrupter.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(30));
+  if (GetParam() != "postgresql") return;
+  // PostgreSQL: another writer's change row wakes the waiter (NOTIFY at its commit).
+  a->wait_for_change(std::chrono::milliseconds(50));  // LISTEN is in place
+  std::thread writer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    AuditRecord r;
+    r.kind = "vector";
+    r.action = "delete";
+    EXPECT_TRUE(b->append(&r).is_ok());
+  });
+  t0 = std::chrono::steady_clock::now();
+  a->wait_for_change(std::chrono::seconds(60));
+  writer.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(30)) << "no NOTIFY woke the waiter";
+}
+
+TEST(AuditTest, BackendAndRedaction) {
+  EXPECT_EQ(AuditStore::backend_of("/var/lib/glassbox/audit.db"), "sqlite");
+  EXPECT_EQ(AuditStore::backend_of("audit.db"), "sqlite");
+  EXPECT_EQ(AuditStore::backend_of("postgresql://db/glassbox"), "postgresql");
+  EXPECT_EQ(AuditStore::backend_of("postgres://db/glassbox"), "postgresql");
+  EXPECT_EQ(redact_url("postgresql://gb:s3cret@db:5432/glassbox?sslmode=require"),
+            "postgresql://gb:***@db:5432/glassbox?sslmode=require");
+  EXPECT_EQ(redact_url("postgresql://db/glassbox?user=gb&password=s3cret&sslmode=require"),
+            "postgresql://db/glassbox?user=gb&password=***&sslmode=require");
+  EXPECT_EQ(redact_url("postgresql://gb@db/glassbox"), "postgresql://gb@db/glassbox");
+  EXPECT_EQ(redact_url("/tmp/a:b@c.db"), "/tmp/a:b@c.db");
+  EXPECT_FALSE(AuditStore::open("").is_ok());
+}
+
+// What the store's sessions commit with: at least synchronous_commit=on even when the URL (or the
+// server's config) asks for off, on a server with fsync on.
+TEST(AuditPgTest, SynchronousCommitOn) {
+  const std::string where = fresh_location("postgresql");
+  ASSERT_FALSE(where.empty());
+  for (const std::string& url : {where, where + "%20-csynchronous_commit%3Doff"}) {
+    auto store = open_store(url);
+    ASSERT_TRUE(store);
+    auto st = store->settings();
+    ASSERT_TRUE(st.is_ok()) << st.message();
+    EXPECT_EQ(st->backend, "postgresql");
+    EXPECT_EQ(st->synchronous_commit, "on") << url;
+    EXPECT_EQ(st->fsync, "on");
+    EXPECT_EQ(st->schema_version, AuditStore::kSchemaVersion);
+  }
+}
+
+TEST(AuditPgTest, NewerSchemaForeignTableAndEmptyDatabase) {
+  const std::string base = pg_base_url();
+  ASSERT_FALSE(base.empty());
+  const std::string newer = fresh_location("postgresql");
+  { ASSERT_TRUE(open_store(newer)); }
+  const std::string schema = newer.substr(newer.rfind("%3D") + 3);
+  ASSERT_TRUE(pg_exec(base, "UPDATE " + schema + ".glassbox_schema SET version = 2"));
+  for (bool ro : {false, true}) {
+    auto s = ro ? AuditStore::open_readonly(newer) : AuditStore::open(newer);
+    ASSERT_FALSE(s.is_ok());
+    EXPECT_NE(s.message().find("schema version 2 is newer"), std::string::npos) << s.message();
+    EXPECT_NE(s.message().find("postgresql://"), std::string::npos) << s.message();
+  }
+  const std::string foreign = fresh_location("postgresql");
+  const std::string fschema = foreign.substr(foreign.rfind("%3D") + 3);
+  ASSERT_TRUE(pg_exec(base, "CREATE TABLE " + fschema + ".audit (x integer)"));
+  auto s = AuditStore::open(foreign);
+  ASSERT_FALSE(s.is_ok());
+  EXPECT_NE(s.message().find("not a glassbox audit store"), std::string::npos) << s.message();
+  auto empty = AuditStore::open_readonly(fresh_location("postgresql"));
+  ASSERT_FALSE(empty.is_ok());
+  EXPECT_NE(empty.message().find("no audit store in this database yet"), std::string::npos) << empty.message();
+  // Two servers starting at once on an empty database: one creates the table, both open it.
+  const std::string both = fresh_location("postgresql");
+  std::vector<std::thread> starters;
+  std::atomic<int> opened{0};
+  for (int i = 0; i < 4; ++i) {
+    starters.emplace_back([&] {
+      auto st = AuditStore::open(both);
+      if (st.is_ok()) opened++;
+      else ADD_FAILURE() << st.message();
+    });
+  }
+  for (auto& t : starters) t.join();
+  EXPECT_EQ(opened.load(), 4);
+}
+
+TEST(AuditPgTest, BadUrlsAndUnreachableServers) {
+  const std::string base = pg_base_url();
+  ASSERT_FALSE(base.empty());
+  struct Case {
+    std::string url, expect;
+  };
+  const std::vector<Case> cases = {
+      {"postgresql://%zz/db", "not a valid PostgreSQL URL"},
+      {"postgresql://gb:s3cret@127.0.0.1:1/glassbox", "cannot connect"},
+      {"postgresql:///glassbox?host=/nonexistent-glassbox-dir&user=postgres", "cannot connect"},
+      {"postgresql:///glassbox?host=/tmp&port=notaport", "cannot connect"},
+      {"postgresql:///glassbox?nosuchparam=1", "not a valid PostgreSQL URL"},
+      {std::string(base).replace(base.find("///glassbox"), 11, "///no_such_db"), "does not exist"},
+  };
+  for (const Case& c : cases) {
+    for (bool ro : {false, true}) {
+      auto s = ro ? AuditStore::open_readonly(c.url) : AuditStore::open(c.url);
+      ASSERT_FALSE(s.is_ok()) << c.url;
+      EXPECT_NE(s.message().find(c.expect), std::string::npos) << s.message();
+      EXPECT_EQ(s.message().find("s3cret"), std::string::npos) << "password in: " << s.message();
+    }
+  }
+}
+
+// The server end of a connection goes away (a restarted server, a failover, an idle timeout):
+// reads retry on a new connection at once; a write that was in flight fails, health() says so,
+// and the next write reconnects. No row is lost.
+TEST(AuditPgTest, ReconnectsAfterLosingItsConnections) {
+  const std::string where = fresh_location("postgresql");
+  ASSERT_FALSE(where.empty());
+  const std::string app = "gb_reconnect_" + std::to_string(getpid());
+  auto store = open_store(where + "&application_name=" + app);
+  ASSERT_TRUE(store);
+  AuditRecord r = request_row("before", "k", 0);
+  ASSERT_TRUE(store->append(&r).is_ok());
+  ASSERT_EQ(store->count(), 1);
+  const std::string kill =
+      "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = '" + app + "'";
+  ASSERT_TRUE(pg_exec(pg_base_url(), kill));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_EQ(store->count(), 1);  // the read retried on a new connection
+  int failures = 0;
+  AuditRecord after = request_row("after", "k", 0);
+  Status s = store->append(&after);
+  if (!s.is_ok()) {
+    ++failures;
+    EXPECT_NE(s.message().find("connection"), std::string::npos) << s.message();
+    EXPECT_FALSE(store->health().is_ok());
+    s = store->append(&after);
+  }
+  ASSERT_TRUE(s.is_ok()) << s.message();
+  EXPECT_LE(failures, 1);
+  EXPECT_TRUE(store->health().is_ok()) << store->health().message();
+  // ping() finds a lost writer connection without a write, and the next ping reconnects.
+  ASSERT_TRUE(pg_exec(pg_base_url(), kill));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  if (!store->ping().is_ok()) {
+    EXPECT_FALSE(store->health().is_ok());
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // past the reconnect gap
+  EXPECT_TRUE(store->ping().is_ok());
+  EXPECT_TRUE(store->health().is_ok());
+  auto rows = store->query({});
+  ASSERT_TRUE(rows.is_ok()) << rows.message();
+  ASSERT_EQ(rows->size(), 2u);
+  EXPECT_EQ((*rows)[0].request_id, "before");
+  EXPECT_EQ((*rows)[1].request_id, "after");
 }
 
 TEST(AuditTest, NotSqliteFile) {
@@ -421,6 +798,7 @@ TEST(AuditTest, WalAndSynchronousFull) {
   ASSERT_TRUE(store);
   auto st = store->settings();
   ASSERT_TRUE(st.is_ok()) << st.message();
+  EXPECT_EQ(st->backend, "sqlite");
   EXPECT_EQ(st->journal_mode, "wal");
   EXPECT_EQ(st->synchronous, 2);  // FULL
   EXPECT_EQ(st->schema_version, AuditStore::kSchemaVersion);
@@ -435,8 +813,8 @@ TEST(AuditTest, WalAndSynchronousFull) {
   sqlite3_close(db);
 }
 
-TEST(AuditTest, ReadOnlyBesideWriter) {
-  const std::string path = test::temp_dir() + "/audit.db";
+TEST_P(AuditStoreTest, ReadOnlyBesideWriter) {
+  const std::string path = location();
   auto writer = open_store(path);
   ASSERT_TRUE(writer);
   AuditRecord r = request_row("a", "k", 0);
@@ -477,8 +855,8 @@ TEST(AuditTest, ParseTime) {
 
 // Per-append latency (commit + fsync), printed for the record; the bound only catches a store
 // that stopped committing per append... or a pathologically slow disk.
-TEST(AuditTest, AppendLatency) {
-  auto store = open_store(test::temp_dir() + "/audit.db");
+TEST_P(AuditStoreTest, AppendLatency) {
+  auto store = open_store(location());
   ASSERT_TRUE(store);
   constexpr int kN = 100;
   const auto t0 = std::chrono::steady_clock::now();
@@ -487,7 +865,8 @@ TEST(AuditTest, AppendLatency) {
     ASSERT_TRUE(store->append(&r).is_ok());
   }
   const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / kN;
-  std::printf("audit append: %.1f us per append (%d appends, %s)\n", us, kN, store->path().c_str());
+  std::printf("audit append (%s): %.1f us per append (%d appends, %s)\n", GetParam().c_str(), us, kN,
+              store->path().c_str());
   RecordProperty("append_us", std::to_string(us));
   EXPECT_LT(us, 200000.0);
 }
