@@ -14,6 +14,8 @@ APT_PACKAGES=(
   sqlite3                               # tests read the eval and audit stores independently of glassbox
   curl                                  # the README's HTTP examples (tests/readme)
   clang-format                          # tests/format: the sources stay formatted (scripts/format.sh)
+  chromium                              # tests/ui: the dashboard in a real browser (driven by npm playwright-core)
+  prometheus                            # tests/ui: promtool checks the alert rules, their unit tests and /metrics
   python3-jinja2                        # second Jinja implementation for chat-template cross-checks
 )
 # Node.js (>= 20) with npm: Debian's packages only where the machine has none.
@@ -30,7 +32,8 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-# Node packages for end-to-end and cross-check tests (official OpenAI SDK, HF tokenizers, HF jinja).
+# Node packages for end-to-end and cross-check tests (official OpenAI SDK, HF tokenizers, HF jinja,
+# playwright-core for the browser tests) and the dashboard's charting library (uPlot, copied by the build).
 if [ -f tools/node/package.json ]; then
   (cd tools/node && npm ci --no-audit --no-fund --silent 2>/dev/null || npm install --no-audit --no-fund --silent)
 fi
