@@ -66,7 +66,10 @@ export function mount(root, { who }) {
       root.querySelector('#var-models').replaceChildren(table(['model', 'parent', 'variant', 'finished', 'truncation rate', 'mean length', 'p90 length', 'TTFT p50', 'latency p50'], rows, { id: 'var-models-table' }));
       // Output lengths: per model, the choices in each bucket (the histogram's increments).
       const names = served.map((m) => m.id).join(',');
-      const hist = served.map((m) => buckets(s, 'glassbox_request_generation_tokens', { model: m.id }));
+      // Up to the longest bucket any model has used (the histogram runs to 128k tokens).
+      const full = served.map((m) => buckets(s, 'glassbox_request_generation_tokens', { model: m.id }));
+      const used = Math.max(0, ...full.map((b) => b.findIndex((x) => x.count === b[b.length - 1].count)));
+      const hist = full.map((b) => b.slice(0, Math.max(used + 1, Math.min(4, b.length))));
       const les = hist.length ? hist[0].map((b) => b.le) : [];
       const labels = les.map((le, i) => (le === Infinity ? `>${les[i - 1]}` : `≤${le}`));
       if (chartModels !== names) {
