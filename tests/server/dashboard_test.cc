@@ -48,8 +48,8 @@ TEST(Dashboard, FindsTheDirectoryBesideTheBinaryOrInstalled) {
 TEST(Dashboard, OnlyPlainRelativePathsNameAFile) {
   EXPECT_EQ(ui_file_for(""), "index.html");
   EXPECT_EQ(ui_file_for("js/pages/audit.js"), "js/pages/audit.js");
-  for (const char* bad : {"../x.js", "js/../../x.js", ".hidden.js", "js/.x.js", "/etc/passwd", "js//a.js", "js/", "a b.js",
-                          "a\\b.js", "%2e%2e/x.js"}) {
+  for (const char* bad : {"../x.js", "js/../../x.js", ".hidden.js", "js/.x.js", "/etc/passwd", "js//a.js", "js/",
+                          "a b.js", "a\\b.js", "%2e%2e/x.js"}) {
     EXPECT_FALSE(ui_file_for(bad).has_value()) << bad;
   }
   EXPECT_FALSE(ui_file_for(std::string(300, 'a')).has_value());
@@ -83,7 +83,8 @@ TEST_F(DashboardHttpTest, ServesTheFilesWithTypesAndAPolicy) {
   ASSERT_TRUE(res);
   EXPECT_EQ(res->status, 301);
   EXPECT_EQ(res->get_header_value("Location"), "/ui/");
-  for (const char* path : {"/ui/notes.exe", "/ui/missing.js", "/ui/../secret.js", "/ui/%2e%2e/secret.js", "/ui/js//app.js"}) {
+  for (const char* path :
+       {"/ui/notes.exe", "/ui/missing.js", "/ui/../secret.js", "/ui/%2e%2e/secret.js", "/ui/js//app.js"}) {
     res = c->Get(path);
     ASSERT_TRUE(res) << path;
     EXPECT_EQ(res->status, 404) << path;
@@ -226,12 +227,15 @@ TEST_F(DashboardHttpTest, InterventionsAreCountedByOpAndPoint) {
     ASSERT_EQ(res->status, 200) << res->body;
   }
   // Observation alone is not an intervention.
-  ASSERT_EQ(post("/v1/completions", {{"prompt", "x"}, {"max_tokens", 2}, {"glassbox", {{"observe", json::object()}}}})->status,
+  ASSERT_EQ(post("/v1/completions", {{"prompt", "x"}, {"max_tokens", 2}, {"glassbox", {{"observe", json::object()}}}})
+                ->status,
             200);
   const std::string text = client()->Get("/metrics")->body;
-  EXPECT_NE(text.find("glassbox_interventions_total{model=\"tiny\",op=\"scale\",point=\"mlp_act\"} 4"), std::string::npos)
+  EXPECT_NE(text.find("glassbox_interventions_total{model=\"tiny\",op=\"scale\",point=\"mlp_act\"} 4"),
+            std::string::npos)
       << text;
-  EXPECT_NE(text.find("glassbox_interventions_total{model=\"tiny\",op=\"skip\",point=\"resid_post\"} 2"), std::string::npos)
+  EXPECT_NE(text.find("glassbox_interventions_total{model=\"tiny\",op=\"skip\",point=\"resid_post\"} 2"),
+            std::string::npos)
       << text;
 }
 
