@@ -22,13 +22,15 @@ APT_PACKAGES=(
   sqlite3                               # tests read the eval and audit stores independently of glassbox
   curl                                  # the README's HTTP examples (tests/readme)
   clang-format                          # tests/format: the sources stay formatted (scripts/format.sh)
+  chromium                              # tests/ui: the dashboard in a real browser (driven by npm playwright-core)
+  prometheus                            # tests/ui: promtool checks the alert rules, their unit tests and /metrics
   python3-jinja2                        # second Jinja implementation for chat-template cross-checks
   podman runc mmdebstrap                # tests/deploy: build and run deploy/Containerfile (base made from Debian's mirror)
 )
 # kubectl for `kubectl kustomize` (tests/deploy); Debian's kubernetes-client where none is installed.
 command -v kubectl >/dev/null 2>&1 || APT_PACKAGES+=(kubernetes-client)
-# Node.js (>= 20) with npm: Debian's packages only where the machine has none.
-command -v npm >/dev/null 2>&1 || APT_PACKAGES+=(nodejs npm)
+# Node.js (>= 20) with npm (the dashboard's library, the tests): Debian's packages only where the machine has none.
+command -v npm >/dev/null 2>&1 || BUILD_PACKAGES+=(nodejs npm)
 
 BUILD_ONLY=0
 case "${1:-}" in
@@ -49,7 +51,11 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-# Node packages for end-to-end and cross-check tests (official OpenAI SDK, HF tokenizers, HF jinja).
-if [ "$BUILD_ONLY" = 0 ] && [ -f tools/node/package.json ]; then
-  (cd tools/node && npm ci --no-audit --no-fund --silent 2>/dev/null || npm install --no-audit --no-fund --silent)
+# Node packages: the dashboard's charting library (uPlot, "dependencies", copied into the build by
+# ui/CMakeLists.txt), and for tests the official OpenAI SDK, HF tokenizers, HF jinja, playwright-core,
+# the Kubernetes schemas ("devDependencies"). --build-only installs the dashboard's alone.
+if [ -f tools/node/package.json ]; then
+  if [ "$BUILD_ONLY" = 1 ]; then NPM_FLAGS=(--omit=dev); else NPM_FLAGS=(); fi
+  (cd tools/node && npm ci "${NPM_FLAGS[@]}" --no-audit --no-fund --silent 2>/dev/null ||
+    npm install "${NPM_FLAGS[@]}" --no-audit --no-fund --silent)
 fi

@@ -153,6 +153,20 @@ std::optional<Server::Refusal> Server::admit(Endpoint endpoint, const httplib::R
   }
   // HTTP-level concurrency (the engine's queue was checked above).
   if (std::optional<ApiError> e = take_slot()) return Refusal{*e, "concurrency"};
+  // Steering as it runs, by op and point (each resolved item once per request): at admission,
+  // never in the engine step.
+  if (g->glass.intervenes && g->glass.spec != nullptr) {
+    for (const Intervention& iv : g->glass.spec->interventions) {
+      metrics_
+          .counter("glassbox_interventions_total",
+                   "Interventions of admitted requests by op, point and model (presets, vectors, sessions and the "
+                   "default set resolved; each item once per request)",
+                   {{"model", g->model.name},
+                    {"op", std::string(intervention_op_name(iv.op))},
+                    {"point", std::string(hook_point_name(iv.point))}})
+          .inc();
+    }
+  }
   return std::nullopt;
 }
 

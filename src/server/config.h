@@ -101,6 +101,7 @@ struct ServerConfig {
   int64_t port = 8000;
   int64_t http_threads = 0;        // 0: max_concurrent_requests + 8; probes have two threads of their own
   int64_t max_connections = 1024;  // open HTTP connections; more are answered 503 at once
+  std::string ui_dir;              // dashboard files served at /ui; empty: ui/ beside the binary (dashboard.h)
 
   // Authentication
   std::string api_key;  // vLLM-style single key with the admin role (id "cli")
@@ -178,6 +179,9 @@ void visit_fields(Config& c, F&& f) {
   f(FieldInfo{"port", "TCP port (0: any free port)", 0, 65535}, c.port);
   f(FieldInfo{"http_threads", "HTTP worker threads (0: max_concurrent_requests + 8)", 0, 65536}, c.http_threads);
   f(FieldInfo{"max_connections", "open HTTP connections; more are refused with 503", 1, 1 << 20}, c.max_connections);
+  f(FieldInfo{"ui_dir",
+              "dashboard files served at /ui (default: ui/ beside the glassbox binary, else ../share/glassbox/ui)"},
+    c.ui_dir);
   f(FieldInfo{"api_key", "single API key with the admin role", -1e300, 1e300, true}, c.api_key);
   f(FieldInfo{"allow_unauthenticated", "serve requests without an API key"}, c.allow_unauthenticated);
   f(FieldInfo{"max_concurrent_requests", "generation requests in flight", 1, 1 << 20}, c.max_concurrent_requests);

@@ -20,14 +20,15 @@ namespace {
 // Bounded label values for the per-endpoint HTTP counter.
 std::string route_label(const std::string& path) {
   static const char* kKnown[] = {
-      "/v1/completions", "/v1/chat/completions", "/v1/glassbox/analyze", "/v1/models", "/health", "/ready",
-      "/metrics",        "/admin/config"};
+      "/v1/completions", "/v1/chat/completions", "/v1/glassbox/analyze", "/v1/models",          "/health", "/ready",
+      "/metrics",        "/admin/config",        "/v1/glassbox/whoami",  "/v1/glassbox/monitor"};
   for (const char* k : kKnown) {
     if (path == k) return k;
   }
   if (path.rfind("/v1/models/", 0) == 0) return "/v1/models/{id}";
   if (path.rfind("/admin/glassbox", 0) == 0) return "/admin/glassbox";
   if (path == "/admin/audit") return path;
+  if (path == "/ui" || path.rfind("/ui/", 0) == 0) return "/ui";
   return "other";
 }
 
@@ -108,6 +109,7 @@ void Server::install_routes() {
   http_->Delete(R"(/admin/(routes|shadow)/([^/]+))", admin_routes);
   http_->Get("/admin/audit",
              guard([this](const httplib::Request& q, httplib::Response& r) { handle_admin_audit(q, r); }));
+  install_dashboard_routes();
 
   // Before any body is read: authentication (and the role for /admin), the declared body size,
   // and an empty body for a request that declares none (else httplib reads until the client
@@ -254,7 +256,8 @@ void Server::refresh_engine_gauges() {
   auto& m = metrics_;
   m.gauge("glassbox_num_requests_running", "Sequences in the running batch").set(static_cast<double>(s.running));
   m.gauge("glassbox_num_requests_waiting", "Sequences waiting to be scheduled").set(static_cast<double>(s.waiting));
-  m.gauge("glassbox_kv_cache_blocks_total", "KV cache blocks").set(static_cast<double>(s.kv_blocks_total));
+  m.gauge("glassbox_kv_cache_blocks_capacity", "KV cache blocks in all (a gauge, so not *_total)")
+      .set(static_cast<double>(s.kv_blocks_total));
   m.gauge("glassbox_kv_cache_blocks_used", "KV cache blocks in use").set(static_cast<double>(s.kv_blocks_used));
   m.gauge("glassbox_kv_cache_blocks_free", "KV cache blocks free")
       .set(static_cast<double>(s.kv_blocks_total - s.kv_blocks_used));

@@ -120,6 +120,11 @@ class Server {
  private:
   friend struct Generation;
   void install_routes();
+  // The dashboard (dashboard_api.cc): /ui/ static files, GET /v1/glassbox/whoami and /monitor.
+  void install_dashboard_routes();
+  void handle_ui(const httplib::Request& req, httplib::Response& res);
+  void handle_whoami(const httplib::Request& req, httplib::Response& res);
+  void handle_monitor(const httplib::Request& req, httplib::Response& res);
   // httplib's own errors, exceptions and the per-route request counter.
   void install_error_handlers();
   using BodyHandler = std::function<void(const httplib::Request&, const std::string& body, httplib::Response&)>;
@@ -265,6 +270,8 @@ class Server {
   bool monitor_stop_ = false;
   uint64_t monitor_logged_ = 0;  // index of the last massive-activation event logged
 
+  std::string ui_dir_;                 // the dashboard's files; empty: not found (ui_tried_ says where it looked)
+  std::vector<std::string> ui_tried_;  // set by install_dashboard_routes() before the listener starts
   KeyStore keys_;
   RateLimiter rate_limiter_;
   MetricsRegistry metrics_;

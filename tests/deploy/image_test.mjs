@@ -130,6 +130,11 @@ test('a read-only container serves, audits, passes its healthcheck and drains on
   assert.ok(audit.data.length >= 1, `an audit row: ${JSON.stringify(audit)}`);
   assert.ok(existsSync(join(state, 'audit.db')), 'the audit store is on the state volume');
 
+  // The dashboard is installed beside the binary (share/glassbox/ui) and found there.
+  const ui = await fetch(`${origin}/ui/`);
+  assert.equal(ui.status, 200);
+  assert.match(await ui.text(), /<html/i);
+  assert.equal((await fetch(`${origin}/ui/vendor/uplot/uPlot.iife.min.js`)).status, 200, 'uPlot in the image');
   assert.equal(podman(['exec', NAME, 'id', '-u']).stdout.trim(), '10001');
   const touch = podman(['exec', NAME, 'touch', '/usr/local/x'], { allowFailure: true });
   assert.notEqual(touch.status, 0);

@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "engine/monitor.h"
 #include "engine/request.h"
 #include "server/text_codec.h"
 
@@ -38,6 +39,7 @@ struct FakeEngineOptions {
   std::string fail_with;                                   // non-empty: first step ends with kError
   EngineErrorCode fail_code = EngineErrorCode::kInternal;  // ... carrying this code
   int64_t waiting = 0;                                     // reported in stats()
+  MonitorSnapshot monitor;                                 // what monitor() reports (default: off)
   // The model shape glass-box specs resolve against (a 4-layer, 8-wide model with an MLP of 16);
   // the fake applies nothing, and reports the interventions as applied (and, for attention
   // sinks, per observed layer and each of 2 heads: mean 1 / (2 + h), max 1 at token 0).
@@ -60,6 +62,7 @@ class FakeEngine : public EngineApi {
                 EngineErrorCode* code = nullptr) override;
   EngineStats stats() const override;
   const ModelConfig* model_config() const override { return &options_.model; }
+  MonitorSnapshot monitor() const override { return options_.monitor; }
 
   void set_queue_full(bool v) { queue_full_.store(v); }
   void set_waiting(int64_t v) { waiting_.store(v); }

@@ -337,7 +337,7 @@ TEST_F(HttpTest, MetricsExposeRequestsAndEngineState) {
            "glassbox_generation_tokens_total{model=\"tiny\"} 25",
            "glassbox_prompt_tokens_total{model=\"tiny\"} 4",
            "glassbox_request_generation_tokens_bucket{model=\"tiny\",le=\"4\"} 1",
-           "glassbox_kv_cache_blocks_total 100",
+           "glassbox_kv_cache_blocks_capacity 100",
            "glassbox_kv_cache_blocks_free",
            "glassbox_prefix_cache_hit_rate 0.4",
            "glassbox_num_requests_running",
