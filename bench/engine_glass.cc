@@ -141,11 +141,12 @@ double median(std::vector<double> v) {
   return v.size() % 2 ? v[k] : (v[k - 1] + v[k]) / 2;
 }
 
-// The glass work alone of one decode step of n sequences under cfg, in CPU ms of this thread
-// (median of 15; CPU time, so a shared host's other load does not inflate it): the
-// table built as the engine builds it, then applied at every hook point of every layer to
-// random rows. What the forward pass adds on top of plain; no noise from the matmuls.
-double direct_cost_ms(char cfg, int n, const ModelConfig& c) {
+// The glass work alone of one decode step of n sequences under cfg (median of 15): the table
+// built as the engine builds it, then applied at every hook point of every layer to random rows.
+// What the forward pass adds on top of plain; no noise from the matmuls. pool null: on this
+// thread alone, in its CPU ms (a shared host's other load does not inflate it); else the monitor
+// spread over the pool as the engine runs it, in wall ms (what the step waits).
+double direct_cost_ms(char cfg, int n, const ModelConfig& c, ThreadPool* pool) {
   const auto specs = make_specs(cfg, c);
   std::vector<std::unique_ptr<GlassAccumulator>> accs;
   for (int i = 0; i < n && !specs.empty(); ++i) {
@@ -161,6 +162,8 @@ double direct_cost_ms(char cfg, int n, const ModelConfig& c) {
   std::vector<float> data(static_cast<size_t>(n) * std::max(c.n_embd, c.n_ff));
   for (auto& v : data) v = nd(rng);
   GlassStep step(c);
+  step.set_pool(pool);
+  const clockid_t clock = pool == nullptr ? CLOCK_THREAD_CPUTIME_ID : CLOCK_MONOTONIC;
   std::vector<double> times;
   for (int rep = 0; rep < 15; ++rep) {
     batch.clear();  // decode rows at a new position each rep, as in a real decode
@@ -169,7 +172,7 @@ double direct_cost_ms(char cfg, int n, const ModelConfig& c) {
       batch.add_sequence(id, 8 + rep, table, 16, false);
     }
     timespec c0, c1;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0);
+    clock_gettime(clock, &c0);
     step.clear();
     for (int i = 0; i < n && !accs.empty(); ++i)
       step.add_sequence(i, 1, 8 + rep, 1, accs[static_cast<size_t>(i)].get());
@@ -182,7 +185,7 @@ double direct_cost_ms(char cfg, int n, const ModelConfig& c) {
         step.apply(hp, l, data.data(), n, hp == HookPoint::kMlpAct ? c.n_ff : c.n_embd, batch);
       }
     }
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c1);
+    clock_gettime(clock, &c1);
     times.push_back(1e3 * static_cast<double>(c1.tv_sec - c0.tv_sec) +
                     1e-6 * static_cast<double>(c1.tv_nsec - c0.tv_nsec));
   }
@@ -234,7 +237,10 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "seqs %d rep %d done\n", n, rep);
     }
     std::printf("\nglass work alone per decode step, %d sequences (CPU ms of one thread, median of 15):", n);
-    for (char cfg : o.configs) std::printf(" %c %.3f ms", cfg, direct_cost_ms(cfg, n, (*m)->config()));
+    for (char cfg : o.configs) std::printf(" %c %.3f ms", cfg, direct_cost_ms(cfg, n, (*m)->config(), nullptr));
+    std::printf("\nthe same with the monitor over the model's %d threads (wall ms, median of 15):",
+                (*m)->pool().size());
+    for (char cfg : o.configs) std::printf(" %c %.3f ms", cfg, direct_cost_ms(cfg, n, (*m)->config(), &(*m)->pool()));
     std::printf("\n");
     auto pct = [](const std::vector<double>& r, int which) {
       if (r.empty()) return 0.0;

@@ -49,6 +49,7 @@ ModelRunner::ModelRunner(Model* model, std::unique_ptr<KvCache> cache, int32_t m
       hooks_(model->config().n_layers),
       monitor_config_(monitor) {
   monitor_step_.reset(model->config().n_layers);
+  glass_step_.set_pool(&model->pool());
   sample_rows_.reserve(static_cast<size_t>(max_num_seqs));
   prompt_rows_.reserve(static_cast<size_t>(max_num_seqs));
   out_positions_.reserve(static_cast<size_t>(model->max_batch_tokens()));

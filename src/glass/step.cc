@@ -68,6 +68,7 @@ GlassStep::GlassStep(const ModelConfig& c)
   op_offsets_.assign(n_slots + 1, 0);
   obs_offsets_.assign(n_slots + 1, 0);
   cap_offsets_.assign(n_slots + kNumGlobalPoints + 1, 0);
+  set_pool(nullptr);
   skip_offsets_.assign(static_cast<size_t>(n_layers_) + 1, 0);
   sink_offsets_.assign(static_cast<size_t>(n_layers_) + 1, 0);
   sinks_stage_.reserve(64), sinks_.reserve(64);
@@ -341,35 +342,80 @@ void GlassStep::observe_rows(const ObsEntry& e, int32_t s, HookPoint p, int32_t 
   }
 }
 
-void GlassStep::monitor_rows(HookPoint p, int32_t layer, const float* data, int64_t n_rows, int64_t width,
-                             const Batch& batch, float* scratch) const {
-  MonitorStep& out = *monitor_out_;
+void GlassStep::set_pool(ThreadPool* pool) {
+  pool_ = pool;
+  shares_.resize(pool == nullptr ? 1 : static_cast<size_t>(pool->size()));
+  for (MonitorShare& sh : shares_) {
+    sh.scratch.resize(scratch_.size());
+    sh.events.reserve(MonitorStep::kMaxEvents);
+  }
+}
+
+void GlassStep::monitor_range(HookPoint p, int32_t layer, const float* data, int64_t r0, int64_t r1, int64_t n_rows,
+                              int64_t width, const Batch& batch, MonitorShare& share) const {
   const bool by_layer = monitor_->rule.median == MassiveMedian::kLayer;
-  int64_t run_end = 0;         // one past the last row of the current row's sequence
+  share.events.clear();
+  share.dropped = 0;
+  share.max_abs = 0;
+  share.max_ratio = 0;
+  int64_t run_end = r0;        // one past the last row of the current row's sequence
   float layer_median = -1.0f;  // of that sequence's rows when it has several, else -1 (each row's own)
-  for (int64_t r = 0; r < n_rows; ++r) {
+  for (int64_t r = r0; r < r1; ++r) {
     const float* x = data + r * width;
     if (by_layer && r >= run_end) {
       run_end = r + 1;
       while (run_end < n_rows && batch.seq_index[run_end] == batch.seq_index[r]) ++run_end;
       layer_median = run_end - r > 1 ? ops::median_abs(x, (run_end - r) * width) : -1.0f;
     }
-    const ops::RowStats st = ops::row_max_median(x, width, scratch);
-    out.max_abs[layer] = std::max(out.max_abs[layer], st.max_abs);
-    if (st.median_abs > 0) out.max_ratio[layer] = std::max(out.max_ratio[layer], st.max_abs / st.median_abs);
+    const ops::RowStats st = ops::row_max_median(x, width, share.scratch.data());
+    share.max_abs = std::max(share.max_abs, st.max_abs);
+    if (st.median_abs > 0) share.max_ratio = std::max(share.max_ratio, st.max_abs / st.median_abs);
     const float median = layer_median >= 0 ? layer_median : st.median_abs;
     const MassiveTest t = is_massive(monitor_->rule, st.max_abs, median);
     if (t.massive()) {
-      if (out.events.size() < static_cast<size_t>(MonitorStep::kMaxEvents)) {
+      if (share.events.size() < static_cast<size_t>(MonitorStep::kMaxEvents)) {
         MonitorEvent ev;
         ev.event = massive_event(p, layer, batch.positions[r], x, st.max_dim, st.max_abs, median,
                                  layer_median >= 0 ? MassiveMedian::kLayer : MassiveMedian::kToken, t);
         ev.seq_index = batch.seq_index[r];
-        out.events.push_back(ev);
+        share.events.push_back(ev);
       } else {
-        ++out.events_dropped;
+        ++share.dropped;
       }
     }
+  }
+}
+
+void GlassStep::monitor_rows(HookPoint p, int32_t layer, const float* data, int64_t n_rows, int64_t width,
+                             const Batch& batch) const {
+  // A share per task from 8 rows on (a row costs a select over its width, µs; a parallel region
+  // costs about as much); a sequence's rows stay in one share, for its layer median.
+  const int n_tasks = pool_ != nullptr && n_rows >= 8 ? pool_->size() : 1;
+  const bool by_layer = monitor_->rule.median == MassiveMedian::kLayer;
+  auto share_begin = [&](int t) {
+    int64_t b = split_range(n_rows, t, n_tasks).begin;
+    if (by_layer)
+      while (b > 0 && b < n_rows && batch.seq_index[b] == batch.seq_index[b - 1]) ++b;
+    return b;
+  };
+  auto task = [&](int t) {
+    monitor_range(p, layer, data, share_begin(t), t + 1 == n_tasks ? n_rows : share_begin(t + 1), n_rows, width, batch,
+                  shares_[static_cast<size_t>(t)]);
+  };
+  if (n_tasks == 1) task(0);
+  else pool_->run(task);
+
+  // Merged in row order: the same maxima, events and drop count as one pass over the rows.
+  MonitorStep& out = *monitor_out_;
+  for (int t = 0; t < n_tasks; ++t) {
+    const MonitorShare& sh = shares_[static_cast<size_t>(t)];
+    out.max_abs[layer] = std::max(out.max_abs[layer], sh.max_abs);
+    out.max_ratio[layer] = std::max(out.max_ratio[layer], sh.max_ratio);
+    for (const MonitorEvent& ev : sh.events) {
+      if (out.events.size() < static_cast<size_t>(MonitorStep::kMaxEvents)) out.events.push_back(ev);
+      else ++out.events_dropped;
+    }
+    out.events_dropped += sh.dropped;
   }
   out.rows += n_rows;
 }
@@ -447,8 +493,7 @@ void GlassStep::apply(HookPoint p, int32_t layer, float* data, int64_t n_rows, i
   }
 
   // 4. The engine-wide monitor over every row.
-  if (monitor_ != nullptr && (monitor_->points & hook_bit(p)))
-    monitor_rows(p, layer, data, n_rows, width, batch, scratch);
+  if (monitor_ != nullptr && (monitor_->points & hook_bit(p))) monitor_rows(p, layer, data, n_rows, width, batch);
 
   // 5. layer_time: this layer's forward work (and the glass box's at its points) ends here.
   if (p == HookPoint::kResidPost && !timed_.empty()) stamps_[static_cast<size_t>(layer) + 1] = now_ns();

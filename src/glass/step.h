@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/thread_pool.h"
 #include "glass/accumulator.h"
 #include "glass/report.h"
 #include "glass/spec.h"
@@ -54,6 +55,11 @@ class GlassStep final : public StepTable {
   void add_sequence(int32_t row_begin, int32_t n_rows, int32_t first_pos, int32_t n_prompt, GlassAccumulator* acc);
   // Monitors every row of this step at config.points of every layer into *out.
   void set_monitor(const MonitorConfig& config, MonitorStep* out);
+  // The threads the monitor's rows are spread over: the forward pass's pool (idle while hooks
+  // run). Sizes one buffer set per task, so call it once (it allocates), not per step; null (the
+  // default) keeps the monitor on the forward pass's thread. The result is the same either way:
+  // rows are split at sequence boundaries and the shares merged in row order.
+  void set_pool(ThreadPool* pool);
   // Sorts the table by (point, layer); call after the last add_sequence / set_monitor.
   void finalize();
   // The forward pass that used this table returned: adds its per-layer times to the sequences
@@ -121,8 +127,17 @@ class GlassStep final : public StepTable {
   // The layer median for e's sequence at slot s (MassiveRule::median), storing a multi-row one in
   // the accumulator; < 0 when the rows compare with their own medians.
   float sequence_median(const ObsEntry& e, int32_t s, const float* data, int64_t width) const;
-  void monitor_rows(HookPoint p, int32_t layer, const float* data, int64_t n_rows, int64_t width, const Batch& batch,
-                    float* scratch) const;
+  // One task's share of the monitor: rows [r0, r1) (whole sequences) into `share`.
+  struct MonitorShare {
+    std::vector<float> scratch;        // [max(n_embd, n_ff)]
+    std::vector<MonitorEvent> events;  // capacity MonitorStep::kMaxEvents
+    int64_t dropped = 0;
+    float max_abs = 0, max_ratio = 0;
+  };
+  void monitor_range(HookPoint p, int32_t layer, const float* data, int64_t r0, int64_t r1, int64_t n_rows,
+                     int64_t width, const Batch& batch, MonitorShare& share) const;
+  void monitor_rows(HookPoint p, int32_t layer, const float* data, int64_t n_rows, int64_t width,
+                    const Batch& batch) const;
 
   int32_t n_layers_;
   int64_t n_embd_;
@@ -140,7 +155,9 @@ class GlassStep final : public StepTable {
   int32_t rows_needed_ = 0;
   const MonitorConfig* monitor_ = nullptr;
   MonitorStep* monitor_out_ = nullptr;
-  mutable std::vector<float> scratch_;  // [max(n_embd, n_ff)] median workspace
+  mutable std::vector<float> scratch_;        // [max(n_embd, n_ff)] median workspace
+  ThreadPool* pool_ = nullptr;                // set_pool
+  mutable std::vector<MonitorShare> shares_;  // [1, or pool_->size()]
   // [rows_needed, n_embd] the skipped rows' resid_pre of the current layer, by batch row (grown in
   // finalize only when the step skips; never shrunk).
   mutable std::vector<float> saved_;

@@ -70,8 +70,11 @@ test('the Containerfile builds on a bookworm base made with mmdebstrap', { timeo
     podman(['import', tar, BASES[0]]);
     podman(['tag', BASES[0], BASES[1]]);
   }
-  // --network host: the build stages reach Debian's mirror the way this machine does.
-  const r = podman(['build', '--pull=never', '--network', 'host', '--format', 'docker', '--layers',
+  // --network host: the build stages reach Debian's mirror and npm the way this machine does,
+  // with this machine's extra CA (a TLS-inspecting proxy's) where it has one.
+  const ca = process.env.NODE_EXTRA_CA_CERTS;
+  const caArgs = ca && existsSync(ca) ? ['--volume', `${ca}:/run/build-ca.crt:ro`, '--build-arg', 'NODE_EXTRA_CA_CERTS=/run/build-ca.crt'] : [];
+  const r = podman(['build', '--pull=never', '--network', 'host', '--format', 'docker', '--layers', ...caArgs,
     '-f', join(REPO, 'deploy', 'Containerfile'), '-t', IMAGE, REPO], { stdio: ['ignore', 'pipe', 'pipe'] });
   assert.match(r.stdout, /Successfully tagged localhost\/glassbox:test/);
 });

@@ -46,10 +46,11 @@ struct Seg {
 
 // Applies layer 0's resid_post of one step holding segs (in order) as the forward pass would.
 void apply_step(const ModelConfig& c, const std::vector<Seg>& segs, const MonitorConfig* mc = nullptr,
-                MonitorStep* mon = nullptr) {
+                MonitorStep* mon = nullptr, ThreadPool* pool = nullptr) {
   Batch batch;
   std::vector<float> data;
   GlassStep step(c);
+  step.set_pool(pool);
   int32_t row = 0;
   for (size_t s = 0; s < segs.size(); ++s) {
     const int32_t n = static_cast<int32_t>(segs[s].rows.size());
@@ -333,6 +334,77 @@ TEST(LayerTime, SharesSumToOneWithinTheWallTime) {
   EXPECT_NEAR(j["total_ms"].get<double>(), sum, 1e-9);
   std::printf("layer_time over %d steps: %.3f ms of %.3f ms wall (head %.1f%%)\n", steps, sum, wall_ms,
               100 * j["head"]["share"].get<double>());
+}
+
+}  // namespace
+}  // namespace gb
+
+namespace gb {
+namespace {
+
+// The monitor spread over a pool gives what one thread gives: the same per-layer maxima, the
+// same events in the same (row) order, the same drop count — for both medians, with sequences of
+// one row (decode) and of many (prefill, whose layer median needs all its rows in one share),
+// and past MonitorStep::kMaxEvents.
+TEST(MonitorPool, SameResultAsOneThread) {
+  const ModelConfig c = tiny();
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  auto random_row = [&](bool massive) {
+    std::vector<float> r(static_cast<size_t>(c.n_embd));
+    for (float& v : r) v = u(rng);
+    if (massive) r[static_cast<size_t>(rng() % r.size())] = (rng() % 2 ? 1.0f : -1.0f) * (150.0f + 50.0f * u(rng));
+    return r;
+  };
+  // Three batches: 40 one-row sequences; long and short sequences mixed; 400 massive rows (> kMaxEvents).
+  std::vector<std::vector<Seg>> batches(3);
+  for (int s = 0; s < 40; ++s) batches[0].push_back({nullptr, 10 + s, {random_row(s % 3 == 0)}});
+  for (int s = 0; s < 9; ++s) {
+    Seg seg{nullptr, 0, {}};
+    const int n = s % 3 == 0 ? 23 : 1 + s;
+    for (int i = 0; i < n; ++i) seg.rows.push_back(random_row(i % 5 == 1));
+    batches[1].push_back(seg);
+  }
+  for (int s = 0; s < 100; ++s) {
+    Seg seg{nullptr, 0, {}};
+    for (int i = 0; i < 4; ++i) seg.rows.push_back(random_row(true));
+    batches[2].push_back(seg);
+  }
+  ThreadPool pool(3);
+  for (MassiveMedian median : {MassiveMedian::kLayer, MassiveMedian::kToken}) {
+    MonitorConfig mc;
+    mc.enabled = true;
+    mc.rule.min_abs = 100;
+    mc.rule.min_ratio = 50;
+    mc.rule.median = median;
+    for (size_t b = 0; b < batches.size(); ++b) {
+      SCOPED_TRACE(::testing::Message() << "batch " << b << (median == MassiveMedian::kLayer ? " layer" : " token"));
+      MonitorStep one, many;
+      one.reset(c.n_layers);
+      many.reset(c.n_layers);
+      apply_step(c, batches[b], &mc, &one);
+      apply_step(c, batches[b], &mc, &many, &pool);
+      ASSERT_GT(one.events.size(), 0u);
+      EXPECT_EQ(many.rows, one.rows);
+      EXPECT_EQ(many.max_abs, one.max_abs);
+      EXPECT_EQ(many.max_ratio, one.max_ratio);
+      EXPECT_EQ(many.events_dropped, one.events_dropped);
+      ASSERT_EQ(many.events.size(), one.events.size());
+      for (size_t i = 0; i < one.events.size(); ++i) {
+        const MassiveEvent &a = one.events[i].event, &e = many.events[i].event;
+        EXPECT_EQ(many.events[i].seq_index, one.events[i].seq_index) << i;
+        EXPECT_EQ(e.position, a.position) << i;
+        EXPECT_EQ(e.dim, a.dim) << i;
+        EXPECT_EQ(e.value, a.value) << i;
+        EXPECT_EQ(e.median_abs, a.median_abs) << i;
+        EXPECT_EQ(e.median, a.median) << i;
+        EXPECT_EQ(e.ratio, a.ratio) << i;
+      }
+      if (b == 2) {
+        EXPECT_GT(one.events_dropped, 0);
+      }
+    }
+  }
 }
 
 }  // namespace

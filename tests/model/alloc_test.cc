@@ -82,6 +82,7 @@ TEST(Allocation, WarmForwardStepsDoNotAllocate) {
       ASSERT_TRUE(resolved.is_ok()) << resolved.message();
       GlassAccumulator acc(*resolved, mc);
       GlassStep glass(mc);
+      glass.set_pool(&(*m)->pool());  // the monitor spread over the forward's threads, as the engine runs it
       MonitorConfig monitor;
       monitor.enabled = true;
       monitor.rule.median = MassiveMedian::kLayer;
