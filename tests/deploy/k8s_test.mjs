@@ -10,6 +10,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync, spawn } from 'node:child_process';
+import { createServer } from 'node:net';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
@@ -215,6 +216,10 @@ async function withServer(config, port, fn, model = join(SHARED, 'models', 'stor
   }
 }
 
+const freePort = () => new Promise((res) => {
+  const srv = createServer().listen(0, '127.0.0.1', () => { const p = srv.address().port; srv.close(() => res(p)); });
+});
+
 // The metric families of a Prometheus text exposition: name -> type.
 function metricTypes(text) {
   const types = new Map();
@@ -226,9 +231,7 @@ for (const dir of ['base', 'overlays/cpu-small', 'overlays/gpu']) {
   test(`${dir}: the objects agree, and the server answers on the probes and exports what the HPA reads`, async () => {
     const o = checkOverlay(dir);
     // The container port is 8080 in every overlay; a free port stands in for it on this machine.
-    const free = await new Promise((res) => {
-      const s = require('node:net').createServer().listen(0, '127.0.0.1', () => { const p = s.address().port; s.close(() => res(p)); });
-    });
+    const free = await freePort();
     await withServer(o.config, free, async (origin) => {
       for (const path of o.probes) assert.equal((await fetch(origin + path)).status, 200, `${dir}: probe ${path}`);
       const types = metricTypes(await (await fetch(`${origin}/metrics`)).text());
@@ -259,9 +262,7 @@ test('inference-pool: the pool selects the Glassbox pods on their port; the EPP 
   // Qwen3 fixture and its LoRA adapter stand in for the real model), so the adapter info appears.
   const variant = models.find((m) => m.spec.modelName !== config.served_model_name).spec.modelName;
   const cfg = { ...config, variants: [{ name: variant, path: join(SHARED, 'testdata', 'patches', 'qwen3-lora', 'adapter') }] };
-  const free = await new Promise((res) => {
-    const s = require('node:net').createServer().listen(0, '127.0.0.1', () => { const p = s.address().port; s.close(() => res(p)); });
-  });
+  const free = await freePort();
   await withServer(cfg, free, async (origin) => {
     const text = await (await fetch(`${origin}/metrics`)).text();
     const types = metricTypes(text);
