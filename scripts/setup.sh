@@ -57,5 +57,5 @@ fi
 if [ -f tools/node/package.json ]; then
   if [ "$BUILD_ONLY" = 1 ]; then NPM_FLAGS=(--omit=dev); else NPM_FLAGS=(); fi
   (cd tools/node && npm ci "${NPM_FLAGS[@]}" --no-audit --no-fund --silent 2>/dev/null ||
-    npm install "${NPM_FLAGS[@]}" --no-audit --no-fund --silent)
+    npm install "${NPM_FLAGS[@]}" --no-audit --no-fund --loglevel=error)  # the second try says why it failed
 fi
