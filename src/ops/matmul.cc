@@ -126,38 +126,31 @@ int q6k_code(const uint8_t* blk, int i) {
   return ((g >= 2 ? lo >> 4 : lo & 0xf) | (((hb >> (2 * g)) & 3) << 4));
 }
 
-// The eight int32 lanes of one super-block's dot product with Q8_K codes xq[256] (see
-// matmul_simd_inl.h): s[m] = Σ_k scale(k, m)·Σ_{e=4m..4m+3} code[32k+e]·xq[32k+e], Q6_K's offset
-// folded in; mins[m] = Q4_K's min_m·(sum of codes of sub-block m), 0 for Q6_K.
-void kquant_lanes(DType t, const uint8_t* blk, const int8_t* xq, const int16_t* b16, const int32_t* b32, int32_t* s,
-                  int32_t* mins) {
-  uint8_t sc4[8] = {}, mn4[8] = {};
+// One super-block's exact integer sums against Q8_K codes xq[256]: isum = Σ_sub-block scale ·
+// Σ code·x (Q6_K: code - 32); msum (Q4_K) = Σ_sub-block min · (sum of its 32 activation codes),
+// 0 for Q6_K. |isum| < 2^31: Q4_K ≤ 8·63·32·15·127, Q6_K ≤ 16·128·16·32·127.
+void kquant_sums(DType t, const uint8_t* blk, const int8_t* xq, const int32_t* b32, int32_t* isum, int32_t* msum) {
+  int32_t is = 0, ms = 0;
   if (t == DType::kQ4_K) {
-    for (int j = 0; j < 8; ++j) q4k_scale_min(j, blk + 4, &sc4[j], &mn4[j]);
-  }
-  const int8_t* sc6 = reinterpret_cast<const int8_t*>(blk + 192);
-  for (int m = 0; m < 8; ++m) {
-    int32_t lane = 0;
-    for (int k = 0; k < 8; ++k) {
+    for (int j = 0; j < 8; ++j) {
+      uint8_t sc, mn;
+      q4k_scale_min(j, blk + 4, &sc, &mn);
       int32_t dot = 0;
-      for (int e = 4 * m; e < 4 * m + 4; ++e) {
-        const int i = 32 * k + e;
-        dot += (t == DType::kQ4_K ? q4k_code(blk, i) : q6k_code(blk, i)) * static_cast<int32_t>(xq[i]);
-      }
-      lane += (t == DType::kQ4_K ? sc4[k] : sc6[2 * k + (m >= 4)]) * dot;
+      for (int i = 32 * j; i < 32 * j + 32; ++i) dot += q4k_code(blk, i) * static_cast<int32_t>(xq[i]);
+      is += sc * dot;
+      ms += mn * b32[j];
     }
-    if (t == DType::kQ4_K) {
-      mins[m] = mn4[m] * b32[m];
-    } else {
-      lane -= 32 * (sc6[2 * m] * b16[2 * m] + sc6[2 * m + 1] * b16[2 * m + 1]);
-      mins[m] = 0;
+  } else {
+    const int8_t* sc = reinterpret_cast<const int8_t*>(blk + 192);
+    for (int j = 0; j < 16; ++j) {
+      int32_t dot = 0;
+      for (int i = 16 * j; i < 16 * j + 16; ++i) dot += (q6k_code(blk, i) - 32) * static_cast<int32_t>(xq[i]);
+      is += sc[j] * dot;
     }
-    s[m] = lane;
   }
+  *isum = is;
+  *msum = ms;
 }
-
-// hsum8's order: ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)).
-float hsum8_scalar(const float* l) { return ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7])); }
 
 // Grow-only aligned scratch owned by one thread.
 struct Scratch {
@@ -177,14 +170,14 @@ struct Scratch {
 KernelSet kernel_set(Isa isa) {
 #if defined(__x86_64__)
   switch (isa) {
-    case Isa::kAvx512: return {avx512::rows, avx2::quantize, 32, avx2::dequant_k, avx512::rows_k, avx2::quantize_k};
-    case Isa::kAvx2: return {avx2::rows, avx2::quantize, 16, avx2::dequant_k, avx2::rows_k, avx2::quantize_k};
+    case Isa::kAvx512: return {avx512::rows, avx2::quantize, 32, avx2::dequant_k, avx2::quantize_k};
+    case Isa::kAvx2: return {avx2::rows, avx2::quantize, 16, avx2::dequant_k, avx2::quantize_k};
     case Isa::kScalar: break;
   }
 #else
   (void)isa;
 #endif
-  return {scalar::rows, scalar::quantize, 0, scalar::dequant_k, scalar::rows_k, scalar::quantize_k};
+  return {scalar::rows, scalar::quantize, 0, scalar::dequant_k, scalar::quantize_k};
 }
 
 // Activation rounding of n tokens: on the calling thread when small, else split over the pool.
@@ -283,37 +276,36 @@ void quantize_k(const float* x, int64_t cols, float* d, int8_t* q, int16_t* b16,
   }
 }
 
-// The definition of the K-quant numerics (matmul_simd_inl.h computes the same bits): eight f32
-// lanes per (token, row), per super-block acc = fma(d_w·d_x, lane, acc) and, for Q4_K,
-// acc = fma(-(dmin_w·d_x), min lane, acc); then hsum8's order.
-void rows_k(const KernelArgs& a, int64_t r0, int64_t r1) {
+// The definition of the K-quant numerics (matmul_simd_inl.h computes the same bits): per
+// (token, row) one f32 accumulator over the super-blocks in order, acc = fma(d_w·d_x, f32(isum),
+// acc) and, for Q4_K, acc = fma(-(dmin_w·d_x), f32(msum), acc).
+static void rows_k(const KernelArgs& a, int64_t r0, int64_t r1) {
   const int64_t cols = a.cols, nb = cols / kKBlock;
   const int64_t bb = dtype_info(a.dtype).block_bytes;
   const bool q4 = a.dtype == DType::kQ4_K;
   for (int64_t r = r0; r < r1; ++r) {
     const uint8_t* row = a.w + r * a.w_stride;
     for (int64_t t = 0; t < a.n; ++t) {
-      float acc[8] = {};
+      float acc = 0.0f;
       for (int64_t b = 0; b < nb; ++b) {
         const uint8_t* blk = row + b * bb;
-        int32_t s[8], mins[8];
-        kquant_lanes(a.dtype, blk, a.kq + t * cols + b * kKBlock, a.kb + t * (cols / 16) + b * 16,
-                     a.kb32 + t * (cols / 32) + b * 8, s, mins);
+        int32_t isum, msum;
+        kquant_sums(a.dtype, blk, a.kq + t * cols + b * kKBlock, a.kb32 + t * (cols / 32) + b * 8, &isum, &msum);
         const float dx = a.kd[t * nb + b];
-        const float dd = load_f16(q4 ? blk : blk + 208) * dx;
-        for (int m = 0; m < 8; ++m) acc[m] = std::fma(dd, static_cast<float>(s[m]), acc[m]);
-        if (q4) {
-          const float ndm = -(load_f16(blk + 2) * dx);
-          for (int m = 0; m < 8; ++m) acc[m] = std::fma(ndm, static_cast<float>(mins[m]), acc[m]);
-        }
+        acc = std::fma(load_f16(q4 ? blk : blk + 208) * dx, static_cast<float>(isum), acc);
+        if (q4) acc = std::fma(-(load_f16(blk + 2) * dx), static_cast<float>(msum), acc);
       }
-      a.y[t * a.y_stride + r] = hsum8_scalar(acc);
+      a.y[t * a.y_stride + r] = acc;
     }
   }
 }
 
 void rows(const KernelArgs& a, int64_t r0, int64_t r1, uint8_t* /*scratch*/) {
   const int64_t cols = a.cols;
+  if (is_kquant(a.dtype)) {
+    rows_k(a, r0, r1);
+    return;
+  }
   if (is_quantized_q8_path(a.dtype)) {
     const int64_t nb = cols / kQBlock;
     const int64_t bb = dtype_info(a.dtype).block_bytes;
@@ -564,33 +556,11 @@ void matmul(ThreadPool& pool, const float* x, int64_t n, const Weight& w, float*
     a.xq = xq;
   }
 
-  // Rows are handed out in chunks from a shared counter rather than split statically: on a
-  // shared host a descheduled thread then delays the step by one chunk, not by its whole share.
-  // Chunks are multiples of 16 rows (whole register tiles); a token's results do not depend on
-  // which thread computes which chunk. Each thread sweeps all tokens over its chunk.
-  const int64_t chunk = row_chunk(w.rows, n, n_threads);
-  const int64_t n_chunks = (w.rows + chunk - 1) / chunk;
-  std::atomic<int64_t> next_chunk{0};
-  if (is_kernel_dtype(w.dtype)) {
-    const bool panels = is_quantized_q8_path(w.dtype) && n >= kPanelMinTokens;
-    // Panel scratch per job index, owned by the calling thread: the pool hands job indices to
-    // whichever thread comes first, so a per-OS-thread buffer could first grow in a late step;
-    // every index runs in every call, so these grow in the first call and never after.
-    // (A thread_local named inside the job would be each worker's own: take the caller's here.)
-    thread_local std::vector<Scratch> caller_panels;
-    std::vector<Scratch>& panel_scratch = caller_panels;
-    if (panels && panel_scratch.size() < static_cast<size_t>(n_threads)) panel_scratch.resize(n_threads);
-    pool.run([&](int ti) {
-      uint8_t* pan = panels ? panel_scratch[ti].get(static_cast<size_t>(panel_scratch_bytes(w.cols))) : nullptr;
-      for (int64_t c; (c = next_chunk.fetch_add(1, std::memory_order_relaxed)) < n_chunks;)
-        k.rows(a, c * chunk, std::min(w.rows, (c + 1) * chunk), pan);
-    });
-    return;
-  }
-  if (!is_kquant(w.dtype)) return;  // rejected at load time
-  if ((g_kernel_variant & 4) == 0) {
-    // Integer K-quant kernels against Q8_K activations, rounded once here by the calling thread
-    // into its own grow-only scratch: [n·nb] f32 d | [n·cols/32] i32 | [n·cols/16] i16 | [n·cols] i8.
+  // Variant bit 2 (benchmarks and one test): K-quant rows dequantized to f32 for the F32 kernel.
+  const bool kquant_via_f32 = is_kquant(w.dtype) && (g_kernel_variant & 4) != 0;
+  if (is_kquant(w.dtype) && !kquant_via_f32) {
+    // Q8_K activations, rounded once here like the Q8_0 ones: [n·nb] f32 d | [n·cols/32] i32 |
+    // [n·cols/16] i16 | [n·cols] i8.
     thread_local Scratch kscratch;
     const int64_t cols = w.cols, nb = cols / kKBlock;
     uint8_t* buf = kscratch.get(static_cast<size_t>(n * nb * 4 + n * cols / 8 + n * cols / 8 + n * cols));
@@ -606,13 +576,33 @@ void matmul(ThreadPool& pool, const float* x, int64_t n, const Weight& w, float*
     a.kq = kq;
     a.kb = kb;
     a.kb32 = kb32;
-    pool.run([&](int) {
+  }
+
+  // Rows are handed out in chunks from a shared counter rather than split statically: on a
+  // shared host a descheduled thread then delays the step by one chunk, not by its whole share.
+  // Chunks are multiples of 16 rows (whole register tiles); a token's results do not depend on
+  // which thread computes which chunk. Each thread sweeps all tokens over its chunk.
+  const int64_t chunk = row_chunk(w.rows, n, n_threads);
+  const int64_t n_chunks = (w.rows + chunk - 1) / chunk;
+  std::atomic<int64_t> next_chunk{0};
+  if (is_kernel_dtype(w.dtype) || (is_kquant(w.dtype) && !kquant_via_f32)) {
+    const bool panels = (is_quantized_q8_path(w.dtype) || is_kquant(w.dtype)) && n >= kPanelMinTokens;
+    // Panel scratch per job index, owned by the calling thread: the pool hands job indices to
+    // whichever thread comes first, so a per-OS-thread buffer could first grow in a late step;
+    // every index runs in every call, so these grow in the first call and never after.
+    // (A thread_local named inside the job would be each worker's own: take the caller's here.)
+    thread_local std::vector<Scratch> caller_panels;
+    std::vector<Scratch>& panel_scratch = caller_panels;
+    if (panels && panel_scratch.size() < static_cast<size_t>(n_threads)) panel_scratch.resize(n_threads);
+    const size_t pan_bytes = static_cast<size_t>(panel_scratch_bytes(w.dtype, w.cols));
+    pool.run([&](int ti) {
+      uint8_t* pan = panels ? panel_scratch[ti].get(pan_bytes) : nullptr;
       for (int64_t c; (c = next_chunk.fetch_add(1, std::memory_order_relaxed)) < n_chunks;)
-        k.rows_k(a, c * chunk, std::min(w.rows, (c + 1) * chunk));
+        k.rows(a, c * chunk, std::min(w.rows, (c + 1) * chunk), pan);
     });
     return;
   }
-  // Variant bit 2 (benchmarks only): dequantize a few rows at a time into per-thread scratch, then the F32 kernel.
+  if (!kquant_via_f32) return;  // other dtypes are rejected at load time
   pool.run([&](int) {
     thread_local Scratch scratch;
     float* buf = reinterpret_cast<float*>(scratch.get(static_cast<size_t>(kDequantRows * w.cols * 4)));

@@ -19,7 +19,6 @@ struct V {
   // vectors and the broadcast codes fit in 16 registers.
   static constexpr int kPanelTokens = 2;
   static constexpr bool kVnni = false;
-  static constexpr int kKRows[5] = {0, 4, 3, 2, 2};  // K-quants: T·R int32 sums + R codes live
 
   static F zero() { return _mm256_setzero_ps(); }
   static F load_x(const float* p) { return _mm256_loadu_ps(p); }
@@ -58,7 +57,6 @@ float V::hsum(F x) { return hsum8(x); }
 }  // namespace
 
 void rows(const KernelArgs& a, int64_t r0, int64_t r1, uint8_t* scratch) { rows_any(a, r0, r1, scratch); }
-void rows_k(const KernelArgs& a, int64_t r0, int64_t r1) { rows_k_any(a, r0, r1); }
 
 // ggml's quantize_row_q8_K_ref, vectorized (bitwise equal to scalar::quantize_k): per block of
 // 256, max = the first value of largest magnitude, iscale = -127/max, q = round-half-even(x·iscale),

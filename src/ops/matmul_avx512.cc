@@ -21,7 +21,6 @@ struct V {
   // Tokens per panel tile (2 panels of 8 rows): 4·2 int + 4·2 float accumulators.
   static constexpr int kPanelTokens = 4;
   static constexpr bool kVnni = true;
-  static constexpr int kKRows[5] = {0, 4, 4, 4, 4};  // K-quants: EVEX gives 32 YMM registers
 
   static F zero() { return _mm512_setzero_ps(); }
   static F load_x(const float* p) { return _mm512_loadu_ps(p); }
@@ -58,7 +57,6 @@ float V::hsum(F x) {
 }  // namespace
 
 void rows(const KernelArgs& a, int64_t r0, int64_t r1, uint8_t* scratch) { rows_any(a, r0, r1, scratch); }
-void rows_k(const KernelArgs& a, int64_t r0, int64_t r1) { rows_k_any(a, r0, r1); }
 
 }  // namespace gb::ops::avx512
 #endif

@@ -26,7 +26,7 @@ struct KernelArgs {
                                 // weights stored unsigned (Q4_0 nibbles, Q8_0 codes + 128)
   int64_t n = 0;
   const uint8_t* w = nullptr;  // [rows, w_stride bytes] weights in `dtype`
-  DType dtype = DType::kF32;   // F32, F16, BF16, Q8_0 or Q4_0
+  DType dtype = DType::kF32;   // F32, F16, BF16, Q8_0, Q4_0, Q4_K or Q6_K
   int64_t rows = 0;            // rows of w: kernels prefetch ahead but never past the last row
   int64_t cols = 0;
   int64_t w_stride = 0;  // bytes per weight row
@@ -40,19 +40,30 @@ struct KernelArgs {
   const int32_t* kb32 = nullptr;  // [n, cols/32] sums of 32 consecutive codes (Q4_K's mins term)
 };
 
-// Q8_0 / Q4_0 with at least kPanelMinTokens tokens: weights repacked per call into panels of 8
-// rows (kPanelBlock bytes per block of 32 columns), kPackRows rows at a time, in the calling
-// thread's scratch (panel_scratch_bytes); fewer tokens read the weights in place.
+// Quantized weights (Q8_0 / Q4_0 / Q4_K / Q6_K) with at least kPanelMinTokens tokens: weights
+// repacked per call into panels of 8 rows (panel_block_bytes per block of the dtype), kPackRows
+// rows at a time, in the calling thread's scratch (panel_scratch_bytes); fewer tokens read the
+// weights in place.
 inline constexpr int64_t kPanelMinTokens = 8;
-inline constexpr int64_t kPanelBlock = 8 * 32 + 8 * 4;
+inline constexpr int64_t kPanelBlock = 8 * 32 + 8 * 4;  // Q8_0 / Q4_0: codes, f32 scales
+// Q4_K: codes (64 groups of 4 × 8 rows), sub-block scales (8 × 8 int32), min pairs (4 × 8 × 2
+// int16), d and dmin (8 f32 each). Q6_K: codes, sub-block scales (16 × 8 int32), scale pairs
+// (8 × 8 × 2 int16), d (8 f32). See pack_panel_k in matmul_simd_inl.h.
+inline constexpr int64_t kPanelBlockQ4K = 2048 + 256 + 128 + 64;
+inline constexpr int64_t kPanelBlockQ6K = 2048 + 512 + 256 + 32;
 inline constexpr int64_t kPackRows = 64;
-inline constexpr int64_t panel_scratch_bytes(int64_t cols) { return kPackRows / 8 * (cols / kQBlock) * kPanelBlock; }
+inline constexpr int64_t panel_block_bytes(DType d) {
+  return d == DType::kQ4_K ? kPanelBlockQ4K : d == DType::kQ6_K ? kPanelBlockQ6K : kPanelBlock;
+}
+inline constexpr int64_t panel_scratch_bytes(DType d, int64_t cols) {
+  const bool k = d == DType::kQ4_K || d == DType::kQ6_K;
+  return kPackRows / 8 * (cols / (k ? kKBlock : kQBlock)) * panel_block_bytes(d);
+}
 
-// Computes y for rows [r0, r1) of every token. scratch: panel_scratch_bytes(cols) bytes owned by
-// the calling thread for Q8_0 / Q4_0 (null: the kernel reads the weights in place), else unused.
+// Computes y for rows [r0, r1) of every token. scratch: panel_scratch_bytes(dtype, cols) bytes
+// owned by the calling thread for quantized weights (null: the kernel reads the weights in
+// place), else unused.
 using RowsKernel = void (*)(const KernelArgs& a, int64_t r0, int64_t r1, uint8_t* scratch);
-// The same for Q4_K / Q6_K weights (no scratch).
-using KRowsKernel = void (*)(const KernelArgs& a, int64_t r0, int64_t r1);
 // ggml's activation rounding: x [cols] f32 -> d [cols/32] f32 (fp16-rounded), q [cols] int8,
 // and s [cols/32] the sum of each block's codes (may be null).
 using QuantizeKernel = void (*)(const float* x, int64_t cols, float* d, int8_t* q, int32_t* s);
@@ -82,7 +93,6 @@ struct KernelSet {
   QuantizeKernel quantize;
   int bf16_group;  // group size of KernelArgs::xp (2 x vector lanes); 0: the kernel reads x
   DequantKernel dequant_k;
-  KRowsKernel rows_k;  // Q4_K / Q6_K weights against Q8_K activations (KernelArgs::k*)
   QuantizeKKernel quantize_k;
 };
 
@@ -97,7 +107,6 @@ namespace scalar {
 void rows(const KernelArgs& a, int64_t r0, int64_t r1, uint8_t* scratch);
 void dequant_k(DType dtype, const uint8_t* row, int64_t cols, float* out);
 void quantize(const float* x, int64_t cols, float* d, int8_t* q, int32_t* s);
-void rows_k(const KernelArgs& a, int64_t r0, int64_t r1);
 void quantize_k(const float* x, int64_t cols, float* d, int8_t* q, int16_t* b16, int32_t* b32);
 }  // namespace scalar
 
@@ -106,12 +115,10 @@ namespace avx2 {
 void rows(const KernelArgs& a, int64_t r0, int64_t r1, uint8_t* scratch);
 void dequant_k(DType dtype, const uint8_t* row, int64_t cols, float* out);
 void quantize(const float* x, int64_t cols, float* d, int8_t* q, int32_t* s);
-void rows_k(const KernelArgs& a, int64_t r0, int64_t r1);
 void quantize_k(const float* x, int64_t cols, float* d, int8_t* q, int16_t* b16, int32_t* b32);
 }  // namespace avx2
 namespace avx512 {
 void rows(const KernelArgs& a, int64_t r0, int64_t r1, uint8_t* scratch);
-void rows_k(const KernelArgs& a, int64_t r0, int64_t r1);
 }  // namespace avx512
 #endif
 

@@ -371,6 +371,24 @@ inline void pack_panel(const KernelArgs& a, int64_t r0, int64_t m, uint8_t* out)
   }
 }
 
+// A panel tile's results: acc[t][p] holds rows r0 + 8p .. r0 + 8p + 7 of token t0 + t; rows from
+// `valid` on do not exist.
+template <int T, int P>
+inline void store_panel_tile(const KernelArgs& a, const __m256 (&acc)[T][P], int64_t t0, int64_t r0, int64_t valid) {
+  for (int t = 0; t < T; ++t) {
+    float* yt = a.y + (t0 + t) * a.y_stride + r0;
+    for (int p = 0; p < P; ++p) {
+      if (8 * p + 8 <= valid) {
+        _mm256_storeu_ps(yt + 8 * p, acc[t][p]);
+      } else {
+        alignas(32) float tmp[8];
+        _mm256_store_ps(tmp, acc[t][p]);
+        for (int64_t j = 8 * p; j < valid; ++j) yt[j] = tmp[j - 8 * p];
+      }
+    }
+  }
+}
+
 // y for T tokens from t0 and P panels (8·P rows from r0, of which `valid` exist) over all blocks.
 template <DType D, int T, int P>
 inline void panel_tile(const KernelArgs& a, const uint8_t* pan, int64_t pan_stride, int64_t t0, int64_t r0,
@@ -414,18 +432,7 @@ inline void panel_tile(const KernelArgs& a, const uint8_t* pan, int64_t pan_stri
       }
     }
   }
-  for (int t = 0; t < T; ++t) {
-    float* yt = a.y + (t0 + t) * a.y_stride + r0;
-    for (int p = 0; p < P; ++p) {
-      if (8 * p + 8 <= valid) {
-        _mm256_storeu_ps(yt + 8 * p, acc[t][p]);
-      } else {
-        alignas(32) float tmp[8];
-        _mm256_store_ps(tmp, acc[t][p]);
-        for (int64_t j = 8 * p; j < valid; ++j) yt[j] = tmp[j - 8 * p];
-      }
-    }
-  }
+  store_panel_tile<T, P>(a, acc, t0, r0, valid);
 }
 
 template <DType D, int T>
@@ -495,26 +502,15 @@ inline void rows_q(const KernelArgs& a, int64_t r0, int64_t r1, uint8_t* scratch
   }
 }
 
-inline void rows_any(const KernelArgs& a, int64_t r0, int64_t r1, uint8_t* scratch) {
-  switch (a.dtype) {
-    case DType::kF32: rows_dtype<DType::kF32>(a, r0, r1); return;
-    case DType::kF16: rows_dtype<DType::kF16>(a, r0, r1); return;
-    case DType::kBF16: rows_dtype<DType::kBF16>(a, r0, r1); return;
-    case DType::kQ8_0: rows_q<DType::kQ8_0>(a, r0, r1, scratch); return;
-    case DType::kQ4_0: rows_q<DType::kQ4_0>(a, r0, r1, scratch); return;
-    default: return;  // the dispatcher never passes other dtypes
-  }
-}
-
 // ---- K-quant family (Q4_K / Q6_K) against Q8_K-rounded activations ----
 //
-// The numerics are defined by scalar::rows_k (matmul.cc): per super-block of 256, eight int32
-// lanes, lane m holding the exact integer Σ over the 8 chunks k of 32 elements of
-// scale(k, m)·Σ_{e=4m..4m+3} code·x (what maddubs + madd, or maddubs + vpdpwssd, produce for a
-// chunk), Q6_K's -32 offset folded in as -32·(sc[2m]·bsum[2m] + sc[2m+1]·bsum[2m+1]) and Q4_K's
-// mins as a second lane vector min_m·Σ(codes of sub-block m); then per lane
-// acc = fma(d_w·d_x, lane, acc) (Q4_K: acc = fma(-(dmin_w·d_x), min lane, acc)) and hsum8.
-// Every ISA computes the same integers and the same f32 operations, so the bits agree.
+// The numerics are defined by scalar::rows_k (matmul.cc): per super-block of 256 the exact int32
+// isum = Σ_sub-block scale·Σ code·x (Q6_K's -32 offset as -32·Σ scale·bsum16) and, for Q4_K,
+// msum = Σ_sub-block min·bsum32; then one f32 accumulator per (token, row) over the super-blocks
+// in order: acc = fma(d_w·d_x, f32(isum), acc), Q4_K also acc = fma(-(dmin_w·d_x), f32(msum), acc).
+// How a kernel forms the integers does not matter (they are exact), so the in-place kernel
+// (lanes per row, then an 8-row reduction) and the panel kernel (rows in lanes) give the same
+// bits, at every ISA level and whatever n, tile or thread computes a pair.
 
 inline constexpr int64_t k_block_bytes(DType d) { return d == DType::kQ4_K ? 144 : 210; }
 
@@ -522,25 +518,27 @@ inline constexpr int64_t k_block_bytes(DType d) { return d == DType::kQ4_K ? 144
 struct KScales {
   __m256i sc[8];  // chunk k: 16 int16 scales (Q4_K: all sc_k; Q6_K: 8 × sc[2k], then 8 × sc[2k+1])
   __m256i extra;  // Q4_K: min_m as int32 in lane m; Q6_K: the 16 scales as int16 (offset term)
-  float d, dmin;
 };
 
-inline void k_scales_q4(const uint8_t* blk, KScales* s) {
+// Q4_K's 6-bit scales and mins (ggml's get_scale_min_k4), four at a time per 32-bit word, as
+// bytes sc0..7, mn0..7.
+inline __m128i q4k_scales_mins(const uint8_t* blk) {
   uint32_t u[3];
   __builtin_memcpy(u, blk + 4, 12);
-  // 6-bit scales and mins (ggml's get_scale_min_k4), four at a time per 32-bit word.
   const uint32_t sc_lo = u[0] & 0x3f3f3f3fu, mn_lo = u[1] & 0x3f3f3f3fu;
   const uint32_t sc_hi = (u[2] & 0x0f0f0f0fu) | (((u[0] >> 6) & 0x03030303u) << 4);
   const uint32_t mn_hi = ((u[2] >> 4) & 0x0f0f0f0fu) | (((u[1] >> 6) & 0x03030303u) << 4);
-  const __m128i v = _mm_set_epi32(static_cast<int>(mn_hi), static_cast<int>(mn_lo), static_cast<int>(sc_hi),
-                                  static_cast<int>(sc_lo));  // bytes: sc0..7, mn0..7
+  return _mm_set_epi32(static_cast<int>(mn_hi), static_cast<int>(mn_lo), static_cast<int>(sc_hi),
+                       static_cast<int>(sc_lo));
+}
+
+inline void k_scales_q4(const uint8_t* blk, KScales* s) {
+  const __m128i v = q4k_scales_mins(blk);
   const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(v));
 #pragma GCC unroll 8
   for (int k = 0; k < 8; ++k)
     s->sc[k] = _mm256_shuffle_epi8(sc16, _mm256_set1_epi16(static_cast<short>(0x0100 + 0x0202 * k)));
   s->extra = _mm256_cvtepu8_epi32(_mm_srli_si128(v, 8));
-  s->d = load_f16_scalar(blk);
-  s->dmin = load_f16_scalar(blk + 2);
 }
 
 inline void k_scales_q6(const uint8_t* blk, KScales* s) {
@@ -555,8 +553,6 @@ inline void k_scales_q6(const uint8_t* blk, KScales* s) {
                                           _mm_set1_epi16(static_cast<short>((4 * kk) | (4 * kk + 1) << 8)));
     s->sc[k] = _mm256_shuffle_epi8(k < 4 ? lo : hi, mask);
   }
-  s->d = load_f16_scalar(blk + 208);
-  s->dmin = 0.0f;
 }
 
 // The 32 unsigned codes of chunk k (elements 32k..32k+31) of a super-block.
@@ -578,87 +574,302 @@ inline __m256i k_codes(const uint8_t* blk, int k) {
   }
 }
 
-template <DType D, int T, int R>
-inline void tile_k(const KernelArgs& a, int64_t t0, int64_t r0) {
-  constexpr int64_t kBB = k_block_bytes(D);
+// Byte offset of the f16 d in a super-block.
+template <DType D>
+inline constexpr int64_t k_d_offset() {
+  return D == DType::kQ4_K ? 0 : 208;
+}
+
+// One row's super-block b against T tokens from t0, in place: lanes whose sum is isum (in[t])
+// and, for Q4_K, lanes whose sum is msum (mn[t]).
+template <DType D, int T>
+inline void k_row_lanes(const KernelArgs& a, const uint8_t* blk, int64_t t0, int64_t b, __m256i* in, __m256i* mn) {
   const int64_t cols = a.cols;
-  const int64_t nb = cols / kKBlock;
-  const uint8_t* w = a.w + r0 * a.w_stride;
-  const int pf_rows = prefetch_rows<R>(a, r0);
-  __m256 acc[T][R];
-  for (int t = 0; t < T; ++t)
-    for (int r = 0; r < R; ++r) acc[t][r] = _mm256_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b) {
-    // The next tile's rows at the same super-block (every cache line it touches).
-    for (int r = 0; r < pf_rows; ++r) {
-      const char* p = reinterpret_cast<const char*>(w + (R + r) * a.w_stride + b * kBB);
-      for (int64_t o = 0; o < kBB; o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
-      _mm_prefetch(p + kBB - 1, _MM_HINT_T0);
+  KScales ks;
+  if constexpr (D == DType::kQ4_K) {
+    k_scales_q4(blk, &ks);
+  } else {
+    k_scales_q6(blk, &ks);
+  }
+  __m256i s[T];
+  for (int t = 0; t < T; ++t) s[t] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+  for (int k = 0; k < 8; ++k) {
+    const __m256i wq = k_codes<D>(blk, k);
+    for (int t = 0; t < T; ++t) {
+      const __m256i xv =
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.kq + (t0 + t) * cols + b * kKBlock + 32 * k));
+      s[t] = V::kmadd(s[t], _mm256_maddubs_epi16(wq, xv), ks.sc[k]);
     }
-    const uint8_t* blk[R];
-    KScales ks[R];
-    for (int r = 0; r < R; ++r) {
-      blk[r] = w + r * a.w_stride + b * kBB;
+  }
+  for (int t = 0; t < T; ++t) {
+    if constexpr (D == DType::kQ4_K) {
+      // min_m (high half 0) times the int16-ranged code sum of sub-block m.
+      const __m256i bs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.kb32 + (t0 + t) * (cols / 32) + b * 8));
+      in[t] = s[t];
+      mn[t] = _mm256_madd_epi16(ks.extra, bs);
+    } else {
+      const __m256i bs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.kb + (t0 + t) * (cols / 16) + b * 16));
+      in[t] = _mm256_sub_epi32(s[t], _mm256_slli_epi32(_mm256_madd_epi16(ks.extra, bs), 5));
+      mn[t] = _mm256_setzero_si256();
+    }
+  }
+}
+
+// Decode-shaped work: 8 rows from r0 and T tokens from t0 in the weights' own layout; per
+// super-block the 8 rows' lane vectors are reduced to one vector of 8 sums (rows in lanes).
+template <DType D, int T>
+inline void rows8_k(const KernelArgs& a, int64_t t0, int64_t r0) {
+  constexpr int64_t kBB = k_block_bytes(D);
+  const int64_t nb = a.cols / kKBlock;
+  const uint8_t* w = a.w + r0 * a.w_stride;
+  const NextRowsPrefetch pf(a, prefetch_rows<8>(a, r0), 8, nb);
+  __m256 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    pf.step(w, b);
+    const uint8_t* blk = w + b * kBB;
+    __m256i in[8][T], mn[8][T];
+    for (int r = 0; r < 8; ++r) k_row_lanes<D, T>(a, blk + r * a.w_stride, t0, b, in[r], mn[r]);
+    const __m256 dw = load_scales8(blk + k_d_offset<D>(), a.w_stride);
+    for (int t = 0; t < T; ++t) {
+      const __m256 dx = _mm256_set1_ps(a.kd[(t0 + t) * nb + b]);
+      __m256i p[8];
+      for (int r = 0; r < 8; ++r) p[r] = in[r][t];
+      acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(dw, dx), _mm256_cvtepi32_ps(reduce8(p)), acc[t]);
       if constexpr (D == DType::kQ4_K) {
-        k_scales_q4(blk[r], &ks[r]);
-      } else {
-        k_scales_q6(blk[r], &ks[r]);
+        for (int r = 0; r < 8; ++r) p[r] = mn[r][t];
+        const __m256 dm = load_scales8(blk + 2, a.w_stride);
+        acc[t] = _mm256_fnmadd_ps(_mm256_mul_ps(dm, dx), _mm256_cvtepi32_ps(reduce8(p)), acc[t]);
       }
     }
-    __m256i sumi[T][R];
-    for (int t = 0; t < T; ++t)
-      for (int r = 0; r < R; ++r) sumi[t][r] = _mm256_setzero_si256();
-#pragma GCC unroll 8
+  }
+  for (int t = 0; t < T; ++t) _mm256_storeu_ps(a.y + (t0 + t) * a.y_stride + r0, acc[t]);
+}
+
+// One row, T tokens (the rows left over after the 8-row groups).
+template <DType D, int T>
+inline void row1_k(const KernelArgs& a, int64_t t0, int64_t r) {
+  constexpr int64_t kBB = k_block_bytes(D);
+  const int64_t nb = a.cols / kKBlock;
+  const uint8_t* w = a.w + r * a.w_stride;
+  float acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = 0.0f;
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = w + b * kBB;
+    __m256i in[T], mn[T];
+    k_row_lanes<D, T>(a, blk, t0, b, in, mn);
+    for (int t = 0; t < T; ++t) {
+      const float dx = a.kd[(t0 + t) * nb + b];
+      acc[t] = __builtin_fmaf(load_f16_scalar(blk + k_d_offset<D>()) * dx, static_cast<float>(hsum_i32(in[t])), acc[t]);
+      if constexpr (D == DType::kQ4_K)
+        acc[t] = __builtin_fmaf(-(load_f16_scalar(blk + 2) * dx), static_cast<float>(hsum_i32(mn[t])), acc[t]);
+    }
+  }
+  for (int t = 0; t < T; ++t) a.y[(t0 + t) * a.y_stride + r] = acc[t];
+}
+
+template <DType D, int T>
+inline void rows_k_small_t(const KernelArgs& a, int64_t t0, int64_t r0, int64_t r1) {
+  int64_t r = r0;
+  for (; r + 8 <= r1; r += 8) rows8_k<D, T>(a, t0, r);
+  for (; r < r1; ++r) row1_k<D, T>(a, t0, r);
+}
+
+template <DType D>
+inline void rows_k_small(const KernelArgs& a, int64_t r0, int64_t r1) {
+  for (int64_t rb = r0; rb < r1; rb += 8) {
+    const int64_t re = min64(r1, rb + 8);
+    token_tiles(0, a.n, [&]<int T>(TokTile<T>, int64_t t) { rows_k_small_t<D, T>(a, t, rb, re); });
+  }
+}
+
+// Prefill-shaped work: panels of 8 rows as for Q8_0 / Q4_0, one panel block per super-block
+// (panel_block_bytes): 64 groups of 4 codes at byte 32·g (row j's codes 4g..4g+3 at 4j..4j+3,
+// unsigned: Q4_K 0..15, Q6_K 0..63), then per sub-block the 8 rows' scales as int32 (Q4_K: 8
+// sub-blocks of 32; Q6_K: 16 of 16), then per pair of sub-blocks the 8 rows' (min, min) (Q4_K)
+// or (scale, scale) (Q6_K) as int16 pairs, then d (and Q4_K's dmin) as 8 f32. A token's 4 codes
+// broadcast against a group give the 8 rows' partial sums in one vpdpbusd; per sub-block one
+// multiply by the scales; the mins and Q6_K's offset are int16 pair products with the code sums.
+template <DType D>
+struct KPanel {
+  static constexpr int kSubs = D == DType::kQ4_K ? 8 : 16;  // sub-blocks per super-block
+  static constexpr int kGroups = 64 / kSubs;                // groups of 4 codes per sub-block
+  static constexpr int64_t kScales = 2048;
+  static constexpr int64_t kPairs = kScales + 32 * kSubs;
+  static constexpr int64_t kD = kPairs + 32 * (kSubs / 2);
+  static constexpr int64_t kDmin = kD + 32;
+  static constexpr int64_t kBytes = panel_block_bytes(D);
+  static_assert(kBytes == kD + (D == DType::kQ4_K ? 64 : 32));
+};
+
+// Rows [r0, r0 + m), m ≤ 8, into one panel (rows past m: zero codes, scales and d).
+template <DType D>
+inline void pack_panel_k(const KernelArgs& a, int64_t r0, int64_t m, uint8_t* out) {
+  using P = KPanel<D>;
+  constexpr int64_t kBB = k_block_bytes(D);
+  const int64_t nb = a.cols / kKBlock;
+  const uint8_t* w = a.w + r0 * a.w_stride;
+  const NextRowsPrefetch pf(a, prefetch_rows<8>(a, r0), 8, nb);
+  for (int64_t b = 0; b < nb; ++b) {
+    pf.step(w, b);
+    const uint8_t* blk = w + b * kBB;
+    uint8_t* o = out + b * P::kBytes;
     for (int k = 0; k < 8; ++k) {
-      __m256i wq[R];
-      for (int r = 0; r < R; ++r) wq[r] = k_codes<D>(blk[r], k);
-      for (int t = 0; t < T; ++t) {
-        const __m256i xv =
-            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.kq + (t0 + t) * cols + b * kKBlock + 32 * k));
-        for (int r = 0; r < R; ++r) sumi[t][r] = V::kmadd(sumi[t][r], _mm256_maddubs_epi16(wq[r], xv), ks[r].sc[k]);
+      __m256i v[8];
+      for (int j = 0; j < 8; ++j) v[j] = j < m ? k_codes<D>(blk + j * a.w_stride, k) : _mm256_setzero_si256();
+      transpose8x32(v);
+      for (int g = 0; g < 8; ++g) _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 32 * (8 * k + g)), v[g]);
+    }
+    int32_t sc[P::kSubs][8];
+    int16_t pairs[P::kSubs][8];  // [2i + e][j]: element e of row j's pair i, stored as (pair i, row j)
+    float d[8], dmin[8];
+    for (int j = 0; j < 8; ++j) {
+      const uint8_t* bj = blk + j * a.w_stride;
+      const bool real = j < m;
+      if constexpr (D == DType::kQ4_K) {
+        alignas(16) uint8_t sm[16];
+        _mm_store_si128(reinterpret_cast<__m128i*>(sm), q4k_scales_mins(bj));
+        for (int s = 0; s < 8; ++s) {
+          sc[s][j] = real ? sm[s] : 0;
+          pairs[s][j] = real ? sm[8 + s] : 0;
+        }
+        d[j] = real ? load_f16_scalar(bj) : 0.0f;
+        dmin[j] = real ? load_f16_scalar(bj + 2) : 0.0f;
+      } else {
+        const int8_t* s6 = reinterpret_cast<const int8_t*>(bj + 192);
+        for (int s = 0; s < 16; ++s) {
+          sc[s][j] = real ? s6[s] : 0;
+          pairs[s][j] = real ? s6[s] : 0;
+        }
+        d[j] = real ? load_f16_scalar(bj + 208) : 0.0f;
+      }
+    }
+    for (int s = 0; s < P::kSubs; ++s) __builtin_memcpy(o + P::kScales + 32 * s, sc[s], 32);
+    for (int i = 0; i < P::kSubs / 2; ++i)
+      for (int j = 0; j < 8; ++j) {
+        __builtin_memcpy(o + P::kPairs + 32 * i + 4 * j, &pairs[2 * i][j], 2);
+        __builtin_memcpy(o + P::kPairs + 32 * i + 4 * j + 2, &pairs[2 * i + 1][j], 2);
+      }
+    __builtin_memcpy(o + P::kD, d, 32);
+    if constexpr (D == DType::kQ4_K) __builtin_memcpy(o + P::kDmin, dmin, 32);
+  }
+}
+
+// y for T tokens from t0 and NP panels (8·NP rows from r0, of which `valid` exist) over all
+// super-blocks.
+template <DType D, int T, int NP>
+inline void panel_tile_k(const KernelArgs& a, const uint8_t* pan, int64_t pan_stride, int64_t t0, int64_t r0,
+                         int64_t valid) {
+  using P = KPanel<D>;
+  const int64_t cols = a.cols, nb = cols / kKBlock;
+  __m256 acc[T][NP];
+  for (int t = 0; t < T; ++t)
+    for (int p = 0; p < NP; ++p) acc[t][p] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* pb = pan + b * P::kBytes;
+    const int8_t* xb = a.kq + t0 * cols + b * kKBlock;
+    __m256i is[T][NP];
+    for (int t = 0; t < T; ++t)
+      for (int p = 0; p < NP; ++p) is[t][p] = _mm256_setzero_si256();
+#pragma GCC unroll 16
+    for (int s = 0; s < P::kSubs; ++s) {
+      __m256i dot[T][NP];
+      for (int t = 0; t < T; ++t)
+        for (int p = 0; p < NP; ++p) dot[t][p] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+      for (int gg = 0; gg < P::kGroups; ++gg) {
+        const int g = s * P::kGroups + gg;
+        __m256i wv[NP];
+        for (int p = 0; p < NP; ++p)
+          wv[p] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pb + p * pan_stride + 32 * g));
+        for (int t = 0; t < T; ++t) {
+          int32_t x4;
+          __builtin_memcpy(&x4, xb + t * cols + 4 * g, 4);
+          const __m256i xv = _mm256_set1_epi32(x4);
+          for (int p = 0; p < NP; ++p) dot[t][p] = V::dot_acc(dot[t][p], wv[p], xv);
+        }
+      }
+      for (int p = 0; p < NP; ++p) {
+        const __m256i sc =
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pb + p * pan_stride + P::kScales + 32 * s));
+        for (int t = 0; t < T; ++t) is[t][p] = _mm256_add_epi32(is[t][p], _mm256_mullo_epi32(dot[t][p], sc));
       }
     }
     for (int t = 0; t < T; ++t) {
-      const float dx = a.kd[(t0 + t) * nb + b];
+      const int64_t tt = t0 + t;
+      const __m256 dx = _mm256_set1_ps(a.kd[tt * nb + b]);
+      // Code sums as int16 pairs: Q4_K (bsum32[2i], bsum32[2i+1]); Q6_K (bsum16[2i], bsum16[2i+1]).
+      int32_t bp[P::kSubs / 2];
       if constexpr (D == DType::kQ4_K) {
-        const __m256i bs =
-            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.kb32 + (t0 + t) * (cols / 32) + b * 8));
-        for (int r = 0; r < R; ++r) {
-          // min_m (high half 0) times the int16-ranged code sum of sub-block m.
-          const __m256i mins = _mm256_madd_epi16(ks[r].extra, bs);
-          acc[t][r] = _mm256_fmadd_ps(_mm256_set1_ps(ks[r].d * dx), _mm256_cvtepi32_ps(sumi[t][r]), acc[t][r]);
-          acc[t][r] = _mm256_fmadd_ps(_mm256_set1_ps(-(ks[r].dmin * dx)), _mm256_cvtepi32_ps(mins), acc[t][r]);
-        }
+        const int32_t* b32 = a.kb32 + tt * (cols / 32) + b * 8;
+        for (int i = 0; i < 4; ++i)
+          bp[i] = static_cast<int32_t>(static_cast<uint16_t>(b32[2 * i]) | static_cast<uint32_t>(b32[2 * i + 1]) << 16);
       } else {
-        const __m256i bs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.kb + (t0 + t) * (cols / 16) + b * 16));
-        for (int r = 0; r < R; ++r) {
-          const __m256i off = _mm256_slli_epi32(_mm256_madd_epi16(ks[r].extra, bs), 5);
-          acc[t][r] = _mm256_fmadd_ps(_mm256_set1_ps(ks[r].d * dx),
-                                      _mm256_cvtepi32_ps(_mm256_sub_epi32(sumi[t][r], off)), acc[t][r]);
+        __builtin_memcpy(bp, a.kb + tt * (cols / 16) + b * 16, 32);
+      }
+      for (int p = 0; p < NP; ++p) {
+        const uint8_t* pp = pb + p * pan_stride;
+        __m256i ex = _mm256_setzero_si256();
+        for (int i = 0; i < P::kSubs / 2; ++i)
+          ex = _mm256_add_epi32(
+              ex, _mm256_madd_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(pp + P::kPairs + 32 * i)),
+                                    _mm256_set1_epi32(bp[i])));
+        const __m256 dw = _mm256_loadu_ps(reinterpret_cast<const float*>(pp + P::kD));
+        if constexpr (D == DType::kQ4_K) {
+          const __m256 dm = _mm256_loadu_ps(reinterpret_cast<const float*>(pp + P::kDmin));
+          acc[t][p] = _mm256_fmadd_ps(_mm256_mul_ps(dw, dx), _mm256_cvtepi32_ps(is[t][p]), acc[t][p]);
+          acc[t][p] = _mm256_fnmadd_ps(_mm256_mul_ps(dm, dx), _mm256_cvtepi32_ps(ex), acc[t][p]);
+        } else {
+          const __m256i isum = _mm256_sub_epi32(is[t][p], _mm256_slli_epi32(ex, 5));
+          acc[t][p] = _mm256_fmadd_ps(_mm256_mul_ps(dw, dx), _mm256_cvtepi32_ps(isum), acc[t][p]);
         }
       }
     }
   }
-  for (int t = 0; t < T; ++t)
-    for (int r = 0; r < R; ++r) a.y[(t0 + t) * a.y_stride + r0 + r] = hsum8(acc[t][r]);
+  store_panel_tile<T, NP>(a, acc, t0, r0, valid);
 }
 
 template <DType D, int T>
-inline void sweep_rows_k(const KernelArgs& a, int64_t t0, int64_t rb, int64_t re) {
-  constexpr int R = V::kKRows[T];
-  int64_t r = rb;
-  for (; r + R <= re; r += R) tile_k<D, T, R>(a, t0, r);
-  for (; r < re; ++r) tile_k<D, T, 1>(a, t0, r);
+inline void panel_tokens_k(const KernelArgs& a, const uint8_t* pan, int64_t pan_stride, int64_t np, int64_t t0,
+                           int64_t r0, int64_t m) {
+  int64_t p = 0;
+  for (; p + 2 <= np; p += 2)
+    panel_tile_k<D, T, 2>(a, pan + p * pan_stride, pan_stride, t0, r0 + 8 * p, min64(16, m - 8 * p));
+  if (p < np) panel_tile_k<D, T, 1>(a, pan + p * pan_stride, pan_stride, t0, r0 + 8 * p, m - 8 * p);
 }
 
-// The same cache blocking as rows_dtype (activations: ~1 byte per element).
 template <DType D>
-inline void rows_kquant(const KernelArgs& a, int64_t r0, int64_t r1) {
-  cache_blocked(a, r0, r1, a.cols,
-                [&]<int T>(TokTile<T>, int64_t t, int64_t rb, int64_t re) { sweep_rows_k<D, T>(a, t, rb, re); });
+inline void rows_k_packed(const KernelArgs& a, int64_t r0, int64_t r1, uint8_t* scratch) {
+  constexpr int kT = V::kPanelTokens;
+  const int64_t pan_stride = a.cols / kKBlock * KPanel<D>::kBytes;
+  for (int64_t rb = r0; rb < r1; rb += kPackRows) {
+    const int64_t m = min64(kPackRows, r1 - rb), np = (m + 7) / 8;
+    for (int64_t p = 0; p < np; ++p) pack_panel_k<D>(a, rb + 8 * p, min64(8, m - 8 * p), scratch + p * pan_stride);
+    int64_t t = 0;
+    for (; t + kT <= a.n; t += kT) panel_tokens_k<D, kT>(a, scratch, pan_stride, np, t, rb, m);
+    for (; t < a.n; ++t) panel_tokens_k<D, 1>(a, scratch, pan_stride, np, t, rb, m);
+  }
 }
 
-inline void rows_k_any(const KernelArgs& a, int64_t r0, int64_t r1) {
-  if (a.dtype == DType::kQ4_K) rows_kquant<DType::kQ4_K>(a, r0, r1);
-  if (a.dtype == DType::kQ6_K) rows_kquant<DType::kQ6_K>(a, r0, r1);
+template <DType D>
+inline void rows_kquant(const KernelArgs& a, int64_t r0, int64_t r1, uint8_t* scratch) {
+  if (scratch != nullptr && a.n >= kPanelMinTokens) {
+    rows_k_packed<D>(a, r0, r1, scratch);
+  } else {
+    rows_k_small<D>(a, r0, r1);
+  }
+}
+
+inline void rows_any(const KernelArgs& a, int64_t r0, int64_t r1, uint8_t* scratch) {
+  switch (a.dtype) {
+    case DType::kF32: rows_dtype<DType::kF32>(a, r0, r1); return;
+    case DType::kF16: rows_dtype<DType::kF16>(a, r0, r1); return;
+    case DType::kBF16: rows_dtype<DType::kBF16>(a, r0, r1); return;
+    case DType::kQ8_0: rows_q<DType::kQ8_0>(a, r0, r1, scratch); return;
+    case DType::kQ4_0: rows_q<DType::kQ4_0>(a, r0, r1, scratch); return;
+    case DType::kQ4_K: rows_kquant<DType::kQ4_K>(a, r0, r1, scratch); return;
+    case DType::kQ6_K: rows_kquant<DType::kQ6_K>(a, r0, r1, scratch); return;
+    default: return;  // the dispatcher never passes other dtypes
+  }
 }

@@ -563,17 +563,21 @@ TEST(QuantizeActivationsQ8K, MatchesGgmlDefinitionAndSimdBitwise) {
 #endif
 }
 
-// Every ISA computes the scalar kernel's bits (same integer lanes, same f32 operations).
+// Every ISA computes the scalar kernel's bits (same integers, same f32 operations), in the
+// in-place kernel (n < kPanelMinTokens) and the panel kernel alike; rows past a multiple of 8
+// exercise the partial panel and the single-row tail.
 TEST(MatmulKQuants, EveryIsaMatchesScalarBitwise) {
   ThreadPool pool(2);
   uint32_t seed = 500;
   int compared = 0;
   for (DType dt : {DType::kQ4_K, DType::kQ6_K}) {
-    for (int64_t rows : {1, 3, 5, 13, 67}) {
+    for (int64_t rows : {1, 3, 5, 9, 13, 67, 131}) {
       for (int64_t cols : {256, 768, 2048}) {
         const auto bytes = random_weight_bytes(dt, rows, cols, seed++);
         const Weight w{bytes.data(), dt, rows, cols};
-        for (int64_t n : {1, 2, 3, 5, 17}) {
+        for (int64_t n : {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{5}, kPanelMinTokens - 1, kPanelMinTokens,
+                          int64_t{17}, int64_t{40}}) {
+          if (rows * cols * n > (int64_t{1} << 23)) continue;  // keep the scalar kernel fast
           const auto x = random_acts(n, cols, seed++);
           std::vector<float> ref(n * rows);
           {
