@@ -112,6 +112,7 @@ using TileKernel = void (*)(const AttendTile&, const PagedKv&, float*);
 TileKernel tile_kernel() {
 #if defined(__x86_64__)
   switch (active_isa()) {
+    case Isa::kAvx512Bf16:
     case Isa::kAvx512: return avx512::attend_tile;
     case Isa::kAvx2: return avx2::attend_tile;
     case Isa::kScalar: break;

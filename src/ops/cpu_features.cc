@@ -59,6 +59,7 @@ CpuFeatures detect() { return {}; }
 
 Isa detect_best() {
   const CpuFeatures& f = cpu_features();
+  if (f.avx512 && f.avx512_vnni && f.avx512_bf16) return Isa::kAvx512Bf16;
   if (f.avx512 && f.avx512_vnni) return Isa::kAvx512;
   if (f.avx2) return Isa::kAvx2;
   return Isa::kScalar;
@@ -71,7 +72,7 @@ Isa initial_isa() {
   if (env == nullptr || *env == '\0') return best;
   Isa wanted;
   if (!parse_isa(env, &wanted)) {
-    std::fprintf(stderr, "glassbox: ignoring GLASSBOX_ISA=%s (use scalar, avx2 or avx512)\n", env);
+    std::fprintf(stderr, "glassbox: ignoring GLASSBOX_ISA=%s (use scalar, avx2, avx512 or avx512bf16)\n", env);
     return best;
   }
   if (wanted > best) {
@@ -99,12 +100,13 @@ std::string_view isa_name(Isa isa) {
     case Isa::kScalar: return "scalar";
     case Isa::kAvx2: return "avx2";
     case Isa::kAvx512: return "avx512";
+    case Isa::kAvx512Bf16: return "avx512bf16";
   }
   return "?";
 }
 
 bool parse_isa(std::string_view name, Isa* out) {
-  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Bf16}) {
     if (name == isa_name(isa)) {
       *out = isa;
       return true;

@@ -20,13 +20,15 @@ const CpuFeatures& cpu_features();
 
 // Kernel levels, ordered: a CPU that runs one runs every lower one.
 enum class Isa : uint8_t {
-  kScalar,  // portable C++, any CPU
-  kAvx2,    // AVX2 + FMA + F16C (Haswell, Zen 1 and later)
-  kAvx512,  // AVX-512 F/BW/VL/DQ + VNNI (Ice Lake, Sapphire Rapids, Zen 4 and later)
+  kScalar,      // portable C++, any CPU
+  kAvx2,        // AVX2 + FMA + F16C (Haswell, Zen 1 and later)
+  kAvx512,      // AVX-512 F/BW/VL/DQ + VNNI (Ice Lake, Sapphire Rapids, Zen 4 and later)
+  kAvx512Bf16,  // kAvx512 + AVX512_BF16 (Cooper Lake, Sapphire Rapids, Zen 4 and later): BF16
+                // weights against bf16-rounded activations with vdpbf16ps (ops/matmul.h)
 };
 
 std::string_view isa_name(Isa isa);
-// Parses "scalar" | "avx2" | "avx512"; false for anything else.
+// Parses "scalar" | "avx2" | "avx512" | "avx512bf16"; false for anything else.
 bool parse_isa(std::string_view name, Isa* out);
 
 // Highest level this CPU runs.

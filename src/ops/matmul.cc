@@ -170,14 +170,16 @@ struct Scratch {
 KernelSet kernel_set(Isa isa) {
 #if defined(__x86_64__)
   switch (isa) {
-    case Isa::kAvx512: return {avx512::rows, avx2::quantize, 32, avx2::dequant_k, avx2::quantize_k};
-    case Isa::kAvx2: return {avx2::rows, avx2::quantize, 16, avx2::dequant_k, avx2::quantize_k};
+    case Isa::kAvx512Bf16:
+      return {avx512::rows_bf16dot, avx2::quantize, 0, avx512::round_bf16, avx2::dequant_k, avx2::quantize_k};
+    case Isa::kAvx512: return {avx512::rows, avx2::quantize, 32, nullptr, avx2::dequant_k, avx2::quantize_k};
+    case Isa::kAvx2: return {avx2::rows, avx2::quantize, 16, nullptr, avx2::dequant_k, avx2::quantize_k};
     case Isa::kScalar: break;
   }
 #else
   (void)isa;
 #endif
-  return {scalar::rows, scalar::quantize, 0, scalar::dequant_k, scalar::quantize_k};
+  return {scalar::rows, scalar::quantize, 0, nullptr, scalar::dequant_k, scalar::quantize_k};
 }
 
 // Activation rounding of n tokens: on the calling thread when small, else split over the pool.
@@ -452,6 +454,12 @@ void matmul_ref_quantized_acts(const float* x, int64_t n, const Weight& w, float
     }
     return;
   }
+  if (w.dtype == DType::kBF16 && kernel_set(active_isa()).round_bf16 != nullptr) {
+    std::vector<float> xr(static_cast<size_t>(n * w.cols));
+    for (size_t i = 0; i < xr.size(); ++i) xr[i] = bf16_to_f32(f32_to_bf16(x[i]));
+    matmul_ref(xr.data(), n, w, y);
+    return;
+  }
   if (!is_quantized_q8_path(w.dtype)) {
     matmul_ref(x, n, w, y);
     return;
@@ -521,7 +529,18 @@ void matmul(ThreadPool& pool, const float* x, int64_t n, const Weight& w, float*
   a.y = y;
   a.y_stride = w.rows;
 
-  if (w.dtype == DType::kBF16 && k.bf16_group > 0) {
+  if (w.dtype == DType::kBF16 && k.round_bf16 != nullptr) {
+    thread_local Scratch scratch;
+    const int64_t xs = bf16_x_stride(w.cols);
+    uint16_t* xb = reinterpret_cast<uint16_t*>(scratch.get(static_cast<size_t>(n * xs * 2)));
+    for_token_ranges(pool, n, w.cols, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) {
+        k.round_bf16(x + t * w.cols, w.cols, xb + t * xs);
+        if (xs != w.cols) xb[t * xs + w.cols] = 0;
+      }
+    });
+    a.xb = xb;
+  } else if (w.dtype == DType::kBF16 && k.bf16_group > 0) {
     thread_local Scratch scratch;
     float* xp = reinterpret_cast<float*>(scratch.get(static_cast<size_t>(n * w.cols * 4)));
     const int64_t g = k.bf16_group, full = w.cols / g * g;
@@ -586,7 +605,9 @@ void matmul(ThreadPool& pool, const float* x, int64_t n, const Weight& w, float*
   const int64_t n_chunks = (w.rows + chunk - 1) / chunk;
   std::atomic<int64_t> next_chunk{0};
   if (is_kernel_dtype(w.dtype) || (is_kquant(w.dtype) && !kquant_via_f32)) {
-    const bool panels = (is_quantized_q8_path(w.dtype) || is_kquant(w.dtype)) && n >= kPanelMinTokens;
+    const bool panels =
+        (is_quantized_q8_path(w.dtype) || is_kquant(w.dtype) || (w.dtype == DType::kBF16 && k.round_bf16 != nullptr)) &&
+        n >= kPanelMinTokens;
     // Panel scratch per job index, owned by the calling thread: the pool hands job indices to
     // whichever thread comes first, so a per-OS-thread buffer could first grow in a late step;
     // every index runs in every call, so these grow in the first call and never after.

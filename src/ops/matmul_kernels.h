@@ -16,14 +16,16 @@ inline constexpr int64_t kKBlock = 256;  // elements per Q4_K / Q6_K / Q8_K supe
 // One matmul call as the kernels see it: compute y[t, r] for every token t < n and a range of
 // weight rows r.
 struct KernelArgs {
-  const float* x = nullptr;     // [n, cols] f32 activations
-  const float* xp = nullptr;    // [n, cols] f32 activations de-interleaved for BF16 weights: in each
-                                // group of KernelSet::bf16_group elements, the even ones then the odd
-                                // ones (a bf16 pair widens to f32 with one shift and one and)
-  const float* xd = nullptr;    // [n, cols/32] f32 scales of the Q8_0-rounded activations (Q8_0/Q4_0)
-  const int8_t* xq = nullptr;   // [n, cols] int8 codes of the Q8_0-rounded activations (Q8_0/Q4_0)
-  const int32_t* xs = nullptr;  // [n, cols/32] the sum of each block's 32 codes: the correction for
-                                // weights stored unsigned (Q4_0 nibbles, Q8_0 codes + 128)
+  const float* x = nullptr;      // [n, cols] f32 activations
+  const float* xp = nullptr;     // [n, cols] f32 activations de-interleaved for BF16 weights: in each
+                                 // group of KernelSet::bf16_group elements, the even ones then the odd
+                                 // ones (a bf16 pair widens to f32 with one shift and one and)
+  const uint16_t* xb = nullptr;  // [n, bf16_x_stride(cols)] the activations rounded to bf16, an odd
+                                 // row padded with 0 (BF16 weights at kAvx512Bf16), else null
+  const float* xd = nullptr;     // [n, cols/32] f32 scales of the Q8_0-rounded activations (Q8_0/Q4_0)
+  const int8_t* xq = nullptr;    // [n, cols] int8 codes of the Q8_0-rounded activations (Q8_0/Q4_0)
+  const int32_t* xs = nullptr;   // [n, cols/32] the sum of each block's 32 codes: the correction for
+                                 // weights stored unsigned (Q4_0 nibbles, Q8_0 codes + 128)
   int64_t n = 0;
   const uint8_t* w = nullptr;  // [rows, w_stride bytes] weights in `dtype`
   DType dtype = DType::kF32;   // F32, F16, BF16, Q8_0, Q4_0, Q4_K or Q6_K
@@ -56,6 +58,7 @@ inline constexpr int64_t panel_block_bytes(DType d) {
   return d == DType::kQ4_K ? kPanelBlockQ4K : d == DType::kQ6_K ? kPanelBlockQ6K : kPanelBlock;
 }
 inline constexpr int64_t panel_scratch_bytes(DType d, int64_t cols) {
+  if (d == DType::kBF16) return kPackRows * ((cols + 1) / 2) * 4;  // 16-row panels of column pairs
   const bool k = d == DType::kQ4_K || d == DType::kQ6_K;
   return kPackRows / 8 * (cols / (k ? kKBlock : kQBlock)) * panel_block_bytes(d);
 }
@@ -88,10 +91,18 @@ inline void dequant_k_row(DType dtype, const uint8_t* row, int64_t cols, float* 
   for (int64_t b = 0; b < cols / 256; ++b) (q4 ? kQ4K : kQ6K)(row + b * block_bytes, out + b * 256);
 }
 
+// Row stride of KernelArgs::xb: whole column pairs.
+inline constexpr int64_t bf16_x_stride(int64_t cols) { return (cols + 1) / 2 * 2; }
+
+// x [count] f32 -> out [count] bf16 bits, rounded like f32_to_bf16 (core/fp16.h): to nearest
+// even, NaN kept quiet.
+using RoundBf16Kernel = void (*)(const float* x, int64_t count, uint16_t* out);
+
 struct KernelSet {
   RowsKernel rows;
   QuantizeKernel quantize;
-  int bf16_group;  // group size of KernelArgs::xp (2 x vector lanes); 0: the kernel reads x
+  int bf16_group;              // group size of KernelArgs::xp (2 x vector lanes); 0: the kernel reads x
+  RoundBf16Kernel round_bf16;  // non-null: BF16 weights take bf16-rounded activations (KernelArgs::xb)
   DequantKernel dequant_k;
   QuantizeKKernel quantize_k;
 };
@@ -119,6 +130,9 @@ void quantize_k(const float* x, int64_t cols, float* d, int8_t* q, int16_t* b16,
 }  // namespace avx2
 namespace avx512 {
 void rows(const KernelArgs& a, int64_t r0, int64_t r1, uint8_t* scratch);
+// rows() with BF16 weights through vdpbf16ps against KernelArgs::xb (needs AVX512_BF16).
+void rows_bf16dot(const KernelArgs& a, int64_t r0, int64_t r1, uint8_t* scratch);
+void round_bf16(const float* x, int64_t count, uint16_t* out);
 }  // namespace avx512
 #endif
 
