@@ -24,7 +24,10 @@ struct Weight {
 
 // y[n, rows] = x[n, cols] · Wᵀ, f32 in and out, f32 accumulation.
 // Numerics by weight dtype:
-//  - F32 / F16 / BF16: exact f32 activations times the weights widened to f32.
+//  - F32 / F16, and BF16 below Isa::kAvx512Bf16: exact f32 activations times the weights widened
+//    to f32.
+//  - BF16 at Isa::kAvx512Bf16: like llama.cpp's CPU backend, the activations rounded to bf16
+//    (f32_to_bf16) and vdpbf16ps (exact products, f32 accumulation).
 //  - Q8_0 / Q4_0: like llama.cpp's CPU backend, each activation row is first rounded to Q8_0
 //    (blocks of 32, d = fp16(amax/127), q = round-half-even(x·127/amax)); then per block the
 //    exact integer dot product isum of weight and activation codes, and acc = fma(d_w·d_x,
@@ -33,13 +36,15 @@ struct Weight {
 //    vpdpbusd / maddubs GEMM) from kPanelMinTokens tokens on. (Not ggml's bits: it sums 8 lanes.)
 //  - Q4_K / Q6_K: like llama.cpp's CPU backend, each activation row is first rounded to Q8_K
 //    (quantize_activations_q8k: blocks of 256, f32 d, int8 codes, code sums per 16 and 32), then
-//    per super-block exact int32 sums of code products per sub-block times the 6-bit (Q4_K) or
-//    8-bit (Q6_K) sub-block scales, Q4_K's mins through the code sums, scaled in f32 by
-//    d_w·d_x (and -dmin_w·d_x) into eight f32 lanes, summed in hsum8's order at the end. The lane
-//    layout and every f32 operation are fixed (scalar::rows_k in matmul.cc is the definition),
-//    so scalar, AVX2 and AVX-512 give the same bits.
+//    per super-block the exact int32 isum = Σ sub-block scale·Σ code·x (Q6_K: code - 32) and
+//    Q4_K's msum = Σ sub-block min·Σ x, and acc = fma(d_w·d_x, f32(isum), acc), Q4_K also
+//    acc = fma(-(dmin_w·d_x), f32(msum), acc), over the super-blocks in order (scalar::rows_k in
+//    matmul.cc is the definition): scalar, AVX2 and AVX-512 give the same bits, in place for few
+//    tokens and through 8-row panels from kPanelMinTokens on.
 // A token's result does not depend on n, on the other tokens or on the thread count (bitwise),
-// only on the ISA level (quantized types: not even on that). Supported dtypes: matmul_supported().
+// only on the ISA level (quantized types: not even on that). The exception: BF16 at
+// kAvx512Bf16, where steps of fewer than kPanelMinTokens tokens and larger ones sum in different
+// orders (each invariant by itself; ARCHITECTURE.md says why). Supported dtypes: matmul_supported().
 // Nothing is allocated per call once the per-thread scratch has grown to the largest size seen.
 void matmul(ThreadPool& pool, const float* x, int64_t n, const Weight& w, float* y);
 
@@ -49,7 +54,8 @@ bool matmul_supported(DType dtype);
 // Scalar reference: each row dequantized, products with the exact activations summed in double.
 void matmul_ref(const float* x, int64_t n, const Weight& w, float* y);
 
-// Scalar reference of what matmul computes for quantized weights, summed in double (matmul itself sums in f32: the
+// Scalar reference of what matmul computes for quantized weights (and BF16 at kAvx512Bf16: the
+// activations rounded to bf16, then matmul_ref), summed in double (matmul itself sums in f32: the
 // tests bound the difference). Q8_0 / Q4_0: activations rounded to Q8_0 as ggml does, exact integer block dot products,
 // Σ_b (d_w·d_x as f32)·isum_b. Q4_K / Q6_K: activations rounded to Q8_K, per super-block the
 // exact Σ_sub-block scale·Σ code·x (Q6_K codes - 32) times (d_w·d_x as f32), Q4_K minus
