@@ -296,20 +296,28 @@ inline void row1_q(const KernelArgs& a, int64_t t0, int64_t r) {
   for (int t = 0; t < T; ++t) a.y[(t0 + t) * a.y_stride + r] = acc[t];
 }
 
-template <DType D, int T>
-inline void rows_q_small_t(const KernelArgs& a, int64_t t0, int64_t r0, int64_t r1) {
-  int64_t r = r0;
-  for (; r + 8 <= r1; r += 8) rows8_q<D, T>(a, t0, r);
-  for (; r < r1; ++r) row1_q<D, T>(a, t0, r);
-}
-
-// Rows outer, tokens inner: a group of 8 rows (a few KB) stays in L1 while every token passes.
-template <DType D>
-inline void rows_q_small(const KernelArgs& a, int64_t r0, int64_t r1) {
+// The in-place driver of the quantized types: rows outer, tokens inner, so a group of 8 rows (a
+// few KB) stays in L1 while every token passes. rows8(TokTile<T>, t, r) computes rows r..r+7 of
+// tokens t..t+T-1, row1(TokTile<T>, t, r) one row (the rows past the last group of 8).
+template <typename Rows8, typename Row1>
+inline void rows_in_place(const KernelArgs& a, int64_t r0, int64_t r1, const Rows8& rows8, const Row1& row1) {
   for (int64_t rb = r0; rb < r1; rb += 8) {
     const int64_t re = min64(r1, rb + 8);
-    token_tiles(0, a.n, [&]<int T>(TokTile<T>, int64_t t) { rows_q_small_t<D, T>(a, t, rb, re); });
+    token_tiles(0, a.n, [&]<int T>(TokTile<T> tile, int64_t t) {
+      if (re - rb == 8) {
+        rows8(tile, t, rb);
+      } else {
+        for (int64_t r = rb; r < re; ++r) row1(tile, t, r);
+      }
+    });
   }
+}
+
+template <DType D>
+inline void rows_q_small(const KernelArgs& a, int64_t r0, int64_t r1) {
+  rows_in_place(
+      a, r0, r1, [&]<int T>(TokTile<T>, int64_t t, int64_t r) { rows8_q<D, T>(a, t, r); },
+      [&]<int T>(TokTile<T>, int64_t t, int64_t r) { row1_q<D, T>(a, t, r); });
 }
 
 // Prefill-shaped work: the weights of up to kPackRows rows are first repacked into panels of 8
@@ -435,26 +443,36 @@ inline void panel_tile(const KernelArgs& a, const uint8_t* pan, int64_t pan_stri
   store_panel_tile<T, P>(a, acc, t0, r0, valid);
 }
 
-template <DType D, int T>
-inline void panel_tokens(const KernelArgs& a, const uint8_t* pan, int64_t pan_stride, int64_t np, int64_t t0,
-                         int64_t r0, int64_t m) {
-  int64_t p = 0;
-  for (; p + 2 <= np; p += 2)
-    panel_tile<D, T, 2>(a, pan + p * pan_stride, pan_stride, t0, r0 + 8 * p, min64(16, m - 8 * p));
-  if (p < np) panel_tile<D, T, 1>(a, pan + p * pan_stride, pan_stride, t0, r0 + 8 * p, m - 8 * p);
+// The panel driver of the quantized types: per kPackRows rows, pack(r, m, out) repacks m ≤ 8
+// rows from r into the panel at out (pan_stride bytes apart); then
+// tile(TokTile<T>, TokTile<P>, pan, t, r, valid) computes T tokens from t × P panels from pan
+// (rows from r, `valid` of them real): kPanelTokens tokens × 2 panels, then the rest.
+template <typename Pack, typename Tile>
+inline void rows_packed(const KernelArgs& a, int64_t r0, int64_t r1, uint8_t* scratch, int64_t pan_stride,
+                        const Pack& pack, const Tile& tile) {
+  constexpr int kT = V::kPanelTokens;
+  for (int64_t rb = r0; rb < r1; rb += kPackRows) {
+    const int64_t m = min64(kPackRows, r1 - rb), np = (m + 7) / 8;
+    for (int64_t p = 0; p < np; ++p) pack(rb + 8 * p, min64(8, m - 8 * p), scratch + p * pan_stride);
+    auto tokens = [&]<int T>(TokTile<T> tt, int64_t t) {
+      int64_t p = 0;
+      for (; p + 2 <= np; p += 2) tile(tt, TokTile<2>{}, scratch + p * pan_stride, t, rb + 8 * p, min64(16, m - 8 * p));
+      if (p < np) tile(tt, TokTile<1>{}, scratch + p * pan_stride, t, rb + 8 * p, m - 8 * p);
+    };
+    int64_t t = 0;
+    for (; t + kT <= a.n; t += kT) tokens(TokTile<kT>{}, t);
+    for (; t < a.n; ++t) tokens(TokTile<1>{}, t);
+  }
 }
 
 template <DType D>
 inline void rows_q_packed(const KernelArgs& a, int64_t r0, int64_t r1, uint8_t* scratch) {
-  constexpr int kT = V::kPanelTokens;
   const int64_t pan_stride = a.cols / kQBlock * kPanelBlock;
-  for (int64_t rb = r0; rb < r1; rb += kPackRows) {
-    const int64_t m = min64(kPackRows, r1 - rb), np = (m + 7) / 8;
-    for (int64_t p = 0; p < np; ++p) pack_panel<D>(a, rb + 8 * p, min64(8, m - 8 * p), scratch + p * pan_stride);
-    int64_t t = 0;
-    for (; t + kT <= a.n; t += kT) panel_tokens<D, kT>(a, scratch, pan_stride, np, t, rb, m);
-    for (; t < a.n; ++t) panel_tokens<D, 1>(a, scratch, pan_stride, np, t, rb, m);
-  }
+  rows_packed(
+      a, r0, r1, scratch, pan_stride, [&](int64_t r, int64_t m, uint8_t* out) { pack_panel<D>(a, r, m, out); },
+      [&]<int T, int P>(TokTile<T>, TokTile<P>, const uint8_t* pan, int64_t t, int64_t r, int64_t valid) {
+        panel_tile<D, T, P>(a, pan, pan_stride, t, r, valid);
+      });
 }
 
 // ---- drivers ----
@@ -669,19 +687,11 @@ inline void row1_k(const KernelArgs& a, int64_t t0, int64_t r) {
   for (int t = 0; t < T; ++t) a.y[(t0 + t) * a.y_stride + r] = acc[t];
 }
 
-template <DType D, int T>
-inline void rows_k_small_t(const KernelArgs& a, int64_t t0, int64_t r0, int64_t r1) {
-  int64_t r = r0;
-  for (; r + 8 <= r1; r += 8) rows8_k<D, T>(a, t0, r);
-  for (; r < r1; ++r) row1_k<D, T>(a, t0, r);
-}
-
 template <DType D>
 inline void rows_k_small(const KernelArgs& a, int64_t r0, int64_t r1) {
-  for (int64_t rb = r0; rb < r1; rb += 8) {
-    const int64_t re = min64(r1, rb + 8);
-    token_tiles(0, a.n, [&]<int T>(TokTile<T>, int64_t t) { rows_k_small_t<D, T>(a, t, rb, re); });
-  }
+  rows_in_place(
+      a, r0, r1, [&]<int T>(TokTile<T>, int64_t t, int64_t r) { rows8_k<D, T>(a, t, r); },
+      [&]<int T>(TokTile<T>, int64_t t, int64_t r) { row1_k<D, T>(a, t, r); });
 }
 
 // Prefill-shaped work: panels of 8 rows as for Q8_0 / Q4_0, one panel block per super-block
@@ -830,26 +840,14 @@ inline void panel_tile_k(const KernelArgs& a, const uint8_t* pan, int64_t pan_st
   store_panel_tile<T, NP>(a, acc, t0, r0, valid);
 }
 
-template <DType D, int T>
-inline void panel_tokens_k(const KernelArgs& a, const uint8_t* pan, int64_t pan_stride, int64_t np, int64_t t0,
-                           int64_t r0, int64_t m) {
-  int64_t p = 0;
-  for (; p + 2 <= np; p += 2)
-    panel_tile_k<D, T, 2>(a, pan + p * pan_stride, pan_stride, t0, r0 + 8 * p, min64(16, m - 8 * p));
-  if (p < np) panel_tile_k<D, T, 1>(a, pan + p * pan_stride, pan_stride, t0, r0 + 8 * p, m - 8 * p);
-}
-
 template <DType D>
 inline void rows_k_packed(const KernelArgs& a, int64_t r0, int64_t r1, uint8_t* scratch) {
-  constexpr int kT = V::kPanelTokens;
   const int64_t pan_stride = a.cols / kKBlock * KPanel<D>::kBytes;
-  for (int64_t rb = r0; rb < r1; rb += kPackRows) {
-    const int64_t m = min64(kPackRows, r1 - rb), np = (m + 7) / 8;
-    for (int64_t p = 0; p < np; ++p) pack_panel_k<D>(a, rb + 8 * p, min64(8, m - 8 * p), scratch + p * pan_stride);
-    int64_t t = 0;
-    for (; t + kT <= a.n; t += kT) panel_tokens_k<D, kT>(a, scratch, pan_stride, np, t, rb, m);
-    for (; t < a.n; ++t) panel_tokens_k<D, 1>(a, scratch, pan_stride, np, t, rb, m);
-  }
+  rows_packed(
+      a, r0, r1, scratch, pan_stride, [&](int64_t r, int64_t m, uint8_t* out) { pack_panel_k<D>(a, r, m, out); },
+      [&]<int T, int P>(TokTile<T>, TokTile<P>, const uint8_t* pan, int64_t t, int64_t r, int64_t valid) {
+        panel_tile_k<D, T, P>(a, pan, pan_stride, t, r, valid);
+      });
 }
 
 template <DType D>
