@@ -6,11 +6,12 @@
 # Usage: bench/serve/compare_llama_server.sh LLAMA_SERVER [MODEL_DIR] [TYPES] [REPS]
 #   LLAMA_SERVER  path to llama-server (build it outside the repo)
 #   MODEL_DIR     default /work/benchmodels/qwen3-0.6b (glassbox-make-model's output)
-#   TYPES         default "q8_0 q4_0 q4_k_m"; REPS default 2
+#   TYPES         default "q8_0 q4_0" (add q4_k_m after glassbox-make-model --types ...,q4_k_m);
+#                 REPS default 2
 set -euo pipefail
 llama=${1:?usage: compare_llama_server.sh LLAMA_SERVER [MODEL_DIR] [TYPES] [REPS]}
 dir=${2:-/work/benchmodels/qwen3-0.6b}
-types=${3:-q8_0 q4_0 q4_k_m}
+types=${3:-q8_0 q4_0}
 reps=${4:-2}
 threads=$(nproc)
 port=18392
@@ -40,6 +41,9 @@ run_one() {  # $1 = glassbox | llama, $2 = type
   trap - EXIT
 }
 
+for t in $types; do
+  [ -f "$dir/gguf/model-$t.gguf" ] || { echo "missing $dir/gguf/model-$t.gguf (glassbox-make-model --out $dir --types ...)" >&2; exit 2; }
+done
 for r in $(seq 1 "$reps"); do
   for t in $types; do
     if [ $((r % 2)) -eq 1 ]; then run_one glassbox "$t"; run_one llama "$t"; else run_one llama "$t"; run_one glassbox "$t"; fi
