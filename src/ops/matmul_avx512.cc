@@ -118,7 +118,7 @@ inline void pack_bf16_tail(const KernelArgs& a, int64_t m, int64_t first, uint8_
 inline void pack_bf16_panel(const KernelArgs& a, int64_t r0, int64_t m, uint8_t* out) {
   const int64_t steps = a.cols / 32;
   const uint8_t* w = a.w + r0 * a.w_stride;
-  const NextRowsPrefetch pf(a, prefetch_rows<16>(a, r0), 16, steps > 0 ? steps : 1);
+  const NextRowsPrefetch pf(a, r0, 16, steps > 0 ? steps : 1);
   for (int64_t s = 0; s < steps; ++s) {
     pf.step(w, s);
     __m512i v[16];

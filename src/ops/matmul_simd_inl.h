@@ -70,10 +70,15 @@ inline void token_tiles(int64_t t0, int64_t t1, const F& f) {
 // (For BF16's 8-row tiles the same scheme measured 0.65x of the per-row one, so they keep theirs.)
 struct NextRowsPrefetch {
   int64_t start, per_step, end;  // byte offsets from the current group's first row
-  NextRowsPrefetch(const KernelArgs& a, int pf_rows, int rows, int64_t steps)
-      : start(rows * a.w_stride),
-        per_step((rows * a.w_stride + steps - 1) / steps),
-        end(pf_rows > 0 ? start + pf_rows * a.w_stride : 0) {}
+  // The group of `rows` rows from r0 is swept in `steps` steps. (Fetching the group after next
+  // instead measured 4–20% slower decode on Zen 4.)
+  NextRowsPrefetch(const KernelArgs& a, int64_t r0, int rows, int64_t steps) {
+    const int64_t left = (g_kernel_variant & 1) ? 0 : a.rows - (r0 + rows);
+    const int64_t n = left <= 0 ? 0 : min64(left, rows);
+    start = rows * a.w_stride;
+    per_step = (rows * a.w_stride + steps - 1) / steps;
+    end = n > 0 ? start + n * a.w_stride : 0;
+  }
   void step(const uint8_t* w, int64_t i) const {
     for (int64_t o = start + i * per_step, e = min64(o + per_step, end); o < e; o += 64)
       _mm_prefetch(reinterpret_cast<const char*>(w + o), _MM_HINT_T0);
@@ -249,10 +254,9 @@ template <DType D, int T>
 inline void rows8_q(const KernelArgs& a, int64_t t0, int64_t r0) {
   const int64_t cols = a.cols, nb = cols / kQBlock;
   const uint8_t* w = a.w + r0 * a.w_stride;
-  const int pf_rows = prefetch_rows<8>(a, r0);
   __m256 acc[T];
   for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
-  const NextRowsPrefetch pf(a, pf_rows, 8, nb);
+  const NextRowsPrefetch pf(a, r0, 8, nb);
   for (int64_t b = 0; b < nb; ++b) {
     pf.step(w, b);
     const uint8_t* blk = w + b * block_bytes<D>();
@@ -355,7 +359,7 @@ template <DType D>
 inline void pack_panel(const KernelArgs& a, int64_t r0, int64_t m, uint8_t* out) {
   const int64_t nb = a.cols / kQBlock;
   const uint8_t* w = a.w + r0 * a.w_stride;
-  const NextRowsPrefetch pf(a, prefetch_rows<8>(a, r0), 8, nb);
+  const NextRowsPrefetch pf(a, r0, 8, nb);
   for (int64_t b = 0; b < nb; ++b) {
     pf.step(w, b);
     const uint8_t* blk = w + b * block_bytes<D>();
@@ -641,7 +645,7 @@ inline void rows8_k(const KernelArgs& a, int64_t t0, int64_t r0) {
   constexpr int64_t kBB = k_block_bytes(D);
   const int64_t nb = a.cols / kKBlock;
   const uint8_t* w = a.w + r0 * a.w_stride;
-  const NextRowsPrefetch pf(a, prefetch_rows<8>(a, r0), 8, nb);
+  const NextRowsPrefetch pf(a, r0, 8, nb);
   __m256 acc[T];
   for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
@@ -720,7 +724,7 @@ inline void pack_panel_k(const KernelArgs& a, int64_t r0, int64_t m, uint8_t* ou
   constexpr int64_t kBB = k_block_bytes(D);
   const int64_t nb = a.cols / kKBlock;
   const uint8_t* w = a.w + r0 * a.w_stride;
-  const NextRowsPrefetch pf(a, prefetch_rows<8>(a, r0), 8, nb);
+  const NextRowsPrefetch pf(a, r0, 8, nb);
   for (int64_t b = 0; b < nb; ++b) {
     pf.step(w, b);
     const uint8_t* blk = w + b * kBB;
