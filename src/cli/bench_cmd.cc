@@ -12,6 +12,7 @@
 #include "cli/common_flags.h"
 #include "engine/engine.h"
 #include "model/model.h"
+#include "ops/cpu_features.h"
 
 namespace gb::cli {
 namespace {
@@ -143,6 +144,7 @@ int run_bench(const BenchOptions& o) {
     nlohmann::json j = {{"model", o.model},
                         {"describe", m.describe()},
                         {"threads", m.pool().size()},
+                        {"isa", std::string(ops::isa_name(ops::active_isa()))},
                         {"reps", o.reps},
                         {"decode_weight_bytes", bytes}};
     if (o.prompt_tokens > 0)
@@ -158,7 +160,8 @@ int run_bench(const BenchOptions& o) {
     return 0;
   }
   std::printf("model: %s\n", m.describe().c_str());
-  std::printf("threads: %d, reps: %d (median [min, max])\n", m.pool().size(), o.reps);
+  std::printf("threads: %d, kernels: %s, reps: %d (median [min, max])\n", m.pool().size(),
+              std::string(ops::isa_name(ops::active_isa())).c_str(), o.reps);
   if (o.prompt_tokens > 0)
     std::printf("pp%-5d %9.2f t/s  [%.2f, %.2f]\n", o.prompt_tokens, pps.median, pps.min, pps.max);
   if (o.gen_tokens > 0) std::printf("tg%-5d %9.2f t/s  [%.2f, %.2f]\n", o.gen_tokens, tgs.median, tgs.min, tgs.max);

@@ -7,6 +7,7 @@
 
 #include <cmath>
 
+#include "ops/cpu_features.h"
 #include "server/allocator.h"
 #include "server/server.h"
 
@@ -103,8 +104,8 @@ int run_server(const ServerConfig& cfg, const BackendFactory& make_backend) {
     return 1;
   }
   server.set_ready();
-  spdlog::info("ready: serving '{}' (context {} tokens) on {}:{}", cfg.served_model_name, backend->max_model_len,
-               cfg.host, server.port());
+  spdlog::info("ready: serving '{}' (context {} tokens, {} kernels) on {}:{}", cfg.served_model_name,
+               backend->max_model_len, ops::isa_name(ops::active_isa()), cfg.host, server.port());
 
   sigset_t set = shutdown_signals();
   int sig = 0;
