@@ -70,7 +70,11 @@ float V::hsum(F x) {
 // invariance, taken because the panel order costs decode a 16×16 transpose per 32 columns
 // (measured 20% slower decode) and the in-place order costs prefill a third of its speed.
 
-inline __m512bh as_bh(__m512i v) { return reinterpret_cast<__m512bh&>(v); }
+inline __m512bh as_bh(__m512i v) {
+  __m512bh b;
+  __builtin_memcpy(&b, &v, sizeof b);  // a bit cast (the vector types' element types differ by compiler)
+  return b;
+}
 
 // The 16×16 transpose of 32-bit elements: v[j] holds row j's pairs 0..15; afterwards v[i]
 // holds pair i of rows 0..15.
