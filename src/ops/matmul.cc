@@ -604,43 +604,42 @@ void matmul(ThreadPool& pool, const float* x, int64_t n, const Weight& w, float*
   const int64_t chunk = row_chunk(w.rows, n, n_threads);
   const int64_t n_chunks = (w.rows + chunk - 1) / chunk;
   std::atomic<int64_t> next_chunk{0};
-  if (is_kernel_dtype(w.dtype) || (is_kquant(w.dtype) && !kquant_via_f32)) {
-    const bool panels =
-        (is_quantized_q8_path(w.dtype) || is_kquant(w.dtype) || (w.dtype == DType::kBF16 && k.round_bf16 != nullptr)) &&
-        n >= kPanelMinTokens;
-    // Panel scratch per job index, owned by the calling thread: the pool hands job indices to
-    // whichever thread comes first, so a per-OS-thread buffer could first grow in a late step;
-    // every index runs in every call, so these grow in the first call and never after.
-    // (A thread_local named inside the job would be each worker's own: take the caller's here.)
-    thread_local std::vector<Scratch> caller_panels;
-    std::vector<Scratch>& panel_scratch = caller_panels;
-    if (panels && panel_scratch.size() < static_cast<size_t>(n_threads)) panel_scratch.resize(n_threads);
-    const size_t pan_bytes = static_cast<size_t>(panel_scratch_bytes(w.dtype, w.cols));
-    pool.run([&](int ti) {
-      uint8_t* pan = panels ? panel_scratch[ti].get(pan_bytes) : nullptr;
-      for (int64_t c; (c = next_chunk.fetch_add(1, std::memory_order_relaxed)) < n_chunks;)
-        k.rows(a, c * chunk, std::min(w.rows, (c + 1) * chunk), pan);
+  if (kquant_via_f32) {
+    pool.run([&](int) {
+      thread_local Scratch scratch;
+      float* buf = reinterpret_cast<float*>(scratch.get(static_cast<size_t>(kDequantRows * w.cols * 4)));
+      for (int64_t c; (c = next_chunk.fetch_add(1, std::memory_order_relaxed)) < n_chunks;) {
+        const int64_t end = std::min(w.rows, (c + 1) * chunk);
+        for (int64_t r = c * chunk; r < end; r += kDequantRows) {
+          const int64_t m = std::min(kDequantRows, end - r);
+          for (int64_t i = 0; i < m; ++i) k.dequant_k(w.dtype, w.data + (r + i) * a.w_stride, w.cols, buf + i * w.cols);
+          KernelArgs f = a;
+          f.dtype = DType::kF32;
+          f.w = reinterpret_cast<const uint8_t*>(buf);
+          f.w_stride = w.cols * 4;
+          f.rows = m;
+          f.y = y + r;
+          k.rows(f, 0, m, nullptr);
+        }
+      }
     });
     return;
   }
-  if (!kquant_via_f32) return;  // other dtypes are rejected at load time
-  pool.run([&](int) {
-    thread_local Scratch scratch;
-    float* buf = reinterpret_cast<float*>(scratch.get(static_cast<size_t>(kDequantRows * w.cols * 4)));
-    for (int64_t c; (c = next_chunk.fetch_add(1, std::memory_order_relaxed)) < n_chunks;) {
-      const int64_t end = std::min(w.rows, (c + 1) * chunk);
-      for (int64_t r = c * chunk; r < end; r += kDequantRows) {
-        const int64_t m = std::min(kDequantRows, end - r);
-        for (int64_t i = 0; i < m; ++i) k.dequant_k(w.dtype, w.data + (r + i) * a.w_stride, w.cols, buf + i * w.cols);
-        KernelArgs f = a;
-        f.dtype = DType::kF32;
-        f.w = reinterpret_cast<const uint8_t*>(buf);
-        f.w_stride = w.cols * 4;
-        f.rows = m;
-        f.y = y + r;
-        k.rows(f, 0, m, nullptr);
-      }
-    }
+  if (!matmul_supported(w.dtype)) return;  // rejected at load time
+  // Quantized weights (and BF16 with bf16 activations) repack into panels from kPanelMinTokens on.
+  const bool panels = n >= kPanelMinTokens && (is_quantized_q8_path(w.dtype) || is_kquant(w.dtype) || a.xb != nullptr);
+  // Panel scratch per job index, owned by the calling thread: the pool hands job indices to
+  // whichever thread comes first, so a per-OS-thread buffer could first grow in a late step;
+  // every index runs in every call, so these grow in the first call and never after.
+  // (A thread_local named inside the job would be each worker's own: take the caller's here.)
+  thread_local std::vector<Scratch> caller_panels;
+  std::vector<Scratch>& panel_scratch = caller_panels;
+  if (panels && panel_scratch.size() < static_cast<size_t>(n_threads)) panel_scratch.resize(n_threads);
+  const size_t pan_bytes = static_cast<size_t>(panel_scratch_bytes(w.dtype, w.cols));
+  pool.run([&](int ti) {
+    uint8_t* pan = panels ? panel_scratch[ti].get(pan_bytes) : nullptr;
+    for (int64_t c; (c = next_chunk.fetch_add(1, std::memory_order_relaxed)) < n_chunks;)
+      k.rows(a, c * chunk, std::min(w.rows, (c + 1) * chunk), pan);
   });
 }
 
