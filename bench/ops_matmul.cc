@@ -123,7 +123,8 @@ int main(int argc, char** argv) {
                  "reads DRAM as in a real model (0: one copy, cache-warm for small shapes)");
   app.add_option("--variant", variants,
                  "kernel variants (experiments), interleaved like ISAs: bit 0 no prefetch, bit 1 bf16 by "
-                 "zero-extension, bit 2 q4_k/q6_k through dequantize + f32 (the old path)");
+                 "zero-extension, bit 2 q4_k/q6_k through dequantize + f32 (the old path), bit 3 weights "
+                 "packed as at load (pack_weight)");
   app.add_flag("--read", read_baseline,
                "also time a plain read of the same weight bytes, interleaved, and report matmul "
                "GB/s as a fraction of it");
@@ -163,6 +164,11 @@ int main(int argc, char** argv) {
       const int64_t copies = std::max<int64_t>(1, (cold_mib << 20) / wbytes + ((cold_mib << 20) % wbytes != 0));
       std::vector<std::vector<uint8_t>> store;
       for (int64_t c = 0; c < copies; ++c) store.push_back(make_weight(dt, sh->rows, sh->cols, 1 + c));
+      // Variant bit 3: the same copies repacked as at load (pack_weight), when the dtype has a layout.
+      std::vector<std::vector<uint8_t>> packed_store;
+      if (std::any_of(variants.begin(), variants.end(), [](int v) { return (v & 8) != 0; }))
+        for (const auto& b : store)
+          packed_store.push_back(gb::ops::pack_weight(Weight{b.data(), dt, sh->rows, sh->cols}));
       for (int64_t n : ns) {
         std::vector<float> x(n * sh->cols), y(n * sh->rows);
         std::minstd_rand rng(7);
@@ -189,7 +195,8 @@ int main(int argc, char** argv) {
               gb::ops::set_isa(configs[k].isa);
               gb::ops::g_kernel_variant = configs[k].variant;
               const uint8_t* data = store[next].data();
-              const Weight w{data, dt, sh->rows, sh->cols};
+              Weight w{data, dt, sh->rows, sh->cols};
+              if ((configs[k].variant & 8) != 0 && !packed_store[next].empty()) w.packed = packed_store[next].data();
               next = (next + 1) % copies;
               const auto t0 = Clock::now();
               const double c0 = thread_cpu_seconds();

@@ -27,6 +27,7 @@ struct BenchOptions {
   double bandwidth_gbs = 0;
   bool json = false;
   bool convert_q8 = false;
+  bool no_pack = false;
   std::string kv_cache_dtype = "f32";
 };
 
@@ -64,6 +65,7 @@ int run_bench(const BenchOptions& o) {
   lo.n_threads = o.threads;
   lo.max_batch_tokens = o.batch;
   lo.convert_to_q8 = o.convert_q8;
+  lo.pack_weights = !o.no_pack;
   auto model = load_model(o.model, lo);
   if (!model.is_ok()) {
     std::fprintf(stderr, "glassbox bench: %s\n", model.message().c_str());
@@ -194,6 +196,8 @@ void register_bench(CLI::App& app, Action* action) {
                   "measured memory bandwidth in GB/s, to report decode as a fraction of its limit");
   cmd->add_flag("--json", opts->json, "print one JSON object");
   cmd->add_flag("--convert-q8", opts->convert_q8, "convert f32/f16/bf16 matrices to Q8_0 at load (faster decode)");
+  cmd->add_flag("--no-pack", opts->no_pack,
+                "keep the weights in the file's row-major layout (no load-time repacking; for A/B runs)");
   cmd->callback([action, opts] { *action = [opts] { return run_bench(*opts); }; });
 }
 

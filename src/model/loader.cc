@@ -394,6 +394,23 @@ Status convert_matrices_to_q8(const ModelConfig& c, ModelWeights* w, std::vector
   return Status::ok();
 }
 
+// Every matrix the layer loop multiplies by, repacked for matmul where it has a layout for it
+// (ops::pack_weight). The embedding table keeps only its rows (the tied lm_head, a copy of its
+// view, gets the packed bytes).
+void pack_matrices(ModelWeights* w, std::vector<std::vector<uint8_t>>* store) {
+  auto pack = [&](ops::Weight* m) {
+    if (m->data == nullptr || !ops::packable(*m)) return;
+    store->push_back(ops::pack_weight(*m));
+    m->packed = store->back().data();  // moving the outer vector keeps each buffer in place
+  };
+  pack(&w->output);
+  for (LayerWeights& L : w->layers) {
+    for (ops::Weight* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down, &L.lin_qkv, &L.lin_z, &L.lin_b,
+                           &L.lin_a, &L.lin_out})
+      pack(m);
+  }
+}
+
 }  // namespace
 
 Model::Model(ModelConfig config, const LoadOptions& options)
@@ -434,10 +451,13 @@ Result<std::unique_ptr<Model>> load_model(const std::string& path, const LoadOpt
   }
   std::vector<ops::OwnedWeight> converted;
   if (options.convert_to_q8) GB_RETURN_IF_ERROR(convert_matrices_to_q8(loaded.config, &weights, &converted));
+  std::vector<std::vector<uint8_t>> packed;
+  if (options.pack_weights) pack_matrices(&weights, &packed);
   std::unique_ptr<Model> m(new Model(std::move(loaded.config), options));
   m->weights_ = std::move(weights);
   m->f32_store_ = std::move(store);
   m->owned_weights_ = std::move(converted);
+  m->packed_ = std::move(packed);
   m->files_ = std::move(loaded.files);
   m->format_ = format;
   return m;

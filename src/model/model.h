@@ -27,6 +27,10 @@ struct LoadOptions {
   // Convert F32/F16/BF16 weight matrices to Q8_0 at load (llama-quantize's blocks; activations
   // then rounded to Q8_0 like any Q8_0 weight): about half of bf16's bytes per decoded token.
   bool convert_to_q8 = false;
+  // Repack Q8_0 / Q4_0 matrices into matmul's interleaved layout (ops::pack_weight): the same
+  // results, faster decode and prefill, the matrix's bytes once more in memory. Off: the
+  // kernels read the files' row-major layout (for A/B benchmarks).
+  bool pack_weights = true;
 };
 
 class Model {
@@ -88,6 +92,7 @@ class Model {
   std::vector<std::shared_ptr<MappedFile>> files_;  // keep the weight mappings alive
   std::vector<std::vector<float>> f32_store_;       // f32 copies of norm weights / biases / rope factors
   std::vector<ops::OwnedWeight> owned_weights_;     // matrices converted at load (convert_to_q8)
+  std::vector<std::vector<uint8_t>> packed_;        // matrices repacked at load (pack_weights)
   std::unique_ptr<ThreadPool> own_pool_;
   ThreadPool* pool_;
   Activations acts_;

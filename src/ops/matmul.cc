@@ -171,15 +171,15 @@ KernelSet kernel_set(Isa isa) {
 #if defined(__x86_64__)
   switch (isa) {
     case Isa::kAvx512Bf16:
-      return {avx512::rows_bf16dot, avx2::quantize, 0, avx512::round_bf16, avx2::dequant_k, avx2::quantize_k};
-    case Isa::kAvx512: return {avx512::rows, avx2::quantize, 32, nullptr, avx2::dequant_k, avx2::quantize_k};
-    case Isa::kAvx2: return {avx2::rows, avx2::quantize, 16, nullptr, avx2::dequant_k, avx2::quantize_k};
+      return {avx512::rows_bf16dot, true, avx2::quantize, 0, avx512::round_bf16, avx2::dequant_k, avx2::quantize_k};
+    case Isa::kAvx512: return {avx512::rows, true, avx2::quantize, 32, nullptr, avx2::dequant_k, avx2::quantize_k};
+    case Isa::kAvx2: return {avx2::rows, true, avx2::quantize, 16, nullptr, avx2::dequant_k, avx2::quantize_k};
     case Isa::kScalar: break;
   }
 #else
   (void)isa;
 #endif
-  return {scalar::rows, scalar::quantize, 0, nullptr, scalar::dequant_k, scalar::quantize_k};
+  return {scalar::rows, false, scalar::quantize, 0, nullptr, scalar::dequant_k, scalar::quantize_k};
 }
 
 // Activation rounding of n tokens: on the calling thread when small, else split over the pool.
@@ -512,6 +512,30 @@ Result<OwnedWeight> convert_to_q8(const Weight& w) {
   return o;
 }
 
+bool packable(const Weight& w) {
+  return is_quantized_q8_path(w.dtype) && w.rows > 0 && w.rows % 8 == 0 && w.cols % kQBlock == 0;
+}
+
+std::vector<uint8_t> pack_weight(const Weight& w) {
+  if (!packable(w)) return {};
+  const int64_t bb = dtype_info(w.dtype).block_bytes, nb = w.cols / kQBlock, stride = row_bytes(w.dtype, w.cols);
+  const int64_t vectors = w.dtype == DType::kQ8_0 ? 8 : 4;  // 32-byte code vectors per group block
+  std::vector<uint8_t> out(static_cast<size_t>(w.rows * stride));
+  for (int64_t g = 0; g < w.rows / 8; ++g) {
+    const uint8_t* rows = w.data + g * 8 * stride;
+    uint8_t* group = out.data() + g * 8 * stride;
+    for (int64_t b = 0; b < nb; ++b) {
+      uint8_t* o = group + b * 8 * bb;
+      for (int64_t j = 0; j < 8; ++j) {
+        const uint8_t* blk = rows + j * stride + b * bb;
+        std::memcpy(o + 2 * j, blk, 2);  // f16 d
+        for (int64_t v = 0; v < vectors; ++v) std::memcpy(o + 16 + 32 * v + 4 * j, blk + 2 + 4 * v, 4);
+      }
+    }
+  }
+  return out;
+}
+
 bool matmul_supported(DType dtype) { return is_kernel_dtype(dtype) || dtype == DType::kQ4_K || dtype == DType::kQ6_K; }
 
 void matmul(ThreadPool& pool, const float* x, int64_t n, const Weight& w, float* y) {
@@ -521,7 +545,8 @@ void matmul(ThreadPool& pool, const float* x, int64_t n, const Weight& w, float*
   KernelArgs a;
   a.x = x;
   a.n = n;
-  a.w = w.data;
+  a.packed = w.packed != nullptr && k.reads_packed && is_quantized_q8_path(w.dtype);
+  a.w = a.packed ? w.packed : w.data;
   a.dtype = w.dtype;
   a.rows = w.rows;
   a.cols = w.cols;

@@ -20,6 +20,10 @@ struct Weight {
   DType dtype = DType::kF32;
   int64_t rows = 0;
   int64_t cols = 0;
+  // The same matrix in matmul's interleaved layout (pack_weight), made once at load, or null.
+  // matmul reads it where its kernels can; everything else (embedding rows, hashes, edits)
+  // reads data.
+  const uint8_t* packed = nullptr;
 };
 
 // y[n, rows] = x[n, cols] · Wᵀ, f32 in and out, f32 accumulation.
@@ -47,6 +51,17 @@ struct Weight {
 // orders (each invariant by itself; ARCHITECTURE.md says why). Supported dtypes: matmul_supported().
 // Nothing is allocated per call once the per-thread scratch has grown to the largest size seen.
 void matmul(ThreadPool& pool, const float* x, int64_t n, const Weight& w, float* y);
+
+// Whether pack_weight has a layout for w: Q8_0 and Q4_0 with rows a multiple of 8.
+bool packable(const Weight& w);
+
+// w repacked for matmul's SIMD kernels (empty when !packable(w)), as many bytes as w holds: per
+// group of 8 rows and per block, the 8 rows' f16 scales, then their codes interleaved 4 bytes
+// per row (matmul_simd_inl.h has the byte layout). Decode then reads one contiguous stream per 8
+// rows and gets the 8 rows' sums in the lanes of one vector, with no reduction across lanes;
+// prefill's panels come from it without a transpose. Results are bitwise the same as from the
+// row-major layout. Point Weight::packed at the bytes (which must outlive the weight).
+std::vector<uint8_t> pack_weight(const Weight& w);
 
 // Whether matmul handles this weight dtype (cols must also be a multiple of the block size).
 bool matmul_supported(DType dtype);

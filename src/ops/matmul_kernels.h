@@ -27,7 +27,8 @@ struct KernelArgs {
   const int32_t* xs = nullptr;   // [n, cols/32] the sum of each block's 32 codes: the correction for
                                  // weights stored unsigned (Q4_0 nibbles, Q8_0 codes + 128)
   int64_t n = 0;
-  const uint8_t* w = nullptr;  // [rows, w_stride bytes] weights in `dtype`
+  const uint8_t* w = nullptr;  // [rows, w_stride bytes] weights in `dtype`, row-major or `packed`
+  bool packed = false;         // w is in pack_weight's layout (groups of 8 rows, 8·w_stride bytes each)
   DType dtype = DType::kF32;   // F32, F16, BF16, Q8_0, Q4_0, Q4_K or Q6_K
   int64_t rows = 0;            // rows of w: kernels prefetch ahead but never past the last row
   int64_t cols = 0;
@@ -100,6 +101,7 @@ using RoundBf16Kernel = void (*)(const float* x, int64_t count, uint16_t* out);
 
 struct KernelSet {
   RowsKernel rows;
+  bool reads_packed;  // rows() takes Q8_0 / Q4_0 weights in pack_weight's layout
   QuantizeKernel quantize;
   int bf16_group;              // group size of KernelArgs::xp (2 x vector lanes); 0: the kernel reads x
   RoundBf16Kernel round_bf16;  // non-null: BF16 weights take bf16-rounded activations (KernelArgs::xb)

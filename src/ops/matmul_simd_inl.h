@@ -333,6 +333,12 @@ inline void rows_q_small(const KernelArgs& a, int64_t r0, int64_t r1) {
 // 0..15; Q8_0: signed codes, or codes + 128 with VNNI, which wants the unsigned operand there),
 // then the 8 rows' scales as f32 at byte 256.
 
+// The correction for codes used unsigned, Σ (w + k)·x = Σ w·x + k·Σx, as log2 k (-1: none).
+template <DType D>
+inline constexpr int panel_shift() {
+  return D == DType::kQ4_0 ? 3 : (V::kVnni ? 7 : -1);
+}
+
 // The 8×8 transpose of 32-bit elements: v[j] holds row j's groups 0..7; afterwards v[g] holds
 // group g of rows 0..7.
 inline void transpose8x32(__m256i* v) {
@@ -406,8 +412,7 @@ template <DType D, int T, int P>
 inline void panel_tile(const KernelArgs& a, const uint8_t* pan, int64_t pan_stride, int64_t t0, int64_t r0,
                        int64_t valid) {
   const int64_t cols = a.cols, nb = cols / kQBlock;
-  // The correction for codes stored unsigned: Σ (w + k)·x = Σ w·x + k·Σx.
-  constexpr int kShift = D == DType::kQ4_0 ? 3 : (V::kVnni ? 7 : -1);
+  constexpr int kShift = panel_shift<D>();
   __m256 acc[T][P];
   for (int t = 0; t < T; ++t)
     for (int p = 0; p < P; ++p) acc[t][p] = _mm256_setzero_ps();
@@ -515,9 +520,106 @@ inline void rows_dtype(const KernelArgs& a, int64_t r0, int64_t r1) {
                 [&]<int T>(TokTile<T>, int64_t t, int64_t rb, int64_t re) { sweep_rows<D, T>(a, t, rb, re); });
 }
 
+// ---- Q8_0 / Q4_0 weights repacked at load (KernelArgs::packed, see pack_weight) ----
+//
+// Group block b of rows 8g..8g+7 (8 · block_bytes bytes): the 8 rows' f16 scales, then the codes
+// in 32-byte vectors of 4 bytes per row (row j at 4j). Q8_0: vector v holds codes 4v..4v+3 (8
+// vectors, signed). Q4_0: vector v holds the raw bytes 4v..4v+3, i.e. codes 4v..4v+3 in the low
+// nibbles and 16+4v.. in the high ones (4 vectors). A token's 4 codes broadcast against a vector
+// give the 8 rows' partial sums in the lanes of one vpdpbusd: no reduction across lanes, one
+// stream of contiguous bytes per 8 rows. Same integers and f32 steps as the row-major kernels.
+
+// The 8 code vectors of one packed block in group order (group g: codes 4g..4g+3 of the 8
+// rows), as the panel layout has them: Q4_0 unsigned nibbles; Q8_0 + 128 with VNNI (vpdpbusd
+// wants the unsigned operand there), else signed.
+template <DType D>
+inline void packed_codes(const uint8_t* blk, __m256i* v) {
+  if constexpr (D == DType::kQ8_0) {
+    for (int g = 0; g < 8; ++g) {
+      v[g] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16 + 32 * g));
+      if constexpr (V::kVnni) v[g] = _mm256_xor_si256(v[g], _mm256_set1_epi8(-128));
+    }
+  } else {
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    for (int g = 0; g < 4; ++g) {
+      const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16 + 32 * g));
+      v[g] = _mm256_and_si256(raw, m4);
+      v[g + 4] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+    }
+  }
+}
+
+// Decode-shaped work on packed weights: the 8 rows from r0 (a whole group) and T tokens from t0.
+template <DType D, int T>
+inline void rows8_packed_q(const KernelArgs& a, int64_t t0, int64_t r0) {
+  const int64_t cols = a.cols, nb = cols / kQBlock;
+  constexpr int64_t kGB = 8 * block_bytes<D>();
+  constexpr int kShift = panel_shift<D>();
+  const uint8_t* w = a.w + r0 * a.w_stride;  // groups are 8 rows' bytes, contiguous
+  const NextRowsPrefetch pf(a, r0, 8, nb);
+  __m256 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    pf.step(w, b);
+    const uint8_t* blk = w + b * kGB;
+    __m256i v[8];
+    packed_codes<D>(blk, v);
+    const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk)));
+    for (int t = 0; t < T; ++t) {
+      const int64_t tb = (t0 + t) * nb + b;
+      const int8_t* xq = a.xq + (t0 + t) * cols + b * kQBlock;
+      __m256i is = _mm256_setzero_si256();
+      for (int g = 0; g < 8; ++g) {
+        int32_t x4;
+        __builtin_memcpy(&x4, xq + 4 * g, 4);
+        const __m256i xb = _mm256_set1_epi32(x4);
+        if constexpr (D == DType::kQ8_0 && !V::kVnni) {
+          is = V::dot_acc(is, _mm256_abs_epi8(xb), _mm256_sign_epi8(v[g], xb));
+        } else {
+          is = V::dot_acc(is, v[g], xb);
+        }
+      }
+      if constexpr (kShift >= 0) is = _mm256_sub_epi32(is, _mm256_set1_epi32(a.xs[tb] << kShift));
+      acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(a.xd[tb])), _mm256_cvtepi32_ps(is), acc[t]);
+    }
+  }
+  for (int t = 0; t < T; ++t) _mm256_storeu_ps(a.y + (t0 + t) * a.y_stride + r0, acc[t]);
+}
+
+// A panel (pack_panel's layout) from a packed group: no transpose, the codes are in place.
+template <DType D>
+inline void panel_from_packed(const KernelArgs& a, int64_t r0, uint8_t* out) {
+  const int64_t nb = a.cols / kQBlock;
+  constexpr int64_t kGB = 8 * block_bytes<D>();
+  const uint8_t* w = a.w + r0 * a.w_stride;
+  const NextRowsPrefetch pf(a, r0, 8, nb);
+  for (int64_t b = 0; b < nb; ++b) {
+    pf.step(w, b);
+    const uint8_t* blk = w + b * kGB;
+    __m256i v[8];
+    packed_codes<D>(blk, v);
+    uint8_t* o = out + b * kPanelBlock;
+    for (int g = 0; g < 8; ++g) _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 32 * g), v[g]);
+    _mm256_storeu_ps(reinterpret_cast<float*>(o + 256),
+                     _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk))));
+  }
+}
+
 template <DType D>
 inline void rows_q(const KernelArgs& a, int64_t r0, int64_t r1, uint8_t* scratch) {
-  if (scratch != nullptr && a.n >= kPanelMinTokens) {
+  if (a.packed) {  // r0, r1 and the matrix's rows are multiples of 8
+    if (scratch != nullptr && a.n >= kPanelMinTokens) {
+      const int64_t pan_stride = a.cols / kQBlock * kPanelBlock;
+      rows_packed(
+          a, r0, r1, scratch, pan_stride, [&](int64_t r, int64_t, uint8_t* out) { panel_from_packed<D>(a, r, out); },
+          [&]<int T, int P>(TokTile<T>, TokTile<P>, const uint8_t* pan, int64_t t, int64_t r, int64_t valid) {
+            panel_tile<D, T, P>(a, pan, pan_stride, t, r, valid);
+          });
+    } else {
+      for (int64_t rb = r0; rb < r1; rb += 8)
+        token_tiles(0, a.n, [&]<int T>(TokTile<T>, int64_t t) { rows8_packed_q<D, T>(a, t, rb); });
+    }
+  } else if (scratch != nullptr && a.n >= kPanelMinTokens) {
     rows_q_packed<D>(a, r0, r1, scratch);
   } else {
     rows_q_small<D>(a, r0, r1);

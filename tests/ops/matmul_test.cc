@@ -246,6 +246,56 @@ TEST(MatmulQuantized, EveryIsaAndBothKernelsBitwiseEqual) {
   }
 }
 
+// Weights repacked at load (pack_weight) give bitwise what the row-major layout gives at the
+// scalar level, in decode (in place) and prefill (panels), at every SIMD level, 1 or 2 threads.
+TEST(PackedWeights, EveryIsaMatchesRowMajorScalarBitwise) {
+  ThreadPool pool1(1), pool2(2);
+  uint32_t seed = 900;
+  int compared = 0;
+  for (DType dt : {DType::kQ8_0, DType::kQ4_0}) {
+    for (int64_t rows : {8, 24, 136}) {
+      for (int64_t cols : {32, 96, 1024}) {
+        const auto bytes = random_weight_bytes(dt, rows, cols, seed++);
+        Weight w{bytes.data(), dt, rows, cols};
+        ASSERT_TRUE(packable(w));
+        const std::vector<uint8_t> packed = pack_weight(w);
+        ASSERT_EQ(packed.size(), bytes.size());
+        for (int64_t n : {int64_t{1}, int64_t{3}, kPanelMinTokens - 1, kPanelMinTokens, int64_t{13}, int64_t{40}}) {
+          const auto x = random_acts(n, cols, seed++);
+          std::vector<float> want(n * rows);
+          {
+            ScopedIsa scoped(Isa::kScalar);
+            w.packed = packed.data();  // the scalar kernels read the rows
+            matmul(pool2, x.data(), n, w, want.data());
+          }
+          for (Isa isa : {Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Bf16}) {
+            ScopedIsa scoped(isa);
+            if (!scoped.ok()) continue;
+            for (ThreadPool* pool : {&pool1, &pool2}) {
+              std::vector<float> y(n * rows, NAN);
+              matmul(*pool, x.data(), n, w, y.data());
+              ASSERT_EQ(0, std::memcmp(y.data(), want.data(), y.size() * 4))
+                  << isa_name(isa) << " " << dtype_name(dt) << " rows=" << rows << " cols=" << cols << " n=" << n
+                  << " threads=" << pool->size();
+              ++compared;
+            }
+          }
+        }
+      }
+    }
+  }
+  if (compared == 0) GTEST_SKIP() << "CPU has no SIMD level; only the scalar kernel runs";
+}
+
+TEST(PackedWeights, OnlyWholeGroupsOfEightRowsArePacked) {
+  const auto bytes = random_weight_bytes(DType::kQ8_0, 12, 64, 7);
+  const Weight odd{bytes.data(), DType::kQ8_0, 12, 64};
+  EXPECT_FALSE(packable(odd));
+  EXPECT_TRUE(pack_weight(odd).empty());
+  const auto f = random_weight_bytes(DType::kF32, 16, 64, 8);
+  EXPECT_FALSE(packable(Weight{f.data(), DType::kF32, 16, 64}));
+}
+
 INSTANTIATE_TEST_SUITE_P(AllIsas, MatmulIsaTest, ::testing::ValuesIn(kAllIsas),
                          [](const ::testing::TestParamInfo<Isa>& info) { return std::string(isa_name(info.param)); });
 
