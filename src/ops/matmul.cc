@@ -513,23 +513,23 @@ Result<OwnedWeight> convert_to_q8(const Weight& w) {
 }
 
 bool packable(const Weight& w) {
-  return is_quantized_q8_path(w.dtype) && w.rows > 0 && w.rows % 8 == 0 && w.cols % kQBlock == 0;
+  if (w.rows <= 0 || w.rows % 8 != 0) return false;
+  if (is_quantized_q8_path(w.dtype)) return w.cols % kQBlock == 0;
+  return is_kquant(w.dtype) && w.cols % kKBlock == 0;
 }
 
 std::vector<uint8_t> pack_weight(const Weight& w) {
   if (!packable(w)) return {};
-  const int64_t bb = dtype_info(w.dtype).block_bytes, nb = w.cols / kQBlock, stride = row_bytes(w.dtype, w.cols);
-  const int64_t vectors = w.dtype == DType::kQ8_0 ? 8 : 4;  // 32-byte code vectors per group block
+  const int64_t bb = dtype_info(w.dtype).block_bytes, stride = row_bytes(w.dtype, w.cols), nb = stride / bb;
   std::vector<uint8_t> out(static_cast<size_t>(w.rows * stride));
   for (int64_t g = 0; g < w.rows / 8; ++g) {
     const uint8_t* rows = w.data + g * 8 * stride;
     uint8_t* group = out.data() + g * 8 * stride;
     for (int64_t b = 0; b < nb; ++b) {
-      uint8_t* o = group + b * 8 * bb;
       for (int64_t j = 0; j < 8; ++j) {
         const uint8_t* blk = rows + j * stride + b * bb;
-        std::memcpy(o + 2 * j, blk, 2);  // f16 d
-        for (int64_t v = 0; v < vectors; ++v) std::memcpy(o + 16 + 32 * v + 4 * j, blk + 2 + 4 * v, 4);
+        for (int64_t i = 0; i < bb; i += packed_run(w.dtype, i))
+          std::memcpy(group + b * 8 * bb + packed_offset(w.dtype, j, i), blk + i, packed_run(w.dtype, i));
       }
     }
   }
@@ -545,7 +545,7 @@ void matmul(ThreadPool& pool, const float* x, int64_t n, const Weight& w, float*
   KernelArgs a;
   a.x = x;
   a.n = n;
-  a.packed = w.packed != nullptr && k.reads_packed && is_quantized_q8_path(w.dtype);
+  a.packed = w.packed != nullptr && k.reads_packed && (g_kernel_variant & 4) == 0;
   a.w = a.packed ? w.packed : w.data;
   a.dtype = w.dtype;
   a.rows = w.rows;

@@ -52,12 +52,12 @@ struct Weight {
 // Nothing is allocated per call once the per-thread scratch has grown to the largest size seen.
 void matmul(ThreadPool& pool, const float* x, int64_t n, const Weight& w, float* y);
 
-// Whether pack_weight has a layout for w: Q8_0 and Q4_0 with rows a multiple of 8.
+// Whether pack_weight has a layout for w: Q8_0, Q4_0, Q4_K and Q6_K with rows a multiple of 8.
 bool packable(const Weight& w);
 
 // w repacked for matmul's SIMD kernels (empty when !packable(w)), as many bytes as w holds: per
-// group of 8 rows and per block, the 8 rows' f16 scales, then their codes interleaved 4 bytes
-// per row (matmul_simd_inl.h has the byte layout). Decode then reads one contiguous stream per 8
+// group of 8 rows and per block, the 8 rows' scales, then their codes interleaved 4 bytes per
+// row (matmul_kernels.h has the byte layout). Decode then reads one contiguous stream per 8
 // rows and gets the 8 rows' sums in the lanes of one vector, with no reduction across lanes;
 // prefill's panels come from it without a transpose. Results are bitwise the same as from the
 // row-major layout. Point Weight::packed at the bytes (which must outlive the weight).

@@ -64,6 +64,40 @@ inline constexpr int64_t panel_scratch_bytes(DType d, int64_t cols) {
   return kPackRows / 8 * (cols / (k ? kKBlock : kQBlock)) * panel_block_bytes(d);
 }
 
+// pack_weight's layout (KernelArgs::packed): rows in groups of 8, each group's bytes contiguous
+// (8 · row stride); within a group, block b of the 8 rows is the 8 · block_bytes bytes at
+// 8 · b · block_bytes. packed_offset(d, j, i) is where byte i of row j's block lands in it, and
+// the bytes from i on up to packed_run(d, i) stay together:
+//  - Q8_0 / Q4_0: the 8 f16 scales, then 32-byte code vectors of 4 bytes per row (row j at 4j):
+//    vector v holds block bytes 2 + 4v .. 5 + 4v (Q8_0: codes 4v..4v+3; Q4_0: nibbles).
+//  - Q4_K: 8 f16 d, 8 f16 dmin, the 12 packed scale bytes as planes (plane p: byte p of rows
+//    0..7), then 32 code vectors (vector v: code bytes 4v..4v+3 of each row).
+//  - Q6_K: 8 f16 d, the 16 int8 sub-block scales as planes (scale s of rows 0..7), 32 vectors of
+//    ql (vector v: ql bytes 4v..4v+3), 16 vectors of qh (qh bytes 4v..4v+3).
+// Q8_0 and Q4_0 offsets are the same formula; only whole groups of 8 rows are packed.
+inline constexpr int64_t packed_offset(DType d, int64_t j, int64_t i) {
+  switch (d) {
+    case DType::kQ4_K:
+      return i < 2    ? 2 * j + i
+             : i < 4  ? 16 + 2 * j + (i - 2)
+             : i < 16 ? 32 + 8 * (i - 4) + j
+                      : 128 + 32 * ((i - 16) / 4) + 4 * j + (i - 16) % 4;
+    case DType::kQ6_K:
+      return i < 128   ? 144 + 32 * (i / 4) + 4 * j + i % 4
+             : i < 192 ? 1168 + 32 * ((i - 128) / 4) + 4 * j + (i - 128) % 4
+             : i < 208 ? 16 + 8 * (i - 192) + j
+                       : 2 * j + (i - 208);
+    default: return i < 2 ? 2 * j + i : 16 + 32 * ((i - 2) / 4) + 4 * j + (i - 2) % 4;  // Q8_0, Q4_0
+  }
+}
+inline constexpr int64_t packed_run(DType d, int64_t i) {
+  switch (d) {
+    case DType::kQ4_K: return i < 4 ? 2 : i < 16 ? 1 : 4;
+    case DType::kQ6_K: return i < 192 ? 4 : i < 208 ? 1 : 2;
+    default: return i < 2 ? 2 : 4;
+  }
+}
+
 // Computes y for rows [r0, r1) of every token. scratch: panel_scratch_bytes(dtype, cols) bytes
 // owned by the calling thread for quantized weights (null: the kernel reads the weights in
 // place), else unused.
@@ -101,7 +135,7 @@ using RoundBf16Kernel = void (*)(const float* x, int64_t count, uint16_t* out);
 
 struct KernelSet {
   RowsKernel rows;
-  bool reads_packed;  // rows() takes Q8_0 / Q4_0 weights in pack_weight's layout
+  bool reads_packed;  // rows() takes quantized weights in pack_weight's layout (KernelArgs::packed)
   QuantizeKernel quantize;
   int bf16_group;              // group size of KernelArgs::xp (2 x vector lanes); 0: the kernel reads x
   RoundBf16Kernel round_bf16;  // non-null: BF16 weights take bf16-rounded activations (KernelArgs::xb)

@@ -821,54 +821,69 @@ struct KPanel {
 
 // Rows [r0, r0 + m), m ≤ 8, into one panel (rows past m: zero codes, scales and d).
 template <DType D>
-inline void pack_panel_k(const KernelArgs& a, int64_t r0, int64_t m, uint8_t* out) {
+inline void pack_panel_k_block(const uint8_t* blk, int64_t stride, int64_t m, uint8_t* o) {
   using P = KPanel<D>;
+  for (int k = 0; k < 8; ++k) {
+    __m256i v[8];
+    for (int j = 0; j < 8; ++j) v[j] = j < m ? k_codes<D>(blk + j * stride, k) : _mm256_setzero_si256();
+    transpose8x32(v);
+    for (int g = 0; g < 8; ++g) _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 32 * (8 * k + g)), v[g]);
+  }
+  int32_t sc[P::kSubs][8];
+  int16_t pairs[P::kSubs][8];  // [2i + e][j]: element e of row j's pair i, stored as (pair i, row j)
+  float d[8], dmin[8];
+  for (int j = 0; j < 8; ++j) {
+    const uint8_t* bj = blk + j * stride;
+    const bool real = j < m;
+    if constexpr (D == DType::kQ4_K) {
+      alignas(16) uint8_t sm[16];
+      _mm_store_si128(reinterpret_cast<__m128i*>(sm), q4k_scales_mins(bj));
+      for (int s = 0; s < 8; ++s) {
+        sc[s][j] = real ? sm[s] : 0;
+        pairs[s][j] = real ? sm[8 + s] : 0;
+      }
+      d[j] = real ? load_f16_scalar(bj) : 0.0f;
+      dmin[j] = real ? load_f16_scalar(bj + 2) : 0.0f;
+    } else {
+      const int8_t* s6 = reinterpret_cast<const int8_t*>(bj + 192);
+      for (int s = 0; s < 16; ++s) {
+        sc[s][j] = real ? s6[s] : 0;
+        pairs[s][j] = real ? s6[s] : 0;
+      }
+      d[j] = real ? load_f16_scalar(bj + 208) : 0.0f;
+    }
+  }
+  for (int s = 0; s < P::kSubs; ++s) __builtin_memcpy(o + P::kScales + 32 * s, sc[s], 32);
+  for (int i = 0; i < P::kSubs / 2; ++i)
+    for (int j = 0; j < 8; ++j) {
+      __builtin_memcpy(o + P::kPairs + 32 * i + 4 * j, &pairs[2 * i][j], 2);
+      __builtin_memcpy(o + P::kPairs + 32 * i + 4 * j + 2, &pairs[2 * i + 1][j], 2);
+    }
+  __builtin_memcpy(o + P::kD, d, 32);
+  if constexpr (D == DType::kQ4_K) __builtin_memcpy(o + P::kDmin, dmin, 32);
+}
+
+// Rows [r0, r0 + m), m ≤ 8, into one panel (rows past m: zero codes, scales and d): from the
+// row-major weights, or (KernelArgs::packed) from a packed group, each super-block first put
+// back into the 8 rows' own layout.
+template <DType D>
+inline void pack_panel_k(const KernelArgs& a, int64_t r0, int64_t m, uint8_t* out) {
   constexpr int64_t kBB = k_block_bytes(D);
   const int64_t nb = a.cols / kKBlock;
   const uint8_t* w = a.w + r0 * a.w_stride;
   const NextRowsPrefetch pf(a, r0, 8, nb);
   for (int64_t b = 0; b < nb; ++b) {
     pf.step(w, b);
-    const uint8_t* blk = w + b * kBB;
-    uint8_t* o = out + b * P::kBytes;
-    for (int k = 0; k < 8; ++k) {
-      __m256i v[8];
-      for (int j = 0; j < 8; ++j) v[j] = j < m ? k_codes<D>(blk + j * a.w_stride, k) : _mm256_setzero_si256();
-      transpose8x32(v);
-      for (int g = 0; g < 8; ++g) _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 32 * (8 * k + g)), v[g]);
+    if (a.packed) {
+      const uint8_t* g = w + b * 8 * kBB;
+      uint8_t rows[8 * kBB];
+      for (int64_t j = 0; j < 8; ++j)
+        for (int64_t i = 0; i < kBB; i += packed_run(D, i))
+          __builtin_memcpy(rows + j * kBB + i, g + packed_offset(D, j, i), packed_run(D, i));
+      pack_panel_k_block<D>(rows, kBB, 8, out + b * KPanel<D>::kBytes);
+    } else {
+      pack_panel_k_block<D>(w + b * kBB, a.w_stride, m, out + b * KPanel<D>::kBytes);
     }
-    int32_t sc[P::kSubs][8];
-    int16_t pairs[P::kSubs][8];  // [2i + e][j]: element e of row j's pair i, stored as (pair i, row j)
-    float d[8], dmin[8];
-    for (int j = 0; j < 8; ++j) {
-      const uint8_t* bj = blk + j * a.w_stride;
-      const bool real = j < m;
-      if constexpr (D == DType::kQ4_K) {
-        alignas(16) uint8_t sm[16];
-        _mm_store_si128(reinterpret_cast<__m128i*>(sm), q4k_scales_mins(bj));
-        for (int s = 0; s < 8; ++s) {
-          sc[s][j] = real ? sm[s] : 0;
-          pairs[s][j] = real ? sm[8 + s] : 0;
-        }
-        d[j] = real ? load_f16_scalar(bj) : 0.0f;
-        dmin[j] = real ? load_f16_scalar(bj + 2) : 0.0f;
-      } else {
-        const int8_t* s6 = reinterpret_cast<const int8_t*>(bj + 192);
-        for (int s = 0; s < 16; ++s) {
-          sc[s][j] = real ? s6[s] : 0;
-          pairs[s][j] = real ? s6[s] : 0;
-        }
-        d[j] = real ? load_f16_scalar(bj + 208) : 0.0f;
-      }
-    }
-    for (int s = 0; s < P::kSubs; ++s) __builtin_memcpy(o + P::kScales + 32 * s, sc[s], 32);
-    for (int i = 0; i < P::kSubs / 2; ++i)
-      for (int j = 0; j < 8; ++j) {
-        __builtin_memcpy(o + P::kPairs + 32 * i + 4 * j, &pairs[2 * i][j], 2);
-        __builtin_memcpy(o + P::kPairs + 32 * i + 4 * j + 2, &pairs[2 * i + 1][j], 2);
-      }
-    __builtin_memcpy(o + P::kD, d, 32);
-    if constexpr (D == DType::kQ4_K) __builtin_memcpy(o + P::kDmin, dmin, 32);
   }
 }
 
@@ -946,6 +961,129 @@ inline void panel_tile_k(const KernelArgs& a, const uint8_t* pan, int64_t pan_st
   store_panel_tile<T, NP>(a, acc, t0, r0, valid);
 }
 
+// ---- Q4_K / Q6_K weights repacked at load (KernelArgs::packed, matmul_kernels.h's layout) ----
+//
+// Decode: per super-block, 32-byte vectors of 4 codes of each of the 8 rows against a token's 4
+// codes broadcast: vpdpbusd (maddubs + madd on AVX2) gives the 8 rows' partial sums in 8 lanes,
+// per sub-block one vpmulld by the 8 rows' scales. The same exact integers as rows8_k, so the
+// same bits.
+
+// 4 activation codes broadcast to every 32-bit lane.
+inline __m256i bcast4(const int8_t* p) {
+  int32_t x4;
+  __builtin_memcpy(&x4, p, 4);
+  return _mm256_set1_epi32(x4);
+}
+
+// The 8 rows' int8 / uint8 scales at p (one per row) as int32 lanes.
+inline __m256i scales8_i8(const uint8_t* p) {
+  return _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+}
+inline __m256i scales8_u8(const uint8_t* p) {
+  return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+}
+
+template <DType D, int T>
+inline void rows8_packed_k(const KernelArgs& a, int64_t t0, int64_t r0) {
+  constexpr int64_t kGB = 8 * k_block_bytes(D);
+  const int64_t cols = a.cols, nb = cols / kKBlock;
+  const uint8_t* w = a.w + r0 * a.w_stride;
+  const NextRowsPrefetch pf(a, r0, 8, nb);
+  const __m256i m4 = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
+  __m256 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    pf.step(w, b);
+    const uint8_t* blk = w + b * kGB;
+    const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk)));
+    __m256i isum[T];
+    for (int t = 0; t < T; ++t) isum[t] = _mm256_setzero_si256();
+    if constexpr (D == DType::kQ4_K) {
+      // The 6-bit scales and mins of the 8 rows (ggml's get_scale_min_k4 on byte planes):
+      // sc[s][j] at scb[8s + j], min at mnb[8s + j].
+      const __m256i y0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32));
+      const __m256i y1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 64));
+      const __m256i y2 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 96));
+      const __m256i m63 = _mm256_set1_epi8(63);
+      alignas(32) uint8_t scb[64], mnb[64];
+      _mm256_store_si256(reinterpret_cast<__m256i*>(scb), _mm256_and_si256(y0, m63));
+      _mm256_store_si256(reinterpret_cast<__m256i*>(mnb), _mm256_and_si256(y1, m63));
+      _mm256_store_si256(reinterpret_cast<__m256i*>(scb + 32),
+                         _mm256_or_si256(_mm256_and_si256(y2, m4), _mm256_and_si256(_mm256_srli_epi16(y0, 2), m30)));
+      _mm256_store_si256(reinterpret_cast<__m256i*>(mnb + 32),
+                         _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(y2, 4), m4),
+                                         _mm256_and_si256(_mm256_srli_epi16(y1, 2), m30)));
+      for (int c = 0; c < 4; ++c) {  // 64 elements: sub-blocks 2c (low nibbles) and 2c + 1
+        __m256i lo[T], hi[T];
+        for (int t = 0; t < T; ++t) lo[t] = hi[t] = _mm256_setzero_si256();
+        for (int q = 0; q < 8; ++q) {
+          const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 128 + 32 * (8 * c + q)));
+          const __m256i cl = _mm256_and_si256(raw, m4), ch = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+          for (int t = 0; t < T; ++t) {
+            const int8_t* xq = a.kq + (t0 + t) * cols + b * kKBlock + 64 * c + 4 * q;
+            lo[t] = V::dot_acc(lo[t], cl, bcast4(xq));
+            hi[t] = V::dot_acc(hi[t], ch, bcast4(xq + 32));
+          }
+        }
+        const __m256i s0 = scales8_u8(scb + 16 * c), s1 = scales8_u8(scb + 16 * c + 8);
+        for (int t = 0; t < T; ++t)
+          isum[t] =
+              _mm256_add_epi32(isum[t], _mm256_add_epi32(_mm256_mullo_epi32(lo[t], s0), _mm256_mullo_epi32(hi[t], s1)));
+      }
+      const __m256 dm = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 16)));
+      for (int t = 0; t < T; ++t) {
+        const int32_t* b32 = a.kb32 + (t0 + t) * (cols / 32) + b * 8;
+        __m256i msum = _mm256_setzero_si256();
+        for (int s = 0; s < 8; ++s)
+          msum = _mm256_add_epi32(msum, _mm256_mullo_epi32(scales8_u8(mnb + 8 * s), _mm256_set1_epi32(b32[s])));
+        const __m256 dx = _mm256_set1_ps(a.kd[(t0 + t) * nb + b]);
+        acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(dw, dx), _mm256_cvtepi32_ps(isum[t]), acc[t]);
+        acc[t] = _mm256_fnmadd_ps(_mm256_mul_ps(dm, dx), _mm256_cvtepi32_ps(msum), acc[t]);
+      }
+    } else {
+      // Element 128h + 32g + 4q + i of each row: low 4 bits from ql vector 16h + 8(g & 1) + q
+      // (g ≥ 2: its high nibbles), high 2 bits from qh vector 8h + q (bits 2g). Sub-block
+      // 8h + 2g + q/4.
+      for (int h = 0; h < 2; ++h) {
+        for (int qq = 0; qq < 2; ++qq) {
+          __m256i s4[T][4];
+          for (int t = 0; t < T; ++t)
+            for (int g = 0; g < 4; ++g) s4[t][g] = _mm256_setzero_si256();
+          for (int q = 4 * qq; q < 4 * qq + 4; ++q) {
+            const __m256i hv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 1168 + 32 * (8 * h + q)));
+            const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 144 + 32 * (16 * h + q)));
+            const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 144 + 32 * (16 * h + 8 + q)));
+            __m256i cv[4];
+            cv[0] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(hv, 4), m30));
+            cv[1] = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(hv, 2), m30));
+            cv[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(hv, m30));
+            cv[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                                    _mm256_and_si256(_mm256_srli_epi16(hv, 2), m30));
+            for (int t = 0; t < T; ++t) {
+              const int8_t* xq = a.kq + (t0 + t) * cols + b * kKBlock + 128 * h + 4 * q;
+              for (int g = 0; g < 4; ++g) s4[t][g] = V::dot_acc(s4[t][g], cv[g], bcast4(xq + 32 * g));
+            }
+          }
+          for (int g = 0; g < 4; ++g) {
+            const int s = 8 * h + 2 * g + qq;
+            const __m256i sc = scales8_i8(blk + 16 + 8 * s);
+            for (int t = 0; t < T; ++t) {
+              const int32_t off = 32 * a.kb[(t0 + t) * (cols / 16) + b * 16 + s];  // the codes' -32
+              isum[t] =
+                  _mm256_add_epi32(isum[t], _mm256_mullo_epi32(_mm256_sub_epi32(s4[t][g], _mm256_set1_epi32(off)), sc));
+            }
+          }
+        }
+      }
+      for (int t = 0; t < T; ++t) {
+        const __m256 dx = _mm256_set1_ps(a.kd[(t0 + t) * nb + b]);
+        acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(dw, dx), _mm256_cvtepi32_ps(isum[t]), acc[t]);
+      }
+    }
+  }
+  for (int t = 0; t < T; ++t) _mm256_storeu_ps(a.y + (t0 + t) * a.y_stride + r0, acc[t]);
+}
+
 template <DType D>
 inline void rows_k_packed(const KernelArgs& a, int64_t r0, int64_t r1, uint8_t* scratch) {
   const int64_t pan_stride = a.cols / kKBlock * KPanel<D>::kBytes;
@@ -960,6 +1098,9 @@ template <DType D>
 inline void rows_kquant(const KernelArgs& a, int64_t r0, int64_t r1, uint8_t* scratch) {
   if (scratch != nullptr && a.n >= kPanelMinTokens) {
     rows_k_packed<D>(a, r0, r1, scratch);
+  } else if (a.packed) {  // r0, r1 and the matrix's rows are multiples of 8
+    for (int64_t rb = r0; rb < r1; rb += 8)
+      token_tiles(0, a.n, [&]<int T>(TokTile<T>, int64_t t) { rows8_packed_k<D, T>(a, t, rb); });
   } else {
     rows_k_small<D>(a, r0, r1);
   }

@@ -252,9 +252,10 @@ TEST(PackedWeights, EveryIsaMatchesRowMajorScalarBitwise) {
   ThreadPool pool1(1), pool2(2);
   uint32_t seed = 900;
   int compared = 0;
-  for (DType dt : {DType::kQ8_0, DType::kQ4_0}) {
+  for (DType dt : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ6_K}) {
     for (int64_t rows : {8, 24, 136}) {
-      for (int64_t cols : {32, 96, 1024}) {
+      const bool kq = dt == DType::kQ4_K || dt == DType::kQ6_K;
+      for (int64_t cols : kq ? std::vector<int64_t>{256, 768, 2048} : std::vector<int64_t>{32, 96, 1024}) {
         const auto bytes = random_weight_bytes(dt, rows, cols, seed++);
         Weight w{bytes.data(), dt, rows, cols};
         ASSERT_TRUE(packable(w));
