@@ -991,12 +991,14 @@ inline void rows8_packed_k(const KernelArgs& a, int64_t t0, int64_t r0) {
   const NextRowsPrefetch pf(a, r0, 8, nb);
   const __m256i m4 = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
   __m256 acc[T];
+#pragma GCC unroll 8
   for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     pf.step(w, b);
     const uint8_t* blk = w + b * kGB;
     const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk)));
     __m256i isum[T];
+#pragma GCC unroll 8
     for (int t = 0; t < T; ++t) isum[t] = _mm256_setzero_si256();
     if constexpr (D == DType::kQ4_K) {
       // The 6-bit scales and mins of the 8 rows (ggml's get_scale_min_k4 on byte planes):
@@ -1013,12 +1015,16 @@ inline void rows8_packed_k(const KernelArgs& a, int64_t t0, int64_t r0) {
       _mm256_store_si256(reinterpret_cast<__m256i*>(mnb + 32),
                          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(y2, 4), m4),
                                          _mm256_and_si256(_mm256_srli_epi16(y1, 2), m30)));
+#pragma GCC unroll 8
       for (int c = 0; c < 4; ++c) {  // 64 elements: sub-blocks 2c (low nibbles) and 2c + 1
         __m256i lo[T], hi[T];
+#pragma GCC unroll 8
         for (int t = 0; t < T; ++t) lo[t] = hi[t] = _mm256_setzero_si256();
+#pragma GCC unroll 8
         for (int q = 0; q < 8; ++q) {
           const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 128 + 32 * (8 * c + q)));
           const __m256i cl = _mm256_and_si256(raw, m4), ch = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+#pragma GCC unroll 8
           for (int t = 0; t < T; ++t) {
             const int8_t* xq = a.kq + (t0 + t) * cols + b * kKBlock + 64 * c + 4 * q;
             lo[t] = V::dot_acc(lo[t], cl, bcast4(xq));
@@ -1026,14 +1032,17 @@ inline void rows8_packed_k(const KernelArgs& a, int64_t t0, int64_t r0) {
           }
         }
         const __m256i s0 = scales8_u8(scb + 16 * c), s1 = scales8_u8(scb + 16 * c + 8);
+#pragma GCC unroll 8
         for (int t = 0; t < T; ++t)
           isum[t] =
               _mm256_add_epi32(isum[t], _mm256_add_epi32(_mm256_mullo_epi32(lo[t], s0), _mm256_mullo_epi32(hi[t], s1)));
       }
       const __m256 dm = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 16)));
+#pragma GCC unroll 8
       for (int t = 0; t < T; ++t) {
         const int32_t* b32 = a.kb32 + (t0 + t) * (cols / 32) + b * 8;
         __m256i msum = _mm256_setzero_si256();
+#pragma GCC unroll 8
         for (int s = 0; s < 8; ++s)
           msum = _mm256_add_epi32(msum, _mm256_mullo_epi32(scales8_u8(mnb + 8 * s), _mm256_set1_epi32(b32[s])));
         const __m256 dx = _mm256_set1_ps(a.kd[(t0 + t) * nb + b]);
@@ -1041,14 +1050,19 @@ inline void rows8_packed_k(const KernelArgs& a, int64_t t0, int64_t r0) {
         acc[t] = _mm256_fnmadd_ps(_mm256_mul_ps(dm, dx), _mm256_cvtepi32_ps(msum), acc[t]);
       }
     } else {
-      // Element 128h + 32g + 4q + i of each row: low 4 bits from ql vector 16h + 8(g & 1) + q
-      // (g ≥ 2: its high nibbles), high 2 bits from qh vector 8h + q (bits 2g). Sub-block
-      // 8h + 2g + q/4.
+// Element 128h + 32g + 4q + i of each row: low 4 bits from ql vector 16h + 8(g & 1) + q
+// (g ≥ 2: its high nibbles), high 2 bits from qh vector 8h + q (bits 2g). Sub-block
+// 8h + 2g + q/4.
+#pragma GCC unroll 8
       for (int h = 0; h < 2; ++h) {
+#pragma GCC unroll 8
         for (int qq = 0; qq < 2; ++qq) {
           __m256i s4[T][4];
+#pragma GCC unroll 8
           for (int t = 0; t < T; ++t)
+#pragma GCC unroll 8
             for (int g = 0; g < 4; ++g) s4[t][g] = _mm256_setzero_si256();
+#pragma GCC unroll 8
           for (int q = 4 * qq; q < 4 * qq + 4; ++q) {
             const __m256i hv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 1168 + 32 * (8 * h + q)));
             const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 144 + 32 * (16 * h + q)));
@@ -1059,14 +1073,18 @@ inline void rows8_packed_k(const KernelArgs& a, int64_t t0, int64_t r0) {
             cv[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(hv, m30));
             cv[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
                                     _mm256_and_si256(_mm256_srli_epi16(hv, 2), m30));
+#pragma GCC unroll 8
             for (int t = 0; t < T; ++t) {
               const int8_t* xq = a.kq + (t0 + t) * cols + b * kKBlock + 128 * h + 4 * q;
+#pragma GCC unroll 8
               for (int g = 0; g < 4; ++g) s4[t][g] = V::dot_acc(s4[t][g], cv[g], bcast4(xq + 32 * g));
             }
           }
+#pragma GCC unroll 8
           for (int g = 0; g < 4; ++g) {
             const int s = 8 * h + 2 * g + qq;
             const __m256i sc = scales8_i8(blk + 16 + 8 * s);
+#pragma GCC unroll 8
             for (int t = 0; t < T; ++t) {
               const int32_t off = 32 * a.kb[(t0 + t) * (cols / 16) + b * 16 + s];  // the codes' -32
               isum[t] =
@@ -1075,12 +1093,14 @@ inline void rows8_packed_k(const KernelArgs& a, int64_t t0, int64_t r0) {
           }
         }
       }
+#pragma GCC unroll 8
       for (int t = 0; t < T; ++t) {
         const __m256 dx = _mm256_set1_ps(a.kd[(t0 + t) * nb + b]);
         acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(dw, dx), _mm256_cvtepi32_ps(isum[t]), acc[t]);
       }
     }
   }
+#pragma GCC unroll 8
   for (int t = 0; t < T; ++t) _mm256_storeu_ps(a.y + (t0 + t) * a.y_stride + r0, acc[t]);
 }
 
