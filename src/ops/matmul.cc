@@ -515,11 +515,22 @@ Result<OwnedWeight> convert_to_q8(const Weight& w) {
 bool packable(const Weight& w) {
   if (w.rows <= 0 || w.rows % 8 != 0) return false;
   if (is_quantized_q8_path(w.dtype)) return w.cols % kQBlock == 0;
+  if (w.dtype == DType::kBF16)
+    return w.rows % 16 == 0 && w.cols % 2 == 0 && kernel_set(active_isa()).round_bf16 != nullptr;
   return is_kquant(w.dtype) && w.cols % kKBlock == 0;
 }
 
 std::vector<uint8_t> pack_weight(const Weight& w) {
   if (!packable(w)) return {};
+  if (w.dtype == DType::kBF16) {
+    const int64_t stride = w.cols * 2, pairs = w.cols / 2;
+    std::vector<uint8_t> out(static_cast<size_t>(w.rows * stride));
+    for (int64_t p = 0; p < w.rows / 16; ++p)
+      for (int64_t j = 0; j < 16; ++j)
+        for (int64_t i = 0; i < pairs; ++i)
+          std::memcpy(out.data() + p * 16 * stride + 64 * i + 4 * j, w.data + (16 * p + j) * stride + 4 * i, 4);
+    return out;
+  }
   const int64_t bb = dtype_info(w.dtype).block_bytes, stride = row_bytes(w.dtype, w.cols), nb = stride / bb;
   std::vector<uint8_t> out(static_cast<size_t>(w.rows * stride));
   for (int64_t g = 0; g < w.rows / 8; ++g) {
@@ -545,7 +556,8 @@ void matmul(ThreadPool& pool, const float* x, int64_t n, const Weight& w, float*
   KernelArgs a;
   a.x = x;
   a.n = n;
-  a.packed = w.packed != nullptr && k.reads_packed && (g_kernel_variant & 4) == 0;
+  a.packed = w.packed != nullptr && (g_kernel_variant & 4) == 0 &&
+             (w.dtype == DType::kBF16 ? k.round_bf16 != nullptr : k.reads_packed);
   a.w = a.packed ? w.packed : w.data;
   a.dtype = w.dtype;
   a.rows = w.rows;

@@ -47,12 +47,16 @@ struct Weight {
 //    tokens and through 8-row panels from kPanelMinTokens on.
 // A token's result does not depend on n, on the other tokens or on the thread count (bitwise),
 // only on the ISA level (quantized types: not even on that). The exception: BF16 at
-// kAvx512Bf16, where steps of fewer than kPanelMinTokens tokens and larger ones sum in different
-// orders (each invariant by itself; ARCHITECTURE.md says why). Supported dtypes: matmul_supported().
+// kAvx512Bf16 without packed weights (Weight::packed null: rows not a multiple of 16, odd cols),
+// where steps of fewer than kPanelMinTokens tokens and larger ones sum in different orders (each
+// invariant by itself; ARCHITECTURE.md says why); packed BF16 takes the panel order for every n.
+// Supported dtypes: matmul_supported().
 // Nothing is allocated per call once the per-thread scratch has grown to the largest size seen.
 void matmul(ThreadPool& pool, const float* x, int64_t n, const Weight& w, float* y);
 
-// Whether pack_weight has a layout for w: Q8_0, Q4_0, Q4_K and Q6_K with rows a multiple of 8.
+// Whether pack_weight has a layout for w: Q8_0, Q4_0, Q4_K and Q6_K with rows a multiple of 8;
+// BF16 with rows a multiple of 16 and even cols when the active ISA level has the bf16 dot
+// product kernels (Isa::kAvx512Bf16: they read it; other levels would not).
 bool packable(const Weight& w);
 
 // w repacked for matmul's SIMD kernels (empty when !packable(w)), as many bytes as w holds: per

@@ -145,7 +145,10 @@ inline void panel_tile_bf16(const KernelArgs& a, const uint8_t* pan, int64_t pan
   __m512 acc[T][NP];
   for (int t = 0; t < T; ++t)
     for (int p = 0; p < NP; ++p) acc[t][p] = _mm512_setzero_ps();
+  // Packed weights stream from memory: the first token tile fetches the next rows' panels.
+  const NextRowsPrefetch pf(a, r0, a.packed && t0 == 0 ? 16 * NP : 0, pairs);
   for (int64_t i = 0; i < pairs; ++i) {
+    pf.step(a.w + r0 * a.w_stride, i);
     __m512i wv[NP];
     for (int p = 0; p < NP; ++p) wv[p] = _mm512_loadu_si512(pan + p * pan_stride + 64 * i);
     for (int t = 0; t < T; ++t) {
@@ -233,6 +236,17 @@ void rows_bf16dot(const KernelArgs& a, int64_t r0, int64_t r1, uint8_t* scratch)
     rows_any(a, r0, r1, scratch);
     return;
   }
+  static_assert(kPackRows == 64, "a row block is four 16-row panels");
+  const int64_t pan_stride = (a.cols + 1) / 2 * 64;
+  if (a.packed) {  // the panels were made at load: one order for every n (r0, r1: multiples of 16)
+    for (int64_t rb = r0; rb < r1; rb += kPackRows) {
+      const int64_t m = min64(kPackRows, r1 - rb);
+      const uint8_t* pan = a.w + rb * a.w_stride;
+      token_tiles(0, a.n,
+                  [&]<int T>(TokTile<T>, int64_t t) { panel_tokens_bf16<T>(a, pan, pan_stride, m / 16, t, rb, m); });
+    }
+    return;
+  }
   if (a.n < kPanelMinTokens || scratch == nullptr) {
     for (int64_t rb = r0; rb < r1; rb += 16) {
       const int64_t re = min64(r1, rb + 16);
@@ -240,8 +254,6 @@ void rows_bf16dot(const KernelArgs& a, int64_t r0, int64_t r1, uint8_t* scratch)
     }
     return;
   }
-  static_assert(kPackRows == 64, "a row block is four 16-row panels");
-  const int64_t pan_stride = (a.cols + 1) / 2 * 64;
   for (int64_t rb = r0; rb < r1; rb += kPackRows) {
     const int64_t m = min64(kPackRows, r1 - rb), np = (m + 15) / 16;
     for (int64_t p = 0; p < np; ++p) pack_bf16_panel(a, rb + 16 * p, min64(16, m - 16 * p), scratch + p * pan_stride);

@@ -75,6 +75,8 @@ inline constexpr int64_t panel_scratch_bytes(DType d, int64_t cols) {
 //  - Q6_K: 8 f16 d, the 16 int8 sub-block scales as planes (scale s of rows 0..7), 32 vectors of
 //    ql (vector v: ql bytes 4v..4v+3), 16 vectors of qh (qh bytes 4v..4v+3).
 // Q8_0 and Q4_0 offsets are the same formula; only whole groups of 8 rows are packed.
+// BF16 (no blocks): panels of 16 rows, column pair i of the 16 rows in the 64 bytes at 64·i
+// (row j's pair at 4j), the prefill panel layout of matmul_avx512.cc; whole panels, even cols.
 inline constexpr int64_t packed_offset(DType d, int64_t j, int64_t i) {
   switch (d) {
     case DType::kQ4_K:
@@ -135,7 +137,9 @@ using RoundBf16Kernel = void (*)(const float* x, int64_t count, uint16_t* out);
 
 struct KernelSet {
   RowsKernel rows;
-  bool reads_packed;  // rows() takes quantized weights in pack_weight's layout (KernelArgs::packed)
+  // rows() takes these weights in pack_weight's layout (KernelArgs::packed): the quantized
+  // types; BF16 only where it has the 16-row panel kernel (round_bf16 non-null).
+  bool reads_packed;
   QuantizeKernel quantize;
   int bf16_group;              // group size of KernelArgs::xp (2 x vector lanes); 0: the kernel reads x
   RoundBf16Kernel round_bf16;  // non-null: BF16 weights take bf16-rounded activations (KernelArgs::xb)

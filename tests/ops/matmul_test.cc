@@ -288,6 +288,36 @@ TEST(PackedWeights, EveryIsaMatchesRowMajorScalarBitwise) {
   if (compared == 0) GTEST_SKIP() << "CPU has no SIMD level; only the scalar kernel runs";
 }
 
+// BF16 packed at load (Isa::kAvx512Bf16): every n takes the panel order, so a token's result is
+// what the row-major weights give in a step of ≥ kPanelMinTokens tokens, whatever n and threads.
+TEST(PackedWeights, Bf16OneOrderForEveryBatch) {
+  ScopedIsa scoped(Isa::kAvx512Bf16);
+  if (!scoped.ok()) GTEST_SKIP() << "CPU has no AVX512_BF16";
+  ThreadPool pool1(1), pool2(2);
+  uint32_t seed = 1300;
+  const int64_t big = 40;
+  for (int64_t rows : {16, 48, 144}) {
+    for (int64_t cols : {64, 1000, 1024}) {
+      const auto bytes = random_weight_bytes(DType::kBF16, rows, cols, seed++);
+      Weight w{bytes.data(), DType::kBF16, rows, cols};
+      ASSERT_TRUE(packable(w));
+      const std::vector<uint8_t> packed = pack_weight(w);
+      const auto x = random_acts(big, cols, seed++);
+      std::vector<float> want(big * rows);
+      matmul(pool2, x.data(), big, w, want.data());  // row-major, panels packed per call
+      w.packed = packed.data();
+      for (int64_t n : {int64_t{1}, int64_t{3}, kPanelMinTokens - 1, kPanelMinTokens, int64_t{13}, big}) {
+        for (ThreadPool* pool : {&pool1, &pool2}) {
+          std::vector<float> y(n * rows, NAN);
+          matmul(*pool, x.data(), n, w, y.data());
+          ASSERT_EQ(0, std::memcmp(y.data(), want.data(), y.size() * 4))
+              << "rows=" << rows << " cols=" << cols << " n=" << n << " threads=" << pool->size();
+        }
+      }
+    }
+  }
+}
+
 TEST(PackedWeights, OnlyWholeGroupsOfEightRowsArePacked) {
   const auto bytes = random_weight_bytes(DType::kQ8_0, 12, 64, 7);
   const Weight odd{bytes.data(), DType::kQ8_0, 12, 64};
