@@ -167,8 +167,11 @@ int main(int argc, char** argv) {
       // Variant bit 3: the same copies repacked as at load (pack_weight), when the dtype has a layout.
       std::vector<std::vector<uint8_t>> packed_store;
       if (std::any_of(variants.begin(), variants.end(), [](int v) { return (v & 8) != 0; }))
-        for (const auto& b : store)
-          packed_store.push_back(gb::ops::pack_weight(Weight{b.data(), dt, sh->rows, sh->cols}));
+        for (const auto& b : store) {
+          const Weight w{b.data(), dt, sh->rows, sh->cols};
+          packed_store.emplace_back(gb::ops::packable(w) ? b.size() : 0);
+          gb::ops::pack_weight(w, packed_store.back().data());
+        }
       for (int64_t n : ns) {
         std::vector<float> x(n * sh->cols), y(n * sh->rows);
         std::minstd_rand rng(7);

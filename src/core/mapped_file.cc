@@ -23,7 +23,6 @@ const char* file_kind(mode_t m) {
   return "not a regular file";
 }
 
-constexpr size_t kHugePage = size_t{2} << 20;
 // Files at least this large are copied into huge pages (model weights); smaller ones (tokenizers,
 // adapters, test fixtures) stay mapped.
 constexpr size_t kInMemoryMinBytes = size_t{32} << 20;
@@ -37,28 +36,24 @@ bool large_files_in_memory() {
   return in_memory;
 }
 
-// The file's bytes in anonymous memory backed by transparent huge pages (2 MiB), read-only once
-// filled; null when the memory cannot be had (the caller maps the file instead).
-uint8_t* read_into_huge_pages(int fd, size_t size, size_t* mapped, std::string* error) {
-  const size_t cap = (size + kHugePage - 1) / kHugePage * kHugePage;
-  void* p = mmap(nullptr, cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) return nullptr;
-  madvise(p, cap, MADV_HUGEPAGE);  // best effort: without THP the copy still works
-  auto* out = static_cast<uint8_t*>(p);
+// The file's bytes in huge-page memory, read-only once filled; null when the memory cannot be
+// had (the caller maps the file instead), or on a read error (*error says what).
+std::unique_ptr<HugePages> read_into_huge_pages(int fd, size_t size, std::string* error) {
+  std::unique_ptr<HugePages> mem = HugePages::allocate(size);
+  if (mem == nullptr) return nullptr;
+  uint8_t* out = mem->data();
   for (size_t off = 0; off < size;) {
     const ssize_t got = pread(fd, out + off, std::min(size - off, size_t{64} << 20), static_cast<off_t>(off));
     if (got < 0 && errno == EINTR) continue;
     if (got <= 0) {
       *error = got == 0 ? std::string("the file ended early") : std::string(std::strerror(errno));
-      munmap(p, cap);
       return nullptr;
     }
     off += static_cast<size_t>(got);
   }
-  mprotect(p, cap, PROT_READ);
+  mem->make_read_only();
   posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);  // the copy is what is used: free the page cache
-  *mapped = cap;
-  return out;
+  return mem;
 }
 
 }  // namespace
@@ -89,12 +84,13 @@ Result<std::shared_ptr<MappedFile>> MappedFile::open(const std::string& path) {
   f->size_ = static_cast<size_t>(st.st_size);
   if (f->size_ >= kInMemoryMinBytes && large_files_in_memory()) {
     std::string error;
-    f->data_ = read_into_huge_pages(fd, f->size_, &f->mapped_size_, &error);
+    f->memory_ = read_into_huge_pages(fd, f->size_, &error);
     if (!error.empty()) {
       ::close(fd);
       return Status::error("cannot read " + path + ": " + error);
     }
-    f->in_memory_ = f->data_ != nullptr;
+    f->in_memory_ = f->memory_ != nullptr;
+    if (f->in_memory_) f->data_ = f->memory_->data();
   }
   if (f->size_ > 0 && f->data_ == nullptr) {
     void* p = mmap(nullptr, f->size_, PROT_READ, MAP_PRIVATE, fd, 0);
@@ -104,14 +100,13 @@ Result<std::shared_ptr<MappedFile>> MappedFile::open(const std::string& path) {
       return Status::error("cannot mmap " + path + ": " + std::strerror(err));
     }
     f->data_ = static_cast<const uint8_t*>(p);
-    f->mapped_size_ = f->size_;
   }
   ::close(fd);
   return f;
 }
 
 MappedFile::~MappedFile() {
-  if (data_ != nullptr) munmap(const_cast<uint8_t*>(data_), mapped_size_);
+  if (data_ != nullptr && memory_ == nullptr) munmap(const_cast<uint8_t*>(data_), size_);
 }
 
 void MappedFile::prefetch(const std::function<void(size_t)>& on_chunk) const {

@@ -14,6 +14,7 @@
 #include <memory>
 #include <string>
 
+#include "core/huge_pages.h"
 #include "core/status.h"
 
 namespace gb {
@@ -40,7 +41,7 @@ class MappedFile {
   MappedFile() = default;
   const uint8_t* data_ = nullptr;
   size_t size_ = 0;
-  size_t mapped_size_ = 0;  // bytes to unmap (the huge-page copy rounds up)
+  std::unique_ptr<HugePages> memory_;  // the copy in huge pages, or null when mapped
   bool in_memory_ = false;
   std::string path_;
 };

@@ -397,18 +397,34 @@ Status convert_matrices_to_q8(const ModelConfig& c, ModelWeights* w, std::vector
 // Every matrix the layer loop multiplies by, repacked for matmul where it has a layout for it
 // (ops::pack_weight). The embedding table keeps only its rows (the tied lm_head, a copy of its
 // view, gets the packed bytes).
-void pack_matrices(ModelWeights* w, std::vector<std::vector<uint8_t>>* store) {
-  auto pack = [&](ops::Weight* m) {
-    if (m->data == nullptr || !ops::packable(*m)) return;
-    store->push_back(ops::pack_weight(*m));
-    m->packed = store->back().data();  // moving the outer vector keeps each buffer in place
+// All of them in one huge-page buffer (decode streams it); without the memory the kernels read
+// the row-major bytes.
+std::unique_ptr<HugePages> pack_matrices(ModelWeights* w) {
+  std::vector<ops::Weight*> todo;
+  auto consider = [&](ops::Weight* m) {
+    if (m->data != nullptr && ops::packable(*m)) todo.push_back(m);
   };
-  pack(&w->output);
+  consider(&w->output);
   for (LayerWeights& L : w->layers) {
     for (ops::Weight* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down, &L.lin_qkv, &L.lin_z, &L.lin_b,
                            &L.lin_a, &L.lin_out})
-      pack(m);
+      consider(m);
   }
+  auto bytes = [](const ops::Weight& m) {
+    return static_cast<size_t>((m.rows * row_bytes(m.dtype, m.cols) + 63) / 64 * 64);
+  };
+  size_t total = 0;
+  for (const ops::Weight* m : todo) total += bytes(*m);
+  std::unique_ptr<HugePages> mem = total > 0 ? HugePages::allocate(total) : nullptr;
+  if (mem == nullptr) return nullptr;
+  size_t off = 0;
+  for (ops::Weight* m : todo) {
+    ops::pack_weight(*m, mem->data() + off);
+    m->packed = mem->data() + off;
+    off += bytes(*m);
+  }
+  mem->make_read_only();
+  return mem;
 }
 
 }  // namespace
@@ -451,8 +467,7 @@ Result<std::unique_ptr<Model>> load_model(const std::string& path, const LoadOpt
   }
   std::vector<ops::OwnedWeight> converted;
   if (options.convert_to_q8) GB_RETURN_IF_ERROR(convert_matrices_to_q8(loaded.config, &weights, &converted));
-  std::vector<std::vector<uint8_t>> packed;
-  if (options.pack_weights) pack_matrices(&weights, &packed);
+  std::unique_ptr<HugePages> packed = options.pack_weights ? pack_matrices(&weights) : nullptr;
   std::unique_ptr<Model> m(new Model(std::move(loaded.config), options));
   m->weights_ = std::move(weights);
   m->f32_store_ = std::move(store);

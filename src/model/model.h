@@ -92,7 +92,7 @@ class Model {
   std::vector<std::shared_ptr<MappedFile>> files_;  // keep the weight mappings alive
   std::vector<std::vector<float>> f32_store_;       // f32 copies of norm weights / biases / rope factors
   std::vector<ops::OwnedWeight> owned_weights_;     // matrices converted at load (convert_to_q8)
-  std::vector<std::vector<uint8_t>> packed_;        // matrices repacked at load (pack_weights)
+  std::unique_ptr<HugePages> packed_;               // matrices repacked at load (pack_weights)
   std::unique_ptr<ThreadPool> own_pool_;
   ThreadPool* pool_;
   Activations acts_;

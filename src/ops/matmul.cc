@@ -520,22 +520,20 @@ bool packable(const Weight& w) {
   return is_kquant(w.dtype) && w.cols % kKBlock == 0;
 }
 
-std::vector<uint8_t> pack_weight(const Weight& w) {
-  if (!packable(w)) return {};
+void pack_weight(const Weight& w, uint8_t* out) {
+  if (!packable(w)) return;
   if (w.dtype == DType::kBF16) {
     const int64_t stride = w.cols * 2, pairs = w.cols / 2;
-    std::vector<uint8_t> out(static_cast<size_t>(w.rows * stride));
     for (int64_t p = 0; p < w.rows / 16; ++p)
       for (int64_t j = 0; j < 16; ++j)
         for (int64_t i = 0; i < pairs; ++i)
-          std::memcpy(out.data() + p * 16 * stride + 64 * i + 4 * j, w.data + (16 * p + j) * stride + 4 * i, 4);
-    return out;
+          std::memcpy(out + p * 16 * stride + 64 * i + 4 * j, w.data + (16 * p + j) * stride + 4 * i, 4);
+    return;
   }
   const int64_t bb = dtype_info(w.dtype).block_bytes, stride = row_bytes(w.dtype, w.cols), nb = stride / bb;
-  std::vector<uint8_t> out(static_cast<size_t>(w.rows * stride));
   for (int64_t g = 0; g < w.rows / 8; ++g) {
     const uint8_t* rows = w.data + g * 8 * stride;
-    uint8_t* group = out.data() + g * 8 * stride;
+    uint8_t* group = out + g * 8 * stride;
     for (int64_t b = 0; b < nb; ++b) {
       for (int64_t j = 0; j < 8; ++j) {
         const uint8_t* blk = rows + j * stride + b * bb;
@@ -544,7 +542,6 @@ std::vector<uint8_t> pack_weight(const Weight& w) {
       }
     }
   }
-  return out;
 }
 
 bool matmul_supported(DType dtype) { return is_kernel_dtype(dtype) || dtype == DType::kQ4_K || dtype == DType::kQ6_K; }

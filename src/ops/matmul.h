@@ -59,13 +59,14 @@ void matmul(ThreadPool& pool, const float* x, int64_t n, const Weight& w, float*
 // product kernels (Isa::kAvx512Bf16: they read it; other levels would not).
 bool packable(const Weight& w);
 
-// w repacked for matmul's SIMD kernels (empty when !packable(w)), as many bytes as w holds: per
+// Writes w repacked for matmul's SIMD kernels to out (w.rows · row_bytes(w.dtype, w.cols) bytes,
+// as many as w holds; nothing when !packable(w)): per
 // group of 8 rows and per block, the 8 rows' scales, then their codes interleaved 4 bytes per
 // row (matmul_kernels.h has the byte layout). Decode then reads one contiguous stream per 8
 // rows and gets the 8 rows' sums in the lanes of one vector, with no reduction across lanes;
 // prefill's panels come from it without a transpose. Results are bitwise the same as from the
 // row-major layout. Point Weight::packed at the bytes (which must outlive the weight).
-std::vector<uint8_t> pack_weight(const Weight& w);
+void pack_weight(const Weight& w, uint8_t* out);
 
 // Whether matmul handles this weight dtype (cols must also be a multiple of the block size).
 bool matmul_supported(DType dtype);

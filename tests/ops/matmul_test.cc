@@ -259,8 +259,8 @@ TEST(PackedWeights, EveryIsaMatchesRowMajorScalarBitwise) {
         const auto bytes = random_weight_bytes(dt, rows, cols, seed++);
         Weight w{bytes.data(), dt, rows, cols};
         ASSERT_TRUE(packable(w));
-        const std::vector<uint8_t> packed = pack_weight(w);
-        ASSERT_EQ(packed.size(), bytes.size());
+        std::vector<uint8_t> packed(bytes.size());
+        pack_weight(w, packed.data());
         for (int64_t n : {int64_t{1}, int64_t{3}, kPanelMinTokens - 1, kPanelMinTokens, int64_t{13}, int64_t{40}}) {
           const auto x = random_acts(n, cols, seed++);
           std::vector<float> want(n * rows);
@@ -301,7 +301,8 @@ TEST(PackedWeights, Bf16OneOrderForEveryBatch) {
       const auto bytes = random_weight_bytes(DType::kBF16, rows, cols, seed++);
       Weight w{bytes.data(), DType::kBF16, rows, cols};
       ASSERT_TRUE(packable(w));
-      const std::vector<uint8_t> packed = pack_weight(w);
+      std::vector<uint8_t> packed(bytes.size());
+      pack_weight(w, packed.data());
       const auto x = random_acts(big, cols, seed++);
       std::vector<float> want(big * rows);
       matmul(pool2, x.data(), big, w, want.data());  // row-major, panels packed per call
@@ -322,7 +323,6 @@ TEST(PackedWeights, OnlyWholeGroupsOfEightRowsArePacked) {
   const auto bytes = random_weight_bytes(DType::kQ8_0, 12, 64, 7);
   const Weight odd{bytes.data(), DType::kQ8_0, 12, 64};
   EXPECT_FALSE(packable(odd));
-  EXPECT_TRUE(pack_weight(odd).empty());
   const auto f = random_weight_bytes(DType::kF32, 16, 64, 8);
   EXPECT_FALSE(packable(Weight{f.data(), DType::kF32, 16, 64}));
 }
