@@ -95,8 +95,7 @@ void residual_and_mlp(const ModelConfig& c, const LayerWeights& L, int32_t il, A
   parallel_for(pool, n, n * n_embd, [&](int64_t b, int64_t e, int) {
     ops::rms_norm(x + b * n_embd, L.ffn_norm, e - b, n_embd, c.rms_eps, a.xn.data() + b * n_embd);
   });
-  ops::matmul(pool, a.xn.data(), n, L.w_gate, a.gate.data());
-  ops::matmul(pool, a.xn.data(), n, L.w_up, a.up.data());
+  ops::matmul_multi(pool, a.xn.data(), n, {{&L.w_gate, a.gate.data()}, {&L.w_up, a.up.data()}});
   apply_variant_deltas(a.variants, il, patch::Proj::kGate, a.xn.data(), a.gate.data(), pool);
   apply_variant_deltas(a.variants, il, patch::Proj::kUp, a.xn.data(), a.up.data(), pool);
   parallel_for(pool, n * n_ff, n * n_ff * 8, [&](int64_t b, int64_t e, int) {

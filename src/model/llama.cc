@@ -39,9 +39,7 @@ void forward_llama(const ModelConfig& c, const ModelWeights& w, Activations& a, 
       ops::rms_norm(x + b * n_embd, L.attn_norm, e - b, n_embd, eps, a.xn.data() + b * n_embd);
     });
     hook_point(hooks, mask, HookPoint::kAttnIn, il, a.xn.data(), n, n_embd, all_rows, batch);
-    ops::matmul(pool, a.xn.data(), n, L.wq, a.q.data());
-    ops::matmul(pool, a.xn.data(), n, L.wk, a.k.data());
-    ops::matmul(pool, a.xn.data(), n, L.wv, a.v.data());
+    ops::matmul_multi(pool, a.xn.data(), n, {{&L.wq, a.q.data()}, {&L.wk, a.k.data()}, {&L.wv, a.v.data()}});
     apply_variant_deltas(a.variants, il, patch::Proj::kQ, a.xn.data(), a.q.data(), pool);
     apply_variant_deltas(a.variants, il, patch::Proj::kK, a.xn.data(), a.k.data(), pool);
     apply_variant_deltas(a.variants, il, patch::Proj::kV, a.xn.data(), a.v.data(), pool);

@@ -39,8 +39,7 @@ void gated_attention(const ModelConfig& c, const LayerWeights& L, int32_t il, Ac
     ops::matmul(pool, a.xn.data(), n, L.wq, a.q.data());
     apply_variant_deltas(a.variants, il, patch::Proj::kQ, a.xn.data(), a.q.data(), pool);
   }
-  ops::matmul(pool, a.xn.data(), n, L.wk, a.k.data());
-  ops::matmul(pool, a.xn.data(), n, L.wv, a.v.data());
+  ops::matmul_multi(pool, a.xn.data(), n, {{&L.wk, a.k.data()}, {&L.wv, a.v.data()}});
   apply_variant_deltas(a.variants, il, patch::Proj::kK, a.xn.data(), a.k.data(), pool);
   apply_variant_deltas(a.variants, il, patch::Proj::kV, a.xn.data(), a.v.data(), pool);
   ops::rms_norm(a.q.data(), L.q_norm, n * n_heads, hd, c.rms_eps, a.q.data());
@@ -62,10 +61,11 @@ void gated_delta_net(const ModelConfig& c, const LayerWeights& L, int32_t il, Ac
   const int64_t nk = c.lin_k_heads, nv = c.lin_v_heads, dk = c.lin_k_dim, dv = c.lin_v_dim;
   const int64_t key_dim = c.lin_key_dim(), vd = c.lin_value_dim(), conv_dim = c.lin_conv_dim();
   const int64_t kernel = c.lin_conv_kernel, ratio = nv / nk;
-  ops::matmul(pool, a.xn.data(), n, L.lin_qkv, a.lin_qkv.data());
-  ops::matmul(pool, a.xn.data(), n, L.lin_z, a.lin_z.data());
-  ops::matmul(pool, a.xn.data(), n, L.lin_b, a.lin_beta.data());
-  ops::matmul(pool, a.xn.data(), n, L.lin_a, a.lin_g.data());
+  ops::matmul_multi(pool, a.xn.data(), n,
+                    {{&L.lin_qkv, a.lin_qkv.data()},
+                     {&L.lin_z, a.lin_z.data()},
+                     {&L.lin_b, a.lin_beta.data()},
+                     {&L.lin_a, a.lin_g.data()}});
   apply_variant_deltas(a.variants, il, patch::Proj::kLinQkv, a.xn.data(), a.lin_qkv.data(), pool);
   apply_variant_deltas(a.variants, il, patch::Proj::kLinZ, a.xn.data(), a.lin_z.data(), pool);
   apply_variant_deltas(a.variants, il, patch::Proj::kLinB, a.xn.data(), a.lin_beta.data(), pool);

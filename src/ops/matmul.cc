@@ -546,10 +546,10 @@ void pack_weight(const Weight& w, uint8_t* out) {
 
 bool matmul_supported(DType dtype) { return is_kernel_dtype(dtype) || dtype == DType::kQ4_K || dtype == DType::kQ6_K; }
 
-void matmul(ThreadPool& pool, const float* x, int64_t n, const Weight& w, float* y) {
-  if (n <= 0 || w.rows <= 0) return;
-  const KernelSet k = kernel_set(active_isa());
-  const int n_threads = pool.size();
+namespace {
+
+// The call's arguments for weight w, activations not yet rounded.
+KernelArgs weight_args(const KernelSet& k, const float* x, int64_t n, const Weight& w, float* y) {
   KernelArgs a;
   a.x = x;
   a.n = n;
@@ -562,106 +562,172 @@ void matmul(ThreadPool& pool, const float* x, int64_t n, const Weight& w, float*
   a.w_stride = row_bytes(w.dtype, w.cols);
   a.y = y;
   a.y_stride = w.rows;
+  return a;
+}
 
-  if (w.dtype == DType::kBF16 && k.round_bf16 != nullptr) {
-    thread_local Scratch scratch;
-    const int64_t xs = bf16_x_stride(w.cols);
-    uint16_t* xb = reinterpret_cast<uint16_t*>(scratch.get(static_cast<size_t>(n * xs * 2)));
-    for_token_ranges(pool, n, w.cols, [&](int64_t t0, int64_t t1) {
-      for (int64_t t = t0; t < t1; ++t) {
-        k.round_bf16(x + t * w.cols, w.cols, xb + t * xs);
-        if (xs != w.cols) xb[t * xs + w.cols] = 0;
-      }
-    });
-    a.xb = xb;
-  } else if (w.dtype == DType::kBF16 && k.bf16_group > 0) {
-    thread_local Scratch scratch;
-    float* xp = reinterpret_cast<float*>(scratch.get(static_cast<size_t>(n * w.cols * 4)));
-    const int64_t g = k.bf16_group, full = w.cols / g * g;
-    for (int64_t t = 0; t < n; ++t) {
-      const float* xt = x + t * w.cols;
-      float* pt = xp + t * w.cols;
-      for (int64_t i = 0; i < full; i += g) {
-        for (int64_t j = 0; j < g / 2; ++j) {
-          pt[i + j] = xt[i + 2 * j];
-          pt[i + g / 2 + j] = xt[i + 2 * j + 1];
+// Which rounding of the activations a dtype's kernels read (one scratch buffer each).
+enum class ActForm { kF32, kBf16, kBf16Pairs, kQ8_0, kQ8_K };
+
+ActForm act_form(const KernelSet& k, DType d) {
+  if (d == DType::kBF16)
+    return k.round_bf16 != nullptr ? ActForm::kBf16 : k.bf16_group > 0 ? ActForm::kBf16Pairs : ActForm::kF32;
+  if (is_quantized_q8_path(d)) return ActForm::kQ8_0;
+  if (is_kquant(d) && (g_kernel_variant & 4) == 0) return ActForm::kQ8_K;
+  return ActForm::kF32;
+}
+
+// Rounds a->x as a's dtype needs into the calling thread's scratch for that form (workers only
+// read it) and points a's activation fields at it.
+void round_activations(ThreadPool& pool, const KernelSet& k, KernelArgs* a) {
+  const float* x = a->x;
+  const int64_t n = a->n, cols = a->cols;
+  switch (act_form(k, a->dtype)) {
+    case ActForm::kF32: return;
+    case ActForm::kBf16: {
+      thread_local Scratch scratch;
+      const int64_t xs = bf16_x_stride(cols);
+      uint16_t* xb = reinterpret_cast<uint16_t*>(scratch.get(static_cast<size_t>(n * xs * 2)));
+      for_token_ranges(pool, n, cols, [&](int64_t t0, int64_t t1) {
+        for (int64_t t = t0; t < t1; ++t) {
+          k.round_bf16(x + t * cols, cols, xb + t * xs);
+          if (xs != cols) xb[t * xs + cols] = 0;
         }
-      }
-      for (int64_t i = full; i < w.cols; ++i) pt[i] = xt[i];
+      });
+      a->xb = xb;
+      return;
     }
-    a.xp = xp;
+    case ActForm::kBf16Pairs: {
+      thread_local Scratch scratch;
+      float* xp = reinterpret_cast<float*>(scratch.get(static_cast<size_t>(n * cols * 4)));
+      const int64_t g = k.bf16_group, full = cols / g * g;
+      for (int64_t t = 0; t < n; ++t) {
+        const float* xt = x + t * cols;
+        float* pt = xp + t * cols;
+        for (int64_t i = 0; i < full; i += g) {
+          for (int64_t j = 0; j < g / 2; ++j) {
+            pt[i + j] = xt[i + 2 * j];
+            pt[i + g / 2 + j] = xt[i + 2 * j + 1];
+          }
+        }
+        for (int64_t i = full; i < cols; ++i) pt[i] = xt[i];
+      }
+      a->xp = xp;
+      return;
+    }
+    case ActForm::kQ8_0: {
+      thread_local Scratch scratch;
+      const int64_t nb = cols / kQBlock;
+      // [n·nb] f32 d | [n·nb] i32 block sums | [n·cols] i8 q.
+      uint8_t* buf = scratch.get(static_cast<size_t>(n * nb * 8 + n * cols));
+      float* xd = reinterpret_cast<float*>(buf);
+      int32_t* xs = reinterpret_cast<int32_t*>(buf + n * nb * 4);
+      int8_t* xq = reinterpret_cast<int8_t*>(buf + n * nb * 8);
+      for_token_ranges(pool, n, cols, [&](int64_t t0, int64_t t1) {
+        for (int64_t t = t0; t < t1; ++t) k.quantize(x + t * cols, cols, xd + t * nb, xq + t * cols, xs + t * nb);
+      });
+      a->xd = xd;
+      a->xs = xs;
+      a->xq = xq;
+      return;
+    }
+    case ActForm::kQ8_K: {
+      thread_local Scratch scratch;
+      const int64_t nb = cols / kKBlock;
+      // [n·nb] f32 d | [n·cols/32] i32 | [n·cols/16] i16 | [n·cols] i8.
+      uint8_t* buf = scratch.get(static_cast<size_t>(n * nb * 4 + n * cols / 8 + n * cols / 8 + n * cols));
+      float* kd = reinterpret_cast<float*>(buf);
+      int32_t* kb32 = reinterpret_cast<int32_t*>(buf + n * nb * 4);
+      int16_t* kb = reinterpret_cast<int16_t*>(buf + n * nb * 4 + n * cols / 8);
+      int8_t* kq = reinterpret_cast<int8_t*>(buf + n * nb * 4 + n * cols / 4);
+      for_token_ranges(pool, n, cols, [&](int64_t t0, int64_t t1) {
+        for (int64_t t = t0; t < t1; ++t)
+          k.quantize_k(x + t * cols, cols, kd + t * nb, kq + t * cols, kb + t * cols / 16, kb32 + t * cols / 32);
+      });
+      a->kd = kd;
+      a->kq = kq;
+      a->kb = kb;
+      a->kb32 = kb32;
+      return;
+    }
   }
-  if (is_quantized_q8_path(w.dtype)) {
-    // The calling thread owns the rounded activations; workers only read them.
+}
+
+// Variant bit 2 (benchmarks and one test): K-quant rows dequantized to f32 for the F32 kernel.
+void matmul_kquant_via_f32(ThreadPool& pool, const KernelSet& k, const KernelArgs& a, const Weight& w) {
+  const int64_t chunk = row_chunk(w.rows, a.n, pool.size());
+  const int64_t n_chunks = (w.rows + chunk - 1) / chunk;
+  std::atomic<int64_t> next_chunk{0};
+  pool.run([&](int) {
     thread_local Scratch scratch;
-    const int64_t nb = w.cols / kQBlock;
-    const int64_t cols = w.cols;
-    // [n·nb] f32 d | [n·nb] i32 block sums | [n·cols] i8 q.
-    uint8_t* buf = scratch.get(static_cast<size_t>(n * nb * 8 + n * cols));
-    float* xd = reinterpret_cast<float*>(buf);
-    int32_t* xs = reinterpret_cast<int32_t*>(buf + n * nb * 4);
-    int8_t* xq = reinterpret_cast<int8_t*>(buf + n * nb * 8);
-    for_token_ranges(pool, n, cols, [&](int64_t t0, int64_t t1) {
-      for (int64_t t = t0; t < t1; ++t) k.quantize(x + t * cols, cols, xd + t * nb, xq + t * cols, xs + t * nb);
-    });
-    a.xd = xd;
-    a.xs = xs;
-    a.xq = xq;
-  }
+    float* buf = reinterpret_cast<float*>(scratch.get(static_cast<size_t>(kDequantRows * w.cols * 4)));
+    for (int64_t c; (c = next_chunk.fetch_add(1, std::memory_order_relaxed)) < n_chunks;) {
+      const int64_t end = std::min(w.rows, (c + 1) * chunk);
+      for (int64_t r = c * chunk; r < end; r += kDequantRows) {
+        const int64_t m = std::min(kDequantRows, end - r);
+        for (int64_t i = 0; i < m; ++i) k.dequant_k(w.dtype, w.data + (r + i) * a.w_stride, w.cols, buf + i * w.cols);
+        KernelArgs f = a;
+        f.dtype = DType::kF32;
+        f.w = reinterpret_cast<const uint8_t*>(buf);
+        f.w_stride = w.cols * 4;
+        f.rows = m;
+        f.y = a.y + r;
+        k.rows(f, 0, m, nullptr);
+      }
+    }
+  });
+}
 
-  // Variant bit 2 (benchmarks and one test): K-quant rows dequantized to f32 for the F32 kernel.
-  const bool kquant_via_f32 = is_kquant(w.dtype) && (g_kernel_variant & 4) != 0;
-  if (is_kquant(w.dtype) && !kquant_via_f32) {
-    // Q8_K activations, rounded once here like the Q8_0 ones: [n·nb] f32 d | [n·cols/32] i32 |
-    // [n·cols/16] i16 | [n·cols] i8.
-    thread_local Scratch kscratch;
-    const int64_t cols = w.cols, nb = cols / kKBlock;
-    uint8_t* buf = kscratch.get(static_cast<size_t>(n * nb * 4 + n * cols / 8 + n * cols / 8 + n * cols));
-    float* kd = reinterpret_cast<float*>(buf);
-    int32_t* kb32 = reinterpret_cast<int32_t*>(buf + n * nb * 4);
-    int16_t* kb = reinterpret_cast<int16_t*>(buf + n * nb * 4 + n * cols / 8);
-    int8_t* kq = reinterpret_cast<int8_t*>(buf + n * nb * 4 + n * cols / 4);
-    for_token_ranges(pool, n, cols, [&](int64_t t0, int64_t t1) {
-      for (int64_t t = t0; t < t1; ++t)
-        k.quantize_k(x + t * cols, cols, kd + t * nb, kq + t * cols, kb + t * cols / 16, kb32 + t * cols / 32);
-    });
-    a.kd = kd;
-    a.kq = kq;
-    a.kb = kb;
-    a.kb32 = kb32;
-  }
+}  // namespace
 
+void matmul(ThreadPool& pool, const float* x, int64_t n, const Weight& w, float* y) {
+  matmul_multi(pool, x, n, {{&w, y}});
+}
+
+void matmul_multi(ThreadPool& pool, const float* x, int64_t n, std::initializer_list<MatmulOut> outs) {
+  constexpr size_t kMax = 4;
+  if (n <= 0 || outs.size() == 0 || outs.size() > kMax) return;
+  const KernelSet k = kernel_set(active_isa());
+  const int n_threads = pool.size();
+  KernelArgs args[kMax];
+  int64_t chunk[kMax], first_chunk[kMax + 1];
+  size_t jobs = 0, pan_bytes = 0;
+  bool panels = false;
+  first_chunk[0] = 0;
+  for (const MatmulOut& o : outs) {
+    const Weight& w = *o.w;
+    if (w.rows <= 0 || !matmul_supported(w.dtype)) continue;  // unsupported dtypes are rejected at load time
+    KernelArgs& a = args[jobs];
+    a = weight_args(k, x, n, w, o.y);
+    // Weights whose kernels read the same rounding share it (q/k/v, gate/up: one rounding).
+    size_t same = 0;
+    while (same < jobs && act_form(k, args[same].dtype) != act_form(k, w.dtype)) ++same;
+    if (same < jobs) {
+      const KernelArgs& s = args[same];
+      a.xb = s.xb, a.xp = s.xp, a.xd = s.xd, a.xq = s.xq, a.xs = s.xs, a.kd = s.kd, a.kq = s.kq, a.kb = s.kb,
+      a.kb32 = s.kb32;
+    } else {
+      round_activations(pool, k, &a);
+    }
+    if (is_kquant(w.dtype) && (g_kernel_variant & 4) != 0) {
+      matmul_kquant_via_f32(pool, k, a, w);
+      continue;
+    }
+    // Quantized weights (and BF16 with bf16 activations) repack into panels from kPanelMinTokens on.
+    if (n >= kPanelMinTokens && (is_quantized_q8_path(w.dtype) || is_kquant(w.dtype) || a.xb != nullptr)) {
+      panels = true;
+      pan_bytes = std::max(pan_bytes, static_cast<size_t>(panel_scratch_bytes(w.dtype, w.cols)));
+    }
+    chunk[jobs] = row_chunk(w.rows, n, n_threads);
+    first_chunk[jobs + 1] = first_chunk[jobs] + (w.rows + chunk[jobs] - 1) / chunk[jobs];
+    ++jobs;
+  }
+  if (jobs == 0) return;
   // Rows are handed out in chunks from a shared counter rather than split statically: on a
   // shared host a descheduled thread then delays the step by one chunk, not by its whole share.
   // Chunks are multiples of 16 rows (whole register tiles); a token's results do not depend on
-  // which thread computes which chunk. Each thread sweeps all tokens over its chunk.
-  const int64_t chunk = row_chunk(w.rows, n, n_threads);
-  const int64_t n_chunks = (w.rows + chunk - 1) / chunk;
-  std::atomic<int64_t> next_chunk{0};
-  if (kquant_via_f32) {
-    pool.run([&](int) {
-      thread_local Scratch scratch;
-      float* buf = reinterpret_cast<float*>(scratch.get(static_cast<size_t>(kDequantRows * w.cols * 4)));
-      for (int64_t c; (c = next_chunk.fetch_add(1, std::memory_order_relaxed)) < n_chunks;) {
-        const int64_t end = std::min(w.rows, (c + 1) * chunk);
-        for (int64_t r = c * chunk; r < end; r += kDequantRows) {
-          const int64_t m = std::min(kDequantRows, end - r);
-          for (int64_t i = 0; i < m; ++i) k.dequant_k(w.dtype, w.data + (r + i) * a.w_stride, w.cols, buf + i * w.cols);
-          KernelArgs f = a;
-          f.dtype = DType::kF32;
-          f.w = reinterpret_cast<const uint8_t*>(buf);
-          f.w_stride = w.cols * 4;
-          f.rows = m;
-          f.y = y + r;
-          k.rows(f, 0, m, nullptr);
-        }
-      }
-    });
-    return;
-  }
-  if (!matmul_supported(w.dtype)) return;  // rejected at load time
-  // Quantized weights (and BF16 with bf16 activations) repack into panels from kPanelMinTokens on.
-  const bool panels = n >= kPanelMinTokens && (is_quantized_q8_path(w.dtype) || is_kquant(w.dtype) || a.xb != nullptr);
+  // which thread computes which chunk. Each thread sweeps all tokens over its chunk. Several
+  // matrices of one input share one parallel region (one wait instead of one per matrix).
+  //
   // Panel scratch per job index, owned by the calling thread: the pool hands job indices to
   // whichever thread comes first, so a per-OS-thread buffer could first grow in a late step;
   // every index runs in every call, so these grow in the first call and never after.
@@ -669,11 +735,16 @@ void matmul(ThreadPool& pool, const float* x, int64_t n, const Weight& w, float*
   thread_local std::vector<Scratch> caller_panels;
   std::vector<Scratch>& panel_scratch = caller_panels;
   if (panels && panel_scratch.size() < static_cast<size_t>(n_threads)) panel_scratch.resize(n_threads);
-  const size_t pan_bytes = static_cast<size_t>(panel_scratch_bytes(w.dtype, w.cols));
+  const int64_t n_chunks = first_chunk[jobs];
+  std::atomic<int64_t> next_chunk{0};
   pool.run([&](int ti) {
     uint8_t* pan = panels ? panel_scratch[ti].get(pan_bytes) : nullptr;
-    for (int64_t c; (c = next_chunk.fetch_add(1, std::memory_order_relaxed)) < n_chunks;)
-      k.rows(a, c * chunk, std::min(w.rows, (c + 1) * chunk), pan);
+    size_t j = 0;
+    for (int64_t c; (c = next_chunk.fetch_add(1, std::memory_order_relaxed)) < n_chunks;) {
+      while (c >= first_chunk[j + 1]) ++j;  // chunks are claimed in increasing order
+      const int64_t r0 = (c - first_chunk[j]) * chunk[j];
+      k.rows(args[j], r0, std::min(args[j].rows, r0 + chunk[j]), pan);
+    }
   });
 }
 

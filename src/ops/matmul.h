@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <vector>
 
 #include "core/dtype.h"
@@ -53,6 +54,16 @@ struct Weight {
 // Supported dtypes: matmul_supported().
 // Nothing is allocated per call once the per-thread scratch has grown to the largest size seen.
 void matmul(ThreadPool& pool, const float* x, int64_t n, const Weight& w, float* y);
+
+// Several matmuls of the same x in one parallel region (at most 4, all W_i with x's cols; q/k/v,
+// gate/up): y_i = x · W_iᵀ, each exactly what matmul gives alone. The activations are rounded once per form the
+// weights' kernels read, and the threads take row chunks of all matrices from one counter, so a
+// decode step waits once instead of once per matrix.
+struct MatmulOut {
+  const Weight* w;
+  float* y;  // [n, w->rows]
+};
+void matmul_multi(ThreadPool& pool, const float* x, int64_t n, std::initializer_list<MatmulOut> outs);
 
 // Whether pack_weight has a layout for w: Q8_0, Q4_0, Q4_K and Q6_K with rows a multiple of 8;
 // BF16 with rows a multiple of 16 and even cols when the active ISA level has the bf16 dot

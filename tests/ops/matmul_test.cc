@@ -319,6 +319,56 @@ TEST(PackedWeights, Bf16OneOrderForEveryBatch) {
   }
 }
 
+// Several matrices of one input in one parallel region: each output is what matmul gives alone,
+// with mixed dtypes (rounded activations shared, or not), packed or not, any n.
+TEST(MatmulMulti, EachOutputEqualsItsOwnMatmul) {
+  ThreadPool pool(2);
+  uint32_t seed = 1700;
+  const int64_t cols = 512;
+  const std::vector<std::vector<DType>> mixes = {{DType::kQ4_K, DType::kQ4_K, DType::kQ6_K},
+                                                 {DType::kQ8_0, DType::kQ4_0},
+                                                 {DType::kBF16, DType::kF32, DType::kQ8_0, DType::kQ6_K}};
+  const int64_t rows[4] = {64, 24, 48, 136};
+  for (Isa isa : kAllIsas) {
+    ScopedIsa scoped(isa);
+    if (!scoped.ok()) continue;
+    for (const auto& mix : mixes) {
+      std::vector<std::vector<uint8_t>> bytes, packed;
+      std::vector<Weight> w;
+      for (size_t i = 0; i < mix.size(); ++i) {
+        bytes.push_back(random_weight_bytes(mix[i], rows[i], cols, seed++));
+        w.push_back(Weight{bytes.back().data(), mix[i], rows[i], cols});
+      }
+      for (size_t i = 0; i < mix.size(); ++i) {
+        packed.emplace_back(packable(w[i]) ? bytes[i].size() : 0);
+        pack_weight(w[i], packed.back().data());
+        if (i % 2 == 0 && packable(w[i])) w[i].packed = packed.back().data();  // some packed, some not
+      }
+      for (int64_t n : {int64_t{1}, int64_t{5}, int64_t{40}}) {
+        const auto x = random_acts(n, cols, seed++);
+        std::vector<std::vector<float>> want(mix.size()), got(mix.size());
+        for (size_t i = 0; i < mix.size(); ++i) {
+          want[i].resize(n * rows[i]);
+          got[i].assign(n * rows[i], NAN);
+          matmul(pool, x.data(), n, w[i], want[i].data());
+        }
+        if (mix.size() == 2) {
+          matmul_multi(pool, x.data(), n, {{&w[0], got[0].data()}, {&w[1], got[1].data()}});
+        } else if (mix.size() == 3) {
+          matmul_multi(pool, x.data(), n, {{&w[0], got[0].data()}, {&w[1], got[1].data()}, {&w[2], got[2].data()}});
+        } else {
+          matmul_multi(
+              pool, x.data(), n,
+              {{&w[0], got[0].data()}, {&w[1], got[1].data()}, {&w[2], got[2].data()}, {&w[3], got[3].data()}});
+        }
+        for (size_t i = 0; i < mix.size(); ++i)
+          ASSERT_EQ(0, std::memcmp(got[i].data(), want[i].data(), want[i].size() * 4))
+              << isa_name(isa) << " output " << i << " (" << dtype_name(mix[i]) << ") n=" << n;
+      }
+    }
+  }
+}
+
 TEST(PackedWeights, OnlyWholeGroupsOfEightRowsArePacked) {
   const auto bytes = random_weight_bytes(DType::kQ8_0, 12, 64, 7);
   const Weight odd{bytes.data(), DType::kQ8_0, 12, 64};
