@@ -1116,7 +1116,7 @@ inline void rows_k_packed(const KernelArgs& a, int64_t r0, int64_t r1, uint8_t* 
 
 template <DType D>
 inline void rows_kquant(const KernelArgs& a, int64_t r0, int64_t r1, uint8_t* scratch) {
-  if (scratch != nullptr && a.n >= kPanelMinTokens) {
+  if (scratch != nullptr && a.n >= (a.packed ? kPackedKPanelMinTokens : kPanelMinTokens)) {
     rows_k_packed<D>(a, r0, r1, scratch);
   } else if (a.packed) {  // r0, r1 and the matrix's rows are multiples of 8
     for (int64_t rb = r0; rb < r1; rb += 8)
