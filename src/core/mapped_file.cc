@@ -81,6 +81,7 @@ Result<std::shared_ptr<MappedFile>> MappedFile::open(const std::string& path) {
   GB_ASSIGN_OR_RETURN(int fd, open_regular(path, &st));
   std::shared_ptr<MappedFile> f(new MappedFile());
   f->path_ = path;
+  f->stat_ = st;
   f->size_ = static_cast<size_t>(st.st_size);
   if (f->size_ >= kInMemoryMinBytes && large_files_in_memory()) {
     std::string error;
@@ -107,6 +108,32 @@ Result<std::shared_ptr<MappedFile>> MappedFile::open(const std::string& path) {
 
 MappedFile::~MappedFile() {
   if (data_ != nullptr && memory_ == nullptr) munmap(const_cast<uint8_t*>(data_), size_);
+}
+
+bool MappedFile::release(const uint8_t* p, size_t n) const {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  if (p < data_ || p + n > data_ + size_) return false;
+  const size_t begin = (static_cast<size_t>(p - data_) + page - 1) / page * page;
+  const size_t end = (static_cast<size_t>(p - data_) + n) / page * page;
+  if (end <= begin) return true;
+  uint8_t* at = const_cast<uint8_t*>(data_) + begin;
+  const size_t len = end - begin;
+  if (!in_memory_) return madvise(at, len, MADV_DONTNEED) == 0;
+  struct stat now {};
+  const int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  const bool same = fstat(fd, &now) == 0 && now.st_ino == stat_.st_ino && now.st_dev == stat_.st_dev &&
+                    now.st_size == stat_.st_size && now.st_mtim.tv_sec == stat_.st_mtim.tv_sec &&
+                    now.st_mtim.tv_nsec == stat_.st_mtim.tv_nsec;
+  // Mapped elsewhere first, then moved over the copy in one step: a failure leaves the copy.
+  void* m = same ? mmap(nullptr, len, PROT_READ, MAP_PRIVATE, fd, static_cast<off_t>(begin)) : MAP_FAILED;
+  ::close(fd);
+  if (m == MAP_FAILED) return false;
+  if (mremap(m, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, at) == MAP_FAILED) {
+    munmap(m, len);
+    return false;
+  }
+  return true;
 }
 
 void MappedFile::prefetch(const std::function<void(size_t)>& on_chunk) const {

@@ -32,6 +32,14 @@ class MappedFile {
   // Whether the bytes were copied into (huge-page) memory rather than mapped.
   bool in_memory() const { return in_memory_; }
 
+  // Returns the in-memory copy's pages under [p, p + n) (whole 4 KiB pages inside it) and maps
+  // the file's own bytes there instead: the same bytes at the same addresses, read from the page
+  // cache on demand. For bytes only the rare reader needs once the loader holds another copy
+  // (weights packed at load). A mapped file drops its resident pages of the range. False, with
+  // nothing changed, when the file on disk is no longer the one read (size, mtime or inode
+  // differ) or the mapping fails.
+  bool release(const uint8_t* p, size_t n) const;
+
   // Pulls the whole mapping into the page cache now (instead of page faults during the first
   // forward), reporting progress after each chunk: on_chunk(bytes_done_so_far). A file read into
   // memory reports it is done at once.
@@ -44,6 +52,7 @@ class MappedFile {
   std::unique_ptr<HugePages> memory_;  // the copy in huge pages, or null when mapped
   bool in_memory_ = false;
   std::string path_;
+  struct stat stat_ {};  // the file as read, for release's check
 };
 
 // Opens path for reading if it is a regular file, without blocking on a FIFO (O_NONBLOCK), and

@@ -394,12 +394,26 @@ Status convert_matrices_to_q8(const ModelConfig& c, ModelWeights* w, std::vector
   return Status::ok();
 }
 
+// The file bytes of a packed matrix are read rarely from now on (a tied embedding's rows, a
+// variant's hash check, kernels without a packed path): their in-memory copy goes back and those
+// reads come from the page cache, so a packed model holds its matrices once (also while loading:
+// each is released as soon as it is packed).
+void release_source(const ops::Weight& m, const std::vector<std::shared_ptr<MappedFile>>& files) {
+  const size_t n = static_cast<size_t>(m.rows * row_bytes(m.dtype, m.cols));
+  for (const auto& f : files) {
+    if (m.data >= f->data() && m.data + n <= f->data() + f->size()) {
+      f->release(m.data, n);
+      return;
+    }
+  }
+}
+
 // Every matrix the layer loop multiplies by, repacked for matmul where it has a layout for it
 // (ops::pack_weight). The embedding table keeps only its rows (the tied lm_head, a copy of its
 // view, gets the packed bytes).
 // All of them in one huge-page buffer (decode streams it); without the memory the kernels read
-// the row-major bytes.
-std::unique_ptr<HugePages> pack_matrices(ModelWeights* w) {
+// the row-major bytes. Each matrix's source bytes are released once it is packed.
+std::unique_ptr<HugePages> pack_matrices(ModelWeights* w, const std::vector<std::shared_ptr<MappedFile>>& files) {
   std::vector<ops::Weight*> todo;
   auto consider = [&](ops::Weight* m) {
     if (m->data != nullptr && ops::packable(*m)) todo.push_back(m);
@@ -422,6 +436,7 @@ std::unique_ptr<HugePages> pack_matrices(ModelWeights* w) {
     ops::pack_weight(*m, mem->data() + off);
     m->packed = mem->data() + off;
     off += bytes(*m);
+    release_source(*m, files);
   }
   mem->make_read_only();
   return mem;
@@ -467,7 +482,7 @@ Result<std::unique_ptr<Model>> load_model(const std::string& path, const LoadOpt
   }
   std::vector<ops::OwnedWeight> converted;
   if (options.convert_to_q8) GB_RETURN_IF_ERROR(convert_matrices_to_q8(loaded.config, &weights, &converted));
-  std::unique_ptr<HugePages> packed = options.pack_weights ? pack_matrices(&weights) : nullptr;
+  std::unique_ptr<HugePages> packed = options.pack_weights ? pack_matrices(&weights, loaded.files) : nullptr;
   std::unique_ptr<Model> m(new Model(std::move(loaded.config), options));
   m->weights_ = std::move(weights);
   m->f32_store_ = std::move(store);

@@ -982,6 +982,13 @@ inline __m256i scales8_i8(const uint8_t* p) {
 inline __m256i scales8_u8(const uint8_t* p) {
   return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
 }
+// Two planes of the 8 rows' int8 scales at p (sub-blocks s, s + 1) as int16 pairs: lane j =
+// (scale_s of row j, scale_s+1 of row j), the form _mm256_madd_epi16 takes.
+inline __m256i scale_pairs8(const uint8_t* p) {
+  const __m128i planes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  const __m128i inter = _mm_shuffle_epi8(planes, _mm_setr_epi8(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15));
+  return _mm256_cvtepi8_epi16(inter);
+}
 
 template <DType D, int T>
 inline void rows8_packed_k(const KernelArgs& a, int64_t t0, int64_t r0) {
@@ -1038,13 +1045,19 @@ inline void rows8_packed_k(const KernelArgs& a, int64_t t0, int64_t r0) {
               _mm256_add_epi32(isum[t], _mm256_add_epi32(_mm256_mullo_epi32(lo[t], s0), _mm256_mullo_epi32(hi[t], s1)));
       }
       const __m256 dm = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 16)));
+      // The mins term Σ_s min_s·bsum32_s as int16 pair products (mins ≤ 63, |bsum32| ≤ 32·127).
+      __m256i mpairs[4];
+#pragma GCC unroll 8
+      for (int p = 0; p < 4; ++p) mpairs[p] = scale_pairs8(mnb + 16 * p);
 #pragma GCC unroll 8
       for (int t = 0; t < T; ++t) {
         const int32_t* b32 = a.kb32 + (t0 + t) * (cols / 32) + b * 8;
         __m256i msum = _mm256_setzero_si256();
 #pragma GCC unroll 8
-        for (int s = 0; s < 8; ++s)
-          msum = _mm256_add_epi32(msum, _mm256_mullo_epi32(scales8_u8(mnb + 8 * s), _mm256_set1_epi32(b32[s])));
+        for (int p = 0; p < 4; ++p) {
+          const uint32_t bs2 = (static_cast<uint32_t>(b32[2 * p]) & 0xffffu) | (static_cast<uint32_t>(b32[2 * p + 1]) << 16);
+          msum = _mm256_add_epi32(msum, _mm256_madd_epi16(mpairs[p], _mm256_set1_epi32(static_cast<int32_t>(bs2))));
+        }
         const __m256 dx = _mm256_set1_ps(a.kd[(t0 + t) * nb + b]);
         acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(dw, dx), _mm256_cvtepi32_ps(isum[t]), acc[t]);
         acc[t] = _mm256_fnmadd_ps(_mm256_mul_ps(dm, dx), _mm256_cvtepi32_ps(msum), acc[t]);
@@ -1082,21 +1095,32 @@ inline void rows8_packed_k(const KernelArgs& a, int64_t t0, int64_t r0) {
           }
 #pragma GCC unroll 8
           for (int g = 0; g < 4; ++g) {
-            const int s = 8 * h + 2 * g + qq;
-            const __m256i sc = scales8_i8(blk + 16 + 8 * s);
+            const __m256i sc = scales8_i8(blk + 16 + 8 * (8 * h + 2 * g + qq));
 #pragma GCC unroll 8
-            for (int t = 0; t < T; ++t) {
-              const int32_t off = 32 * a.kb[(t0 + t) * (cols / 16) + b * 16 + s];  // the codes' -32
-              isum[t] =
-                  _mm256_add_epi32(isum[t], _mm256_mullo_epi32(_mm256_sub_epi32(s4[t][g], _mm256_set1_epi32(off)), sc));
-            }
+            for (int t = 0; t < T; ++t) isum[t] = _mm256_add_epi32(isum[t], _mm256_mullo_epi32(s4[t][g], sc));
           }
+        }
+      }
+      // The codes' −32: isum −= 32·Σ_s sc_s·bsum_s, as 8 int16 pair products (sub-blocks 2p, 2p + 1)
+      // per token. The same int32 as subtracting 32·bsum_s from each sub-block's sum.
+      __m256i off[T];
+#pragma GCC unroll 8
+      for (int t = 0; t < T; ++t) off[t] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+      for (int p = 0; p < 8; ++p) {
+        const __m256i pairs = scale_pairs8(blk + 16 + 16 * p);
+#pragma GCC unroll 8
+        for (int t = 0; t < T; ++t) {
+          int32_t bs2;
+          __builtin_memcpy(&bs2, a.kb + (t0 + t) * (cols / 16) + b * 16 + 2 * p, 4);
+          off[t] = _mm256_add_epi32(off[t], _mm256_madd_epi16(pairs, _mm256_set1_epi32(bs2)));
         }
       }
 #pragma GCC unroll 8
       for (int t = 0; t < T; ++t) {
         const __m256 dx = _mm256_set1_ps(a.kd[(t0 + t) * nb + b]);
-        acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(dw, dx), _mm256_cvtepi32_ps(isum[t]), acc[t]);
+        const __m256i sum = _mm256_sub_epi32(isum[t], _mm256_slli_epi32(off[t], 5));
+        acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(dw, dx), _mm256_cvtepi32_ps(sum), acc[t]);
       }
     }
   }
