@@ -1055,7 +1055,8 @@ inline void rows8_packed_k(const KernelArgs& a, int64_t t0, int64_t r0) {
         __m256i msum = _mm256_setzero_si256();
 #pragma GCC unroll 8
         for (int p = 0; p < 4; ++p) {
-          const uint32_t bs2 = (static_cast<uint32_t>(b32[2 * p]) & 0xffffu) | (static_cast<uint32_t>(b32[2 * p + 1]) << 16);
+          const uint32_t bs2 =
+              (static_cast<uint32_t>(b32[2 * p]) & 0xffffu) | (static_cast<uint32_t>(b32[2 * p + 1]) << 16);
           msum = _mm256_add_epi32(msum, _mm256_madd_epi16(mpairs[p], _mm256_set1_epi32(static_cast<int32_t>(bs2))));
         }
         const __m256 dx = _mm256_set1_ps(a.kd[(t0 + t) * nb + b]);
