@@ -982,8 +982,9 @@ inline __m256i scales8_i8(const uint8_t* p) {
 inline __m256i scales8_u8(const uint8_t* p) {
   return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
 }
-// Two planes of the 8 rows' int8 scales at p (sub-blocks s, s + 1) as int16 pairs: lane j =
-// (scale_s of row j, scale_s+1 of row j), the form _mm256_madd_epi16 takes.
+// Two planes of the 8 rows' 8-bit factors at p (sub-blocks s, s + 1) as int16 pairs: lane j =
+// (f_s of row j, f_s+1 of row j), the form _mm256_madd_epi16 takes. Sign-extended: Q6_K's int8
+// scales, and Q4_K's uint8 mins (≤ 63, so the sign bit is clear).
 inline __m256i scale_pairs8(const uint8_t* p) {
   const __m128i planes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
   const __m128i inter = _mm_shuffle_epi8(planes, _mm_setr_epi8(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15));
