@@ -2,6 +2,7 @@
 // pre-norm blocks x += mixer(norm(x)); x += mlp(norm(x)), where the token mixer is either a Gated
 // DeltaNet (linear attention with a recurrent state per sequence) or gated full attention over
 // the paged KV cache (q_proj also yields a per-head sigmoid gate; q/k RMSNorm; partial rotary).
+#include <algorithm>
 #include <cmath>
 
 #include "model/arch.h"
@@ -78,13 +79,18 @@ void gated_delta_net(const ModelConfig& c, const LayerWeights& L, int32_t il, Ac
       g[h] = L.lin_a_neg[h] * ops::softplus(g[h] + L.lin_dt_bias[h]);
     }
   }
-  // Causal conv over each sequence's tokens, continuing from its window.
-  parallel_for(pool, n_seqs, n * conv_dim * kernel, [&](int64_t b, int64_t e, int) {
-    for (int64_t s = b; s < e; ++s) {
-      const int64_t first = a.seq_first[s], count = a.seq_count[s];
+  // Causal conv over each sequence's tokens, continuing from its window; one work item per
+  // (sequence, block of channels), so that a single prefill uses every thread.
+  constexpr int64_t kConvBlock = 256;
+  const int64_t conv_blocks = (conv_dim + kConvBlock - 1) / kConvBlock;
+  parallel_for(pool, n_seqs * conv_blocks, n * conv_dim * kernel, [&](int64_t b, int64_t e, int) {
+    for (int64_t item = b; item < e; ++item) {
+      const int64_t s = item / conv_blocks, c0 = item % conv_blocks * kConvBlock;
+      const int64_t first = a.seq_first[s], count = a.seq_count[s], width = std::min(kConvBlock, conv_dim - c0);
       if (count == 0) continue;
-      ops::causal_conv1d_silu(a.lin_qkv.data() + first * conv_dim, count, conv_dim, L.lin_conv, kernel,
-                              cache.conv_state(il, batch.seqs[s].state_slot), a.lin_conv.data() + first * conv_dim);
+      ops::causal_conv1d_silu(a.lin_qkv.data() + first * conv_dim + c0, count, width, conv_dim,
+                              L.lin_conv + c0 * kernel, kernel, cache.conv_state(il, batch.seqs[s].state_slot) + c0,
+                              a.lin_conv.data() + first * conv_dim + c0);
     }
   });
   // q and k heads (the first 2·nk·dk channels of each row) L2-normalised in place.

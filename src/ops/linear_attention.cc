@@ -1,6 +1,7 @@
 // Gated DeltaNet ops: the references, the small ops, and run-time dispatch of the loops in
-// linear_attention_inl.h (portable here, AVX2 + FMA in linear_attention_avx2.cc). The delta-rule
-// loops run over dv contiguously; the state of one head (dk·dv floats, 64 KiB for 128×128) stays in L2.
+// linear_attention_inl.h (portable here, AVX2 + FMA in linear_attention_avx2.cc, AVX-512 in
+// linear_attention_avx512.cc). The delta-rule loops run over dv contiguously; the state of one
+// head (dk·dv floats, 64 KiB for 128×128) stays in L2.
 #include "ops/linear_attention.h"
 
 #include <algorithm>
@@ -23,40 +24,45 @@ namespace portable {
 }  // namespace portable
 
 #if defined(__x86_64__)
+// The ISA copies (linear_attention_avx2.cc, linear_attention_avx512.cc) declare the same three loops.
+#define GB_DELTA_LOOPS                                                                                                 \
+  void causal_conv1d_silu(const float* x, int64_t n, int64_t channels, int64_t stride, const float* w, int64_t kernel, \
+                          float* state, float* out);                                                                   \
+  void gated_delta_recurrent(const DeltaHead& h, int64_t n, int64_t dk, int64_t dv, float* state);                     \
+  void gated_delta_chunked(const DeltaHead& h, int64_t n, int64_t dk, int64_t dv, float* state, int64_t chunk,         \
+                           float* scratch);
 namespace avx2 {
-void causal_conv1d_silu(const float* x, int64_t n, int64_t channels, const float* w, int64_t kernel, float* state,
-                        float* out);
-void gated_delta_recurrent(const DeltaHead& h, int64_t n, int64_t dk, int64_t dv, float* state);
-void gated_delta_chunked(const DeltaHead& h, int64_t n, int64_t dk, int64_t dv, float* state, int64_t chunk,
-                         float* scratch);
+GB_DELTA_LOOPS
 }  // namespace avx2
+namespace avx512 {
+GB_DELTA_LOOPS
+}  // namespace avx512
+#undef GB_DELTA_LOOPS
+#endif
+
+#if defined(__x86_64__)
+#define GB_BY_ISA(fn) (active_isa() >= Isa::kAvx512 ? avx512::fn : active_isa() >= Isa::kAvx2 ? avx2::fn : portable::fn)
+#else
+#define GB_BY_ISA(fn) portable::fn
 #endif
 
 float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
 
-// Run-time dispatch: the AVX2 + FMA copies where the CPU has them (linear_attention_avx2.cc).
-void causal_conv1d_silu(const float* x, int64_t n, int64_t channels, const float* w, int64_t kernel, float* state,
-                        float* out) {
-#if defined(__x86_64__)
-  if (active_isa() >= Isa::kAvx2) return avx2::causal_conv1d_silu(x, n, channels, w, kernel, state, out);
-#endif
-  portable::causal_conv1d_silu(x, n, channels, w, kernel, state, out);
+// Run-time dispatch: the widest copy the CPU runs.
+void causal_conv1d_silu(const float* x, int64_t n, int64_t channels, int64_t stride, const float* w, int64_t kernel,
+                        float* state, float* out) {
+  GB_BY_ISA(causal_conv1d_silu)(x, n, channels, stride, w, kernel, state, out);
 }
 
 void gated_delta_recurrent(const DeltaHead& h, int64_t n, int64_t dk, int64_t dv, float* state) {
-#if defined(__x86_64__)
-  if (active_isa() >= Isa::kAvx2) return avx2::gated_delta_recurrent(h, n, dk, dv, state);
-#endif
-  portable::gated_delta_recurrent(h, n, dk, dv, state);
+  GB_BY_ISA(gated_delta_recurrent)(h, n, dk, dv, state);
 }
 
 void gated_delta_chunked(const DeltaHead& h, int64_t n, int64_t dk, int64_t dv, float* state, int64_t chunk,
                          float* scratch) {
-#if defined(__x86_64__)
-  if (active_isa() >= Isa::kAvx2) return avx2::gated_delta_chunked(h, n, dk, dv, state, chunk, scratch);
-#endif
-  portable::gated_delta_chunked(h, n, dk, dv, state, chunk, scratch);
+  GB_BY_ISA(gated_delta_chunked)(h, n, dk, dv, state, chunk, scratch);
 }
+#undef GB_BY_ISA
 
 void causal_conv1d_silu_ref(const float* x, int64_t n, int64_t channels, const float* w, int64_t kernel, float* state,
                             float* out) {
@@ -85,7 +91,8 @@ void l2_norm(float* x, int64_t n, int64_t width, float eps) {
 }
 
 size_t gated_delta_chunk_scratch(int64_t chunk, int64_t dv) {
-  return static_cast<size_t>(2 * chunk * chunk + 3 * chunk + chunk * dv);
+  // A and B [chunk²] each, G and Wd [chunk] each, U [chunk, dv], coef [kDeltaRowGroup, chunk].
+  return static_cast<size_t>(2 * chunk * chunk + (2 + kDeltaRowGroup) * chunk + chunk * dv);
 }
 
 void gated_delta_ref(const DeltaHead& h, int64_t n, int64_t dk, int64_t dv, float* state) {

@@ -12,12 +12,14 @@ namespace gb::ops {
 // One sequence's causal depthwise conv over time followed by SiLU, for n consecutive tokens:
 //   out[t, c] = silu(Σ_j w[c, j] · in(t - (kernel-1) + j, c)),  in(τ) = x[τ, c] for τ >= 0,
 //   state[kernel-1 + τ, c] for τ < 0 (the inputs of the sequence's previous tokens; zeros at the start).
-// Afterwards state holds the last kernel-1 inputs. x[n, channels] f32 (row stride `channels`),
-// w[channels, kernel] f32, state[kernel-1, channels] f32 in/out, out[n, channels] f32 (not aliasing x).
-void causal_conv1d_silu(const float* x, int64_t n, int64_t channels, const float* w, int64_t kernel, float* state,
-                        float* out);
+// Afterwards state holds the last kernel-1 inputs. x[n, channels] f32, w[channels, kernel] f32,
+// state[kernel-1, channels] f32 in/out, out[n, channels] f32 (not aliasing x); the rows of x, state
+// and out are `stride` floats apart (>= channels), so a range of channels is one call on offset
+// pointers (channels are independent: the engine splits them over threads).
+void causal_conv1d_silu(const float* x, int64_t n, int64_t channels, int64_t stride, const float* w, int64_t kernel,
+                        float* state, float* out);
 
-// Double-precision reference of causal_conv1d_silu (same in/out contract).
+// Double-precision reference of causal_conv1d_silu (rows `channels` apart).
 void causal_conv1d_silu_ref(const float* x, int64_t n, int64_t channels, const float* w, int64_t kernel, float* state,
                             float* out);
 
@@ -57,6 +59,8 @@ void gated_delta_recurrent(const DeltaHead& h, int64_t n, int64_t dk, int64_t dv
 void gated_delta_chunked(const DeltaHead& h, int64_t n, int64_t dk, int64_t dv, float* state, int64_t chunk,
                          float* scratch);
 size_t gated_delta_chunk_scratch(int64_t chunk, int64_t dv);
+// State rows updated together at a chunk's end (their coefficients share the scratch).
+inline constexpr int kDeltaRowGroup = 4;
 
 // Double-precision scalar recurrence (state read and written as f32) for tests.
 void gated_delta_ref(const DeltaHead& h, int64_t n, int64_t dk, int64_t dv, float* state);

@@ -64,7 +64,9 @@ TEST_P(GatedDeltaIsa, ChunkedEqualsRecurrentAndReference) {
     int64_t dk, dv, chunk;
   };
   double worst_chunked = 0, worst_rec = 0;
-  for (Shape s : {Shape{16, 24, 8}, Shape{16, 16, 64}, Shape{128, 128, 64}}) {
+  // dk 13 and dv 75 leave tails at every register tile (4-row groups, vectors of 8 and 16, strips
+  // of four vectors); 128 × 128 is Qwen3.5's head.
+  for (Shape s : {Shape{16, 24, 8}, Shape{16, 16, 64}, Shape{13, 75, 8}, Shape{36, 40, 16}, Shape{128, 128, 64}}) {
     for (int64_t n : {1, 5, 8, 9, 16, 33, 64, 65, 130}) {
       if (s.dk == 128 && n > 65) continue;  // keeps the double reference quick
       SCOPED_TRACE("dk " + std::to_string(s.dk) + " dv " + std::to_string(s.dv) + " chunk " + std::to_string(s.chunk) +
@@ -113,7 +115,7 @@ TEST_P(GatedDeltaIsa, CausalConv1dMatchesReferenceAndCarriesTheWindow) {
     // Split 1 + 2 + 8 tokens: the window crosses calls shorter than the kernel.
     int64_t done = 0;
     for (int64_t len : {1, 2, 8}) {
-      causal_conv1d_silu(x.data() + done * channels, len, channels, w.data(), kernel, st.data(),
+      causal_conv1d_silu(x.data() + done * channels, len, channels, channels, w.data(), kernel, st.data(),
                          got.data() + done * channels);
       done += len;
     }
@@ -122,7 +124,26 @@ TEST_P(GatedDeltaIsa, CausalConv1dMatchesReferenceAndCarriesTheWindow) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(AllIsas, GatedDeltaIsa, ::testing::Values(Isa::kScalar, Isa::kAvx2),
+// Channels in blocks (offset pointers, rows `stride` apart, as the engine splits them over threads)
+// give the same outputs and window as one call over all channels.
+TEST_P(GatedDeltaIsa, CausalConv1dChannelBlocksEqualOneCall) {
+  const int64_t n = 7, channels = 45, kernel = 4, hist = kernel - 1;
+  const auto x = random_vec(n * channels, 8);
+  const auto w = random_vec(channels * kernel, 9, 0.5f);
+  const auto st0 = random_vec(hist * channels, 10);
+  auto st_one = st0, st_blk = st0;
+  std::vector<float> one(n * channels), blk(n * channels, -1.0f);
+  causal_conv1d_silu(x.data(), n, channels, channels, w.data(), kernel, st_one.data(), one.data());
+  for (int64_t c0 = 0; c0 < channels; c0 += 16) {
+    const int64_t width = std::min<int64_t>(16, channels - c0);
+    causal_conv1d_silu(x.data() + c0, n, width, channels, w.data() + c0 * kernel, kernel, st_blk.data() + c0,
+                       blk.data() + c0);
+  }
+  EXPECT_EQ(blk, one);
+  EXPECT_EQ(st_blk, st_one);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllIsas, GatedDeltaIsa, ::testing::Values(Isa::kScalar, Isa::kAvx2, Isa::kAvx512),
                          [](const auto& info) { return std::string(isa_name(info.param)); });
 
 TEST(GatedRmsNorm, MatchesReference) {
