@@ -26,27 +26,6 @@ inline float dot8(const float* a, const float* b, int64_t n) {
   return sum;
 }
 
-void causal_conv1d_silu(const float* x, int64_t n, int64_t channels, int64_t stride, const float* w, int64_t kernel,
-                        float* state, float* out) {
-  const int64_t hist = kernel - 1;
-  for (int64_t t = 0; t < n; ++t) {
-    float* o = out + t * stride;
-    for (int64_t c = 0; c < channels; ++c) o[c] = 0.0f;
-    for (int64_t j = 0; j < kernel; ++j) {
-      const int64_t tau = t - hist + j;
-      const float* in = tau >= 0 ? x + tau * stride : state + (hist + tau) * stride;
-      for (int64_t c = 0; c < channels; ++c) o[c] += w[c * kernel + j] * in[c];
-    }
-    for (int64_t c = 0; c < channels; ++c) o[c] = o[c] / (1.0f + __builtin_expf(-o[c]));
-  }
-  // New window: the last kernel-1 inputs. Row j reads old row n + j > j, so ascending j is safe.
-  for (int64_t j = 0; j < hist; ++j) {
-    const int64_t tau = n - hist + j;
-    const float* src = tau >= 0 ? x + tau * stride : state + (hist + tau) * stride;
-    for (int64_t c = 0; c < channels; ++c) state[j * stride + c] = src[c];
-  }
-}
-
 // Vector width and the tokens per state read of this copy (defaults: the portable copy, 16-byte
 // vectors as SSE2 and NEON have; wider ones it would lower to scalar code).
 #ifndef GB_DELTA_VEC
@@ -75,6 +54,79 @@ inline float hsum(const Vec& v) {
   GB_UNROLL
   for (int i = 0; i < kVec; ++i) s += l[i];
   return s;
+}
+
+// e^x per lane (Cephes expf: x = k·ln 2 + r, |r| <= ln 2 / 2, a degree-7 polynomial for e^r, 2^k
+// from the exponent bits), within 2 ulp of expf on [−87.3, 88.3]; x is clamped to that range.
+typedef int32_t IVec __attribute__((vector_size(sizeof(Vec))));
+inline void vexp(Vec& y, const Vec& x) {
+  Vec v = x < 88.3762626647949f ? x : Vec{} + 88.3762626647949f;
+  v = v > -87.3365478515625f ? v : Vec{} - 87.3365478515625f;
+  const float magic = 12582912.0f;  // 1.5·2^23: adding it rounds to an integer
+  Vec kf = (v * 1.44269504088896341f + magic) - magic;
+  const Vec r = (v - kf * 0.693359375f) - kf * -2.12194440e-4f;
+  Vec p = 1.9875691500e-4f + Vec{};
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * (r * r) + r + 1.0f;
+  const IVec bits = (__builtin_convertvector(kf, IVec) + 127) << 23;
+  Vec scale;
+  __builtin_memcpy(&scale, &bits, sizeof scale);
+  y = p * scale;
+}
+
+// kVec channels [c0, c0 + kVec) of a kernel-K conv: the K taps in registers, SiLU per lane.
+template <int K>
+inline void conv_channels(const float* x, int64_t n, int64_t c0, int64_t stride, const float* w, const float* state,
+                          float* out) {
+  Vec taps[K], in, acc, e;
+  float lane[kVec];
+  GB_UNROLL
+  for (int j = 0; j < K; ++j) {
+    for (int l = 0; l < kVec; ++l) lane[l] = w[(c0 + l) * K + j];
+    vload(taps[j], lane);
+  }
+  for (int64_t t = 0; t < n; ++t) {
+    acc = Vec{};
+    GB_UNROLL
+    for (int j = 0; j < K; ++j) {
+      const int64_t tau = t - (K - 1) + j;
+      vload(in, (tau >= 0 ? x + tau * stride : state + (K - 1 + tau) * stride) + c0);
+      acc += taps[j] * in;
+    }
+    vexp(e, -acc);
+    vstore(out + t * stride + c0, acc / (1.0f + e));
+  }
+}
+
+// Kernel 4 (Qwen3.5's) a vector of channels at a time; other kernels and the last channels lane
+// by lane. Per channel the taps are summed in order either way.
+void causal_conv1d_silu(const float* x, int64_t n, int64_t channels, int64_t stride, const float* w, int64_t kernel,
+                        float* state, float* out) {
+  const int64_t hist = kernel - 1;
+  int64_t c0 = 0;
+  if (kernel == 4) {
+    for (; c0 + kVec <= channels; c0 += kVec) conv_channels<4>(x, n, c0, stride, w, state, out);
+  }
+  for (int64_t t = 0; t < n; ++t) {
+    float* o = out + t * stride;
+    for (int64_t c = c0; c < channels; ++c) o[c] = 0.0f;
+    for (int64_t j = 0; j < kernel; ++j) {
+      const int64_t tau = t - hist + j;
+      const float* in = tau >= 0 ? x + tau * stride : state + (hist + tau) * stride;
+      for (int64_t c = c0; c < channels; ++c) o[c] += w[c * kernel + j] * in[c];
+    }
+    for (int64_t c = c0; c < channels; ++c) o[c] = o[c] / (1.0f + __builtin_expf(-o[c]));
+  }
+  // New window: the last kernel-1 inputs. Row j reads old row n + j > j, so ascending j is safe.
+  for (int64_t j = 0; j < hist; ++j) {
+    const int64_t tau = n - hist + j;
+    const float* src = tau >= 0 ? x + tau * stride : state + (hist + tau) * stride;
+    for (int64_t c = 0; c < channels; ++c) state[j * stride + c] = src[c];
+  }
 }
 
 // One token of the recurrence on the state columns [j, j + NV·kVec): pass 1 reads the strip for
