@@ -2,29 +2,16 @@
 // compiled per ISA: linear_attention.cc includes this file inside its portable namespace,
 // linear_attention_avx2.cc inside gb::ops::avx2 with -mavx2 -mfma, linear_attention_avx512.cc
 // inside gb::ops::avx512 with AVX-512, each with its vector width (GB_DELTA_VEC) and tokens per
-// // state read (GB_DELTA_TOKENS), so each gets its own copies. The delta rule's products are
+// state read (GB_DELTA_TOKENS), so each gets its own copies. The delta rule's products are
 // register tiles of GCC/Clang vector types (Vec: kVec floats in the copy's vector registers; the
 // tile loops unrolled completely): accumulators the compiler otherwise kept in memory (measured:
 // loads and stores around every FMA), and enough independent FMA chains to hide the latency.
 // Nothing here may instantiate a std template or call a shared inline function (the linker could
-// merge an AVX2 copy into baseline code), hence dot8 and the __builtin math; Vec is passed by
+// merge an AVX2 copy into baseline code), hence the __builtin math and vexp; Vec is passed by
 // reference only (by value it changes the ABI between the copies, -Wpsabi). A CPU's results do not
 // depend on the batch or the thread count; between ISA levels they differ in the last bits (FMA
 // contraction, the lanes of the k·k and q·k sums), within the tolerances the tests state.
 // No include guard on purpose.
-
-// a·b with eight independent partial sums (the same order at every ISA: vectorisable without
-// -ffast-math).
-inline float dot8(const float* a, const float* b, int64_t n) {
-  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    for (int l = 0; l < 8; ++l) acc[l] += a[i + l] * b[i + l];
-  }
-  float sum = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-  for (; i < n; ++i) sum += a[i] * b[i];
-  return sum;
-}
 
 // Vector width and the tokens per state read of this copy (defaults: the portable copy, 16-byte
 // vectors as SSE2 and NEON have; wider ones it would lower to scalar code).
@@ -57,7 +44,8 @@ inline float hsum(const Vec& v) {
 }
 
 // e^x per lane (Cephes expf: x = k·ln 2 + r, |r| <= ln 2 / 2, a degree-7 polynomial for e^r, 2^k
-// from the exponent bits), within 2 ulp of expf on [−87.3, 88.3]; x is clamped to that range.
+// from the exponent bits); x is clamped to [−87.3, 88.3]. Measured against exp in double over
+// that range (3·10⁶ points): at most 1.01 ulp with FMA contraction, 0.97 without.
 typedef int32_t IVec __attribute__((vector_size(sizeof(Vec))));
 inline void vexp(Vec& y, const Vec& x) {
   Vec v = x < 88.3762626647949f ? x : Vec{} + 88.3762626647949f;
