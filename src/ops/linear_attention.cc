@@ -5,7 +5,6 @@
 #include "ops/linear_attention.h"
 
 #include <algorithm>
-#include <cassert>
 #include <cmath>
 #include <vector>
 

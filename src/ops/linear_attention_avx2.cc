@@ -1,8 +1,7 @@
 // AVX2 + FMA copies of the Gated DeltaNet loops (linear_attention_inl.h): 8-float vectors and two
-// tokens per pass over the state, compiled with -mavx2 -mfma (see src/ops/CMakeLists.txt) and reached through
-// linear_attention.cc's dispatch.
+// tokens per pass over the state, compiled with -mavx2 -mfma (see src/ops/CMakeLists.txt) and
+// reached through linear_attention.cc's dispatch.
 #if defined(__x86_64__)
-#include <cassert>
 #include <cstdint>
 
 #include "ops/linear_attention.h"

@@ -2,7 +2,6 @@
 // tokens per pass over the state, compiled with -mavx512f (see src/ops/CMakeLists.txt) and
 // reached through linear_attention.cc's dispatch.
 #if defined(__x86_64__)
-#include <cassert>
 #include <cstdint>
 
 #include "ops/linear_attention.h"

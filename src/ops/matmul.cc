@@ -203,11 +203,12 @@ constexpr int64_t kDequantRows = 16;
 // Several tokens: about 8 units per thread so that a late thread costs little, at most 256 rows
 // so that a chunk's weights stay in L2 while all tokens pass over them. Decode-shaped calls (at
 // most 4 tokens: each weight byte streamed from memory once): 2 units per thread, long runs of
-// contiguous rows per thread. Measured on Zen 5 (n = 1, 2 threads, `bench_ops_matmul --variant 8
-// --read`), 2 against 8 units per thread: Q4_K / Q6_K down (1024 × 3072) 78–91% → 93–100% of the
-// read bandwidth, qkv (1024 × 1024) 50–92% → 95–113%; Qwen3-0.6B decode +3–11% for q4_0, q4_k_m
-// and q8_0 on a loaded host. (Prefetching the next chunk's first rows instead did not help; at
-// n = 16 the unit count made no difference.)
+// contiguous rows per thread (a late thread then costs up to a quarter of the matrix). Measured
+// on Zen 5 (n = 1, 2 threads, `bench_ops_matmul --variant 8 --read`), 2 against 8 units per
+// thread: Q4_K / Q6_K down (1024 × 3072) 78–91% → 89–100% of the read bandwidth, qkv (1024 ×
+// 1024) 50–92% → 94–113%; Qwen3-0.6B decode +4–8% (median per pair, q4_0, q4_k_m, q8_0, bf16)
+// on a loaded host (PERFORMANCE.md, fifth pass). Prefetching the next chunk's first rows instead
+// did not help; at n = 16 the unit count made no difference.
 int64_t row_chunk(int64_t rows, int64_t n, int n_threads) {
   const int64_t units = n <= 4 ? 2 : 8;
   int64_t c = rows / (static_cast<int64_t>(n_threads) * units);
