@@ -5,7 +5,12 @@
 
 namespace gb::ops {
 
-// out[n] = silu(gate[n]) · up[n], silu(x) = x / (1 + e^-x) (as ggml computes it). out may alias gate.
+// out[n] = e^x[n] through the vector exp of ops/vexp_inl.h (≤ 1.01 ulp; x clamped to [−87.3,
+// 88.3], NaN stays NaN). out may alias x.
+void exp_n(const float* x, int64_t n, float* out);
+
+// out[n] = silu(gate[n]) · up[n], silu(x) = x / (1 + e^-x) (as ggml computes it), e^-x as exp_n.
+// out may alias gate.
 void silu_mul(const float* gate, const float* up, int64_t n, float* out);
 
 // Scalar double-precision reference for tests.

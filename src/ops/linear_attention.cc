@@ -8,15 +8,10 @@
 #include <cmath>
 #include <vector>
 
+#include "ops/activation.h"
 #include "ops/cpu_features.h"
 
 namespace gb::ops {
-
-namespace {
-
-inline float silu(float x) { return x / (1.0f + std::exp(-x)); }
-
-}  // namespace
 
 namespace portable {
 #include "ops/linear_attention_inl.h"
@@ -129,7 +124,18 @@ void gated_rms_norm(const float* x, const float* z, const float* w, int64_t n, i
     double sum = 0;
     for (int64_t i = 0; i < width; ++i) sum += static_cast<double>(xr[i] * xr[i]);
     const float scale = 1.0f / std::sqrt(static_cast<float>(sum / static_cast<double>(width)) + eps);
-    for (int64_t i = 0; i < width; ++i) yr[i] = (xr[i] * scale) * w[i] * silu(zr[i]);
+    // silu(z) = z / (1 + e^-z), e^-z through exp_n a slice at a time.
+    constexpr int64_t kSlice = 64;
+    float e[kSlice];
+    for (int64_t i0 = 0; i0 < width; i0 += kSlice) {
+      const int64_t m = std::min(kSlice, width - i0);
+      for (int64_t j = 0; j < m; ++j) e[j] = -zr[i0 + j];
+      exp_n(e, m, e);
+      for (int64_t j = 0; j < m; ++j) {
+        const int64_t i = i0 + j;
+        yr[i] = (xr[i] * scale) * w[i] * (zr[i] / (1.0f + e[j]));
+      }
+    }
   }
 }
 
@@ -147,7 +153,14 @@ void gated_rms_norm_ref(const float* x, const float* z, const float* w, int64_t 
 }
 
 void sigmoid_mul(float* x, const float* gate, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) x[i] *= 1.0f / (1.0f + std::exp(-gate[i]));
+  constexpr int64_t kSlice = 64;
+  float e[kSlice];
+  for (int64_t i0 = 0; i0 < n; i0 += kSlice) {
+    const int64_t m = std::min(kSlice, n - i0);
+    for (int64_t j = 0; j < m; ++j) e[j] = -gate[i0 + j];
+    exp_n(e, m, e);
+    for (int64_t j = 0; j < m; ++j) x[i0 + j] *= 1.0f / (1.0f + e[j]);
+  }
 }
 
 }  // namespace gb::ops

@@ -1,7 +1,9 @@
 // SwiGLU activation and the elementwise adds against plain scalar double-precision references, on odd sizes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -31,6 +33,48 @@ TEST(SiluMul, MatchesReference) {
   EXPECT_EQ(x, (std::vector<float>{1.5f, 1, 5}));
   add_inplace(x.data(), b.data(), 3);
   EXPECT_EQ(x, (std::vector<float>{2, 0, 7}));
+}
+
+TEST(ExpN, WithinOneUlpOfExpInDoubleOverTheWholeRange) {
+  // Every 1/64 from -87 to 88 plus random points: the result's error in units of its last place.
+  std::vector<float> x;
+  for (float v = -87.0f; v <= 88.0f; v += 1.0f / 64) x.push_back(v);
+  for (float v : random_vec(10001, 3, 30.0f)) {
+    if (v > -87.0f && v < 88.0f) x.push_back(v);
+  }
+  std::vector<float> got(x.size());
+  exp_n(x.data(), static_cast<int64_t>(x.size()), got.data());
+  double worst = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double want = std::exp(static_cast<double>(x[i]));
+    int e;
+    std::frexp(want, &e);
+    const double ulp = std::ldexp(1.0, e - 24);
+    worst = std::max(worst, std::fabs(got[i] - want) / ulp);
+  }
+  EXPECT_LE(worst, 1.05);
+  // Out of range: clamped, NaN kept; a tail element equals the same value inside a full vector.
+  std::vector<float> edge = {-1000.0f, 1000.0f, std::numeric_limits<float>::quiet_NaN(), 0.0f, 1.5f};
+  std::vector<float> e(edge.size());
+  exp_n(edge.data(), 5, e.data());
+  EXPECT_GT(e[0], 0.0f);
+  EXPECT_LT(e[0], 1.2e-38f);
+  EXPECT_GT(e[1], 1e38f);
+  EXPECT_TRUE(std::isnan(e[2]));
+  EXPECT_EQ(e[3], 1.0f);
+  float one;
+  exp_n(&edge[4], 1, &one);
+  EXPECT_EQ(one, e[4]);
+}
+
+TEST(SiluMul, AnElementDoesNotDependOnTheLengthOrSplit) {
+  const int64_t n = 37;
+  const auto g = random_vec(n, 4, 6.0f), u = random_vec(n, 5);
+  std::vector<float> whole(n), parts(n);
+  silu_mul(g.data(), u.data(), n, whole.data());
+  for (int64_t b = 0; b < n; b += 5)
+    silu_mul(g.data() + b, u.data() + b, std::min<int64_t>(5, n - b), parts.data() + b);
+  EXPECT_EQ(whole, parts);
 }
 
 }  // namespace
