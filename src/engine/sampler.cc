@@ -1,6 +1,7 @@
 #include "engine/sampler.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 
@@ -29,27 +30,123 @@ Status SamplingParams::validate(int32_t vocab_size) const {
   return Status::ok();
 }
 
-void log_softmax(std::span<const float> logits, std::span<float> out) {
-  float mx = -std::numeric_limits<float>::infinity();
-  for (float v : logits) mx = std::max(mx, v);
+namespace {
+
+// The vector passes over a vocabulary row: baseline vectors (SSE2 / NEON), four per block.
+typedef float Vec __attribute__((vector_size(16)));
+typedef int32_t IMask __attribute__((vector_size(16)));
+#include "ops/vexp_inl.h"
+constexpr size_t kLanes = sizeof(Vec) / sizeof(float);
+constexpr size_t kBlock = 4 * kLanes;  // floats per step of a filtered scan
+constexpr size_t kSumBlock = 1024;     // floats per partial sum of a draw over the whole row
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+inline Vec load(const float* p) {
+  Vec v;
+  __builtin_memcpy(&v, p, sizeof v);
+  return v;
+}
+
+// Σ e^(v[i]·scale − m) over [0, n), with the terms into terms[] when given. A term is 0 where
+// v[i]·scale − m is below −87 (e^−87 is 1.6·10⁻³⁸ of the largest term), NaN or −inf. Float lane
+// sums over kSumBlock terms at a time (64 terms ≤ 1 per lane) are added in double. The result
+// depends on the values and n only: a seeded draw repeats whatever the batch or the threads.
+double exp_sum(const float* v, size_t n, float scale, float m, float* terms) {
+  auto term = [&](const Vec& x) {
+    const Vec d = x * scale - m;
+    Vec e;
+    vexp(e, d);
+    return d >= -87.0f ? e : Vec{};
+  };
   double sum = 0;
-  for (float v : logits) sum += std::exp(static_cast<double>(v) - mx);
-  const float lse = mx + static_cast<float>(std::log(sum));
+  for (size_t b = 0; b < n; b += kSumBlock) {
+    const size_t end = std::min(n, b + kSumBlock);
+    Vec acc[4] = {};
+    size_t i = b;
+    for (; i + kBlock <= end; i += kBlock) {
+      for (size_t j = 0; j < 4; ++j) {
+        const Vec e = term(load(v + i + j * kLanes));
+        acc[j] += e;
+        if (terms != nullptr) __builtin_memcpy(terms + i + j * kLanes, &e, sizeof e);
+      }
+    }
+    for (; i < end; i += kLanes) {  // the tail through the same lanes (missing ones −inf: term 0)
+      float lane[kLanes];
+      for (size_t j = 0; j < kLanes; ++j) lane[j] = i + j < end ? v[i + j] : kNegInf;
+      const Vec e = term(load(lane));
+      acc[0] += e;
+      if (terms != nullptr) {
+        __builtin_memcpy(lane, &e, sizeof e);
+        for (size_t j = 0; j < kLanes && i + j < end; ++j) terms[i + j] = lane[j];
+      }
+    }
+    for (const Vec& a : acc) {
+      for (size_t l = 0; l < kLanes; ++l) sum += a[l];
+    }
+  }
+  return sum;
+}
+
+// Calls on(i, v[i]·scale) for every i with v[i]·scale > threshold(), in index order; threshold()
+// may rise as on() runs. Blocks with no element above it are skipped with vector compares.
+template <class Threshold, class On>
+void for_each_above(const float* v, size_t n, float scale, Threshold&& threshold, On&& on) {
+  size_t i = 0;
+  for (; i + kBlock <= n; i += kBlock) {
+    const float t = threshold();
+    const IMask hit = (load(v + i) * scale > t) | (load(v + i + kLanes) * scale > t) |
+                      (load(v + i + 2 * kLanes) * scale > t) | (load(v + i + 3 * kLanes) * scale > t);
+    if ((hit[0] | hit[1] | hit[2] | hit[3]) == 0) continue;
+    for (size_t j = i; j < i + kBlock; ++j) {
+      const float s = v[j] * scale;
+      if (s > threshold()) on(j, s);
+    }
+  }
+  for (; i < n; ++i) {
+    const float s = v[i] * scale;
+    if (s > threshold()) on(i, s);
+  }
+}
+
+// (value, id) most likely first: the higher value, then the lower id.
+bool by_value(const std::pair<float, int32_t>& a, const std::pair<float, int32_t>& b) {
+  return a.first > b.first || (a.first == b.first && a.second < b.second);
+}
+
+// The k largest (v[i]·scale, i) by by_value, sorted, into out; NaN and −inf never enter. A heap
+// of the k best so far: past the first few thousand elements few beat its worst, and those that
+// cannot are skipped a block at a time. Later ids lose ties, so entering needs strictly more.
+void select_top(const float* v, size_t n, float scale, size_t k, std::vector<std::pair<float, int32_t>>* out) {
+  out->clear();
+  if (k == 0) return;
+  auto threshold = [&] { return out->size() < k ? kNegInf : out->front().first; };
+  for_each_above(v, n, scale, threshold, [&](size_t i, float s) {
+    if (out->size() == k) {
+      std::pop_heap(out->begin(), out->end(), by_value);  // the worst to the back
+      out->back() = {s, static_cast<int32_t>(i)};
+    } else {
+      out->emplace_back(s, static_cast<int32_t>(i));
+    }
+    std::push_heap(out->begin(), out->end(), by_value);
+  });
+  std::sort_heap(out->begin(), out->end(), by_value);
+}
+
+}  // namespace
+
+void log_softmax(std::span<const float> logits, std::span<float> out) {
+  const float mx = ops::max_value(logits);
+  const float lse = mx + static_cast<float>(std::log(exp_sum(logits.data(), logits.size(), 1.0f, mx, nullptr)));
   for (size_t i = 0; i < logits.size(); ++i) out[i] = logits[i] - lse;
 }
 
 void top_logprobs(std::span<const float> logprobs, int32_t k, std::vector<TokenLogprob>* top) {
-  const int32_t vocab = static_cast<int32_t>(logprobs.size());
-  k = std::min(k, vocab);
+  thread_local std::vector<std::pair<float, int32_t>> best;
   top->clear();
-  top->reserve(k + 1);
-  for (int32_t i = 0; i < vocab && k > 0; ++i) {
-    const float lp = logprobs[i];
-    if (static_cast<int32_t>(top->size()) == k && lp <= top->back().logprob) continue;
-    auto pos = std::find_if(top->begin(), top->end(), [&](const TokenLogprob& t) { return lp > t.logprob; });
-    top->insert(pos, {i, lp});
-    if (static_cast<int32_t>(top->size()) > k) top->pop_back();
-  }
+  if (k <= 0) return;
+  best.reserve(static_cast<size_t>(k));
+  select_top(logprobs.data(), logprobs.size(), 1.0f, static_cast<size_t>(k), &best);
+  for (const auto& [lp, id] : best) top->push_back({id, lp});
 }
 
 Sampler::Sampler(const SamplingParams& params, int32_t vocab_size)
@@ -57,7 +154,9 @@ Sampler::Sampler(const SamplingParams& params, int32_t vocab_size)
       vocab_size_(vocab_size),
       rng_(params.has_seed ? params.seed : std::random_device{}()),
       output_counts_(vocab_size, 0),
-      in_prompt_(vocab_size, 0) {
+      in_prompt_(vocab_size, 0),
+      block_sums_((static_cast<size_t>(vocab_size) + kSumBlock - 1) / kSumBlock),
+      terms_(kSumBlock) {
   candidates_.reserve(vocab_size);
   seen_.reserve(1024);
 }
@@ -103,81 +202,154 @@ void Sampler::apply_penalties(float* logits) const {
 int32_t Sampler::sample(float* logits) {
   for (const auto& [id, bias] : params_.logit_bias) logits[id] += bias;
   apply_penalties(logits);
-
-  int32_t token;
-  if (params_.is_greedy()) {
-    token = ops::argmax({logits, static_cast<size_t>(vocab_size_)});
-  } else {
-    // Candidates as (logit / T, id), then truncated by top-k, min-p and top-p in that order.
-    const float inv_t = 1.0f / params_.temperature;
-    candidates_.clear();
-    for (int32_t i = 0; i < vocab_size_; ++i) {
-      if (std::isfinite(logits[i]) || logits[i] > 0) candidates_.emplace_back(logits[i] * inv_t, i);
-    }
-    auto by_logit = [](const auto& a, const auto& b) {
-      return a.first > b.first || (a.first == b.first && a.second < b.second);
-    };
-    size_t n = candidates_.size();
-    if (params_.top_k > 0 && static_cast<size_t>(params_.top_k) < n) {
-      std::nth_element(candidates_.begin(), candidates_.begin() + params_.top_k, candidates_.end(), by_logit);
-      n = static_cast<size_t>(params_.top_k);
-    }
-    float mx = -std::numeric_limits<float>::infinity();
-    for (size_t i = 0; i < n; ++i) mx = std::max(mx, candidates_[i].first);
-    double total = 0;
-    for (size_t i = 0; i < n; ++i) total += std::exp(static_cast<double>(candidates_[i].first - mx));
-    size_t keep = n;
-    const float min_p_cut = params_.min_p > 0.0f ? std::log(params_.min_p) : -std::numeric_limits<float>::infinity();
-    if (params_.top_p < 1.0f || params_.min_p > 0.0f) {
-      // top-p and min-p need the head of the distribution in order. Sorting the whole
-      // vocabulary costs milliseconds for 150k tokens; the first 256 candidates almost always
-      // hold what survives, so sort those and fall back to a full sort only if they do not.
-      size_t sorted = std::min<size_t>(n, 256);
-      std::partial_sort(candidates_.begin(), candidates_.begin() + sorted, candidates_.begin() + n, by_logit);
-      if (sorted < n) {
-        double head = 0;
-        for (size_t i = 0; i < sorted; ++i) head += std::exp(static_cast<double>(candidates_[i].first - mx));
-        const bool top_p_inside = params_.top_p < 1.0f && head >= params_.top_p * total;
-        const bool min_p_inside = params_.min_p > 0.0f && candidates_[sorted - 1].first - mx < min_p_cut;
-        if (top_p_inside || min_p_inside) {
-          keep = sorted;
-        } else {
-          std::sort(candidates_.begin(), candidates_.begin() + n, by_logit);
-        }
-      }
-    }
-    if (params_.min_p > 0.0f) {
-      // p_i >= min_p * p_max  <=>  logit_i - max >= log(min_p)
-      size_t k = 0;
-      while (k < keep && candidates_[k].first - mx >= min_p_cut) ++k;
-      keep = std::max<size_t>(k, 1);
-    }
-    if (params_.top_p < 1.0f) {
-      double cum = 0;
-      size_t k = 0;
-      while (k < keep) {
-        cum += std::exp(static_cast<double>(candidates_[k].first - mx)) / total;
-        ++k;
-        if (cum >= params_.top_p) break;
-      }
-      keep = std::max<size_t>(k, 1);
-    }
-    double kept_total = 0;
-    for (size_t i = 0; i < keep; ++i) kept_total += std::exp(static_cast<double>(candidates_[i].first - mx));
-    std::uniform_real_distribution<double> uniform(0.0, kept_total);
-    const double r = uniform(rng_);
-    double acc = 0;
-    token = candidates_[keep - 1].second;
-    for (size_t i = 0; i < keep; ++i) {
-      acc += std::exp(static_cast<double>(candidates_[i].first - mx));
-      if (r < acc) {
-        token = candidates_[i].second;
-        break;
-      }
-    }
-  }
+  const int32_t token = params_.is_greedy() ? ops::argmax({logits, static_cast<size_t>(vocab_size_)}) : draw(logits);
   accept(token);
   return token;
+}
+
+int32_t Sampler::draw(const float* logits) {
+  // Scaled logits s = logit / T; NaN and −inf are never drawn. A +inf logit, or none that can be
+  // drawn, leaves nothing to weigh: the first largest is taken, as greedy would.
+  const size_t vocab = static_cast<size_t>(vocab_size_);
+  const float inv_t = 1.0f / params_.temperature;
+  const float mx_logit = ops::max_value({logits, vocab});
+  if (std::isinf(mx_logit)) return ops::argmax({logits, vocab});
+  const float mx = mx_logit * inv_t;
+  const bool top_k = params_.top_k > 0 && static_cast<size_t>(params_.top_k) < vocab;
+  const bool min_p = params_.min_p > 0.0f, top_p = params_.top_p < 1.0f;
+  std::uniform_real_distribution<double> uniform(0.0, 1.0);
+
+  if (!top_k && !min_p && !top_p) {
+    // The whole row in index order: partial sums per kSumBlock, then the one block the draw
+    // falls in is weighed again term by term (the same terms, so the same sums).
+    const size_t n_blocks = (vocab + kSumBlock - 1) / kSumBlock;
+    double total = 0;
+    size_t last = 0;  // the last block with weight
+    for (size_t b = 0; b < n_blocks; ++b) {
+      block_sums_[b] = exp_sum(logits + b * kSumBlock, std::min(kSumBlock, vocab - b * kSumBlock), inv_t, mx, nullptr);
+      total += block_sums_[b];
+      if (block_sums_[b] > 0) last = b;
+    }
+    const double r = uniform(rng_) * total;
+    double acc = 0;
+    size_t b = 0;
+    while (b < last && acc + block_sums_[b] <= r) acc += block_sums_[b++];
+    const size_t begin = b * kSumBlock, len = std::min(kSumBlock, vocab - begin);
+    exp_sum(logits + begin, len, inv_t, mx, terms_.data());
+    int32_t token = -1;
+    for (size_t j = 0; j < len; ++j) {
+      if (terms_[j] <= 0) continue;
+      token = static_cast<int32_t>(begin + j);  // the last one with weight if rounding runs past
+      acc += terms_[j];
+      if (r < acc) break;
+    }
+    return token;
+  }
+
+  // The candidates that can survive truncation: the first `sure` of them (of mass sure_mass)
+  // survive top-p whatever follows, in any order; the rest most likely first (value, then id).
+  double total = 0;  // the mass top-p is a share of: after top-k, before min-p
+  size_t sure = 0;
+  double sure_mass = 0;
+  if (top_k) {
+    const size_t k = static_cast<size_t>(params_.top_k);
+    if (k <= kHeapTopK) {
+      select_top(logits, vocab, inv_t, k, &candidates_);
+    } else {
+      candidates_.clear();
+      for (size_t i = 0; i < vocab; ++i) {
+        const float s = logits[i] * inv_t;
+        if (s > kNegInf) candidates_.emplace_back(s, static_cast<int32_t>(i));
+      }
+      const size_t kk = std::min(k, candidates_.size());
+      std::partial_sort(candidates_.begin(), candidates_.begin() + kk, candidates_.end(), by_value);
+      candidates_.resize(kk);
+    }
+    for (const auto& c : candidates_) total += std::exp(static_cast<double>(c.first - mx));
+  } else {
+    if (top_p) total = exp_sum(logits, vocab, inv_t, mx, nullptr);
+    // min-p keeps exactly s − max >= log(min_p) (tested on the sorted list below: a nat more is
+    // collected here). Top-p alone first tries the head within 8 nats of the maximum.
+    const float floor = min_p ? mx + std::log(params_.min_p) - 1.0f : mx - 8.0f;
+    collect_above(logits, inv_t, floor);
+    double head = 0;
+    if (!min_p) {
+      for (const auto& c : candidates_) head += std::exp(static_cast<double>(c.first - mx));
+    }
+    if (min_p || head >= params_.top_p * total) {
+      std::sort(candidates_.begin(), candidates_.end(), by_value);
+    } else {
+      sure = nucleus_bulk(logits, inv_t, mx, params_.top_p * total, &sure_mass);
+    }
+  }
+  size_t keep = candidates_.size();
+  if (keep == 0) return ops::argmax({logits, vocab});
+  if (min_p) {
+    // p_i >= min_p · p_max  <=>  s_i − max >= log(min_p)
+    const float cut = std::log(params_.min_p);
+    size_t k = 0;
+    while (k < keep && candidates_[k].first - mx >= cut) ++k;
+    keep = std::max<size_t>(k, 1);
+  }
+  if (top_p) {
+    double cum = sure_mass / total;
+    size_t k = sure;
+    while (k < keep) {
+      cum += std::exp(static_cast<double>(candidates_[k].first - mx)) / total;
+      ++k;
+      if (cum >= params_.top_p) break;
+    }
+    keep = std::max<size_t>(k, 1);
+  }
+  double kept_total = 0;
+  for (size_t i = 0; i < keep; ++i) kept_total += std::exp(static_cast<double>(candidates_[i].first - mx));
+  const double r = uniform(rng_) * kept_total;
+  double acc = 0;
+  for (size_t i = 0; i < keep; ++i) {
+    acc += std::exp(static_cast<double>(candidates_[i].first - mx));
+    if (r < acc) return candidates_[i].second;
+  }
+  return candidates_[keep - 1].second;
+}
+
+void Sampler::collect_above(const float* logits, float inv_t, float floor) {
+  candidates_.clear();
+  for_each_above(
+      logits, static_cast<size_t>(vocab_size_), inv_t, [floor] { return floor; },
+      [&](size_t i, float s) { candidates_.emplace_back(s, static_cast<int32_t>(i)); });
+}
+
+size_t Sampler::nucleus_bulk(const float* logits, float inv_t, float mx, double share, double* bulk_mass) {
+  // The mass per 1/8 nat below the maximum, out to 32 nats (past them a 152k vocabulary holds
+  // under 2·10⁻⁹ of it), finds the bin where the share is reached. Tokens in the bins above it
+  // are all in the nucleus; those in it decide the cut and are sorted; the bins below are out.
+  constexpr int kPerNat = 8, kBins = 32 * kPerNat;
+  const auto bin_of = [mx](float s) { return static_cast<int>((mx - s) * static_cast<float>(kPerNat)); };
+  std::array<double, kBins> mass{};
+  const size_t vocab = static_cast<size_t>(vocab_size_);
+  for (size_t b = 0; b < vocab; b += kSumBlock) {
+    const size_t len = std::min(kSumBlock, vocab - b);
+    exp_sum(logits + b, len, inv_t, mx, terms_.data());
+    for (size_t j = 0; j < len; ++j) {
+      const float s = logits[b + j] * inv_t;
+      if (terms_[j] > 0 && s > mx - 32.0f) mass[static_cast<size_t>(bin_of(s))] += terms_[j];
+    }
+  }
+  int edge = 0;
+  for (double cum = 0; edge < kBins - 1 && (cum += mass[static_cast<size_t>(edge)]) < share;) ++edge;
+  collect_above(logits, inv_t, mx - static_cast<float>(edge + 1) / kPerNat - 1.0f);
+  std::erase_if(candidates_, [&](const auto& c) { return bin_of(c.first) > edge; });
+  const auto boundary =
+      std::partition(candidates_.begin(), candidates_.end(), [&](const auto& c) { return bin_of(c.first) < edge; });
+  *bulk_mass = 0;
+  for (auto c = candidates_.begin(); c != boundary; ++c) *bulk_mass += std::exp(static_cast<double>(c->first - mx));
+  if (*bulk_mass >= share) {  // rounding put the cut above the boundary bin: the exact walk over all
+    std::sort(candidates_.begin(), candidates_.end(), by_value);
+    *bulk_mass = 0;
+    return 0;
+  }
+  std::sort(boundary, candidates_.end(), by_value);
+  return static_cast<size_t>(boundary - candidates_.begin());
 }
 
 }  // namespace gb

@@ -68,6 +68,17 @@ class Sampler {
 
  private:
   void apply_penalties(float* logits) const;
+  // The non-greedy choice from logits after bias and penalties.
+  int32_t draw(const float* logits);
+  // candidates_ = every (logit / T, id) with logit / T > floor, in id order.
+  void collect_above(const float* logits, float inv_t, float floor);
+  // Top-p over a flat row: candidates_ = the tokens surely in the nucleus of mass `share` (in id
+  // order; the count is returned, their mass in *bulk_mass), then those that decide its edge,
+  // sorted most likely first.
+  size_t nucleus_bulk(const float* logits, float inv_t, float mx, double share, double* bulk_mass);
+
+  // top_k up to this selects with a heap; larger ones sort a copy of the row.
+  static constexpr size_t kHeapTopK = 256;
 
   SamplingParams params_;
   int32_t vocab_size_;
@@ -75,7 +86,9 @@ class Sampler {
   std::vector<int32_t> output_counts_;                 // [vocab] occurrences in the output
   std::vector<uint8_t> in_prompt_;                     // [vocab] 1 if the token occurs in the prompt
   std::vector<int32_t> seen_;                          // tokens with a count or prompt flag (sparse penalty pass)
-  std::vector<std::pair<float, int32_t>> candidates_;  // [vocab] scratch: (logit, id)
+  std::vector<std::pair<float, int32_t>> candidates_;  // [vocab] scratch: (logit / T, id)
+  std::vector<double> block_sums_;                     // scratch: a draw's partial sums per 1024 ids
+  std::vector<float> terms_;                           // scratch: one such block's weights
 };
 
 // log-softmax of logits into out (both [vocab]); used for logprobs.

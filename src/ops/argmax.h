@@ -19,51 +19,66 @@ inline int32_t argmax_ref(std::span<const float> v) {
   return best;
 }
 
-// The same index as argmax_ref, in two passes over 16-float blocks: the maximum (four vector
-// maxima; max is exact, so their order does not matter), then the first block holding it. The
-// scan's reload of v[best] made each element wait on the previous one: ~620 µs for a 152k
-// vocabulary on Zen 5 against ~13 µs here, on the decode step's serial path.
-inline int32_t argmax(std::span<const float> v) {
-  typedef float F4 __attribute__((vector_size(16)));
-  typedef int32_t I4 __attribute__((vector_size(16)));
-  constexpr size_t kBlock = 16;
-  const size_t n = v.size();
+namespace argmax_detail {
+typedef float F4 __attribute__((vector_size(16)));
+typedef int32_t I4 __attribute__((vector_size(16)));
+constexpr size_t kBlock = 16;  // floats per step: four vectors, four independent chains
+inline F4 load4(const float* p) {
+  F4 x;
+  std::memcpy(&x, p, sizeof(x));
+  return x;
+}
+}  // namespace argmax_detail
+
+// The largest value of v, NaNs ignored (−inf if v is empty or all NaN): four vector maxima over
+// 16-float blocks. Max is exact, so the order of the lanes does not matter.
+inline float max_value(std::span<const float> v) {
+  using namespace argmax_detail;
+  const size_t n = v.size(), blocked = n / kBlock * kBlock;
   const float* p = v.data();
-  if (n == 0 || std::isnan(p[0])) return 0;
-  const auto load = [p](size_t i) {
-    F4 x;
-    std::memcpy(&x, p + i, sizeof(x));
-    return x;
-  };
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   F4 m[4] = {{kNegInf, kNegInf, kNegInf, kNegInf},
              {kNegInf, kNegInf, kNegInf, kNegInf},
              {kNegInf, kNegInf, kNegInf, kNegInf},
              {kNegInf, kNegInf, kNegInf, kNegInf}};
-  const size_t blocked = n / kBlock * kBlock;
   for (size_t i = 0; i < blocked; i += kBlock) {
     for (int j = 0; j < 4; ++j) {
-      const F4 x = load(i + 4 * j);
+      const F4 x = load4(p + i + 4 * j);
       m[j] = x > m[j] ? x : m[j];  // a NaN x keeps m[j]
     }
   }
-  float mx = p[0];
+  float mx = kNegInf;
   for (int j = 0; j < 4; ++j) {
     for (int l = 0; l < 4; ++l) mx = m[j][l] > mx ? m[j][l] : mx;
   }
   for (size_t i = blocked; i < n; ++i) mx = p[i] > mx ? p[i] : mx;
-  // mx is p[0] or a value found later, so some element equals it (+0 and -0 compare equal, and
-  // the scan would also stop at the first of them).
-  const F4 target = {mx, mx, mx, mx};
+  return mx;
+}
+
+// The first index i with v[i] == x (n if none), a 16-float block at a time.
+inline size_t find_first(std::span<const float> v, float x) {
+  using namespace argmax_detail;
+  const size_t n = v.size(), blocked = n / kBlock * kBlock;
+  const float* p = v.data();
+  const F4 t = {x, x, x, x};
   size_t i = 0;
   for (; i < blocked; i += kBlock) {
-    const I4 hit = (load(i) == target) | (load(i + 4) == target) | (load(i + 8) == target) | (load(i + 12) == target);
+    const I4 hit = (load4(p + i) == t) | (load4(p + i + 4) == t) | (load4(p + i + 8) == t) | (load4(p + i + 12) == t);
     if ((hit[0] | hit[1] | hit[2] | hit[3]) != 0) break;
   }
   for (; i < n; ++i) {
-    if (p[i] == mx) return static_cast<int32_t>(i);
+    if (p[i] == x) return i;
   }
-  return 0;
+  return n;
+}
+
+// The same index as argmax_ref in two vector passes: the maximum, then the first element equal
+// to it (+0 and −0 compare equal, and the scan also keeps the first of them). The scan's reload of
+// v[best] made each element wait on the previous one: ~620 µs for a 152k vocabulary on Zen 5
+// against ~13 µs here, on the decode step's serial path.
+inline int32_t argmax(std::span<const float> v) {
+  if (v.empty() || std::isnan(v[0])) return 0;
+  return static_cast<int32_t>(find_first(v, max_value(v)));  // v[0] is a candidate: found
 }
 
 }  // namespace gb::ops

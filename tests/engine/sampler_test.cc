@@ -3,7 +3,11 @@
 
 #include "ops/argmax.h"
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
+#include <map>
+#include <random>
 #include <set>
 #include <vector>
 
@@ -11,6 +15,14 @@
 
 namespace gb {
 namespace {
+
+std::vector<float> test_logits(size_t n, float sigma, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, sigma);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
 
 std::vector<float> logits_of_probs(const std::vector<double>& p) {
   std::vector<float> l;
@@ -161,6 +173,163 @@ TEST(Sampler, LogSoftmaxNormalises) {
   for (float v : out) sum += std::exp(v);
   EXPECT_NEAR(sum, 1.0, 1e-6);
   EXPECT_NEAR(out[2] - out[1], 1.0f, 1e-6);
+}
+
+// The truncated distribution by its definition: every token with a finite logit as (logit / T,
+// id), sorted most likely first (then the lower id); top-k, then min-p, then top-p over the mass
+// after top-k; probabilities of what is kept. Plain double arithmetic over a full sort.
+std::map<int32_t, double> reference_nucleus(const std::vector<float>& logits, const SamplingParams& p) {
+  std::vector<std::pair<double, int32_t>> c;
+  for (size_t i = 0; i < logits.size(); ++i) {
+    if (std::isfinite(logits[i])) c.emplace_back(static_cast<double>(logits[i] / p.temperature), i);
+  }
+  std::sort(c.begin(), c.end(), [](const auto& a, const auto& b) {
+    return a.first > b.first || (a.first == b.first && a.second < b.second);
+  });
+  if (p.top_k > 0 && static_cast<size_t>(p.top_k) < c.size()) c.resize(p.top_k);
+  const double mx = c[0].first;
+  double total = 0;
+  for (const auto& x : c) total += std::exp(x.first - mx);
+  size_t keep = c.size();
+  if (p.min_p > 0) {
+    size_t k = 0;
+    while (k < keep && c[k].first - mx >= std::log(p.min_p)) ++k;
+    keep = std::max<size_t>(k, 1);
+  }
+  if (p.top_p < 1) {
+    double cum = 0;
+    size_t k = 0;
+    while (k < keep) {
+      cum += std::exp(c[k].first - mx) / total;
+      ++k;
+      if (cum >= p.top_p) break;
+    }
+    keep = k;
+  }
+  double kept = 0;
+  for (size_t i = 0; i < keep; ++i) kept += std::exp(c[i].first - mx);
+  std::map<int32_t, double> out;
+  for (size_t i = 0; i < keep; ++i) out[c[i].second] = std::exp(c[i].first - mx) / kept;
+  return out;
+}
+
+// Draws n tokens from one row with a seeded sampler: every token drawn must be in the reference
+// nucleus, and every kept token of probability >= 0.01 drawn at its rate (within 5 sigma).
+void expect_draws_follow_reference(const std::vector<float>& logits, SamplingParams p, int n, const char* what) {
+  SCOPED_TRACE(what);
+  const auto want = reference_nucleus(logits, p);
+  p.seed = 17;
+  p.has_seed = true;
+  Sampler s(p, static_cast<int32_t>(logits.size()));
+  std::map<int32_t, int> counts;
+  for (int i = 0; i < n; ++i) {
+    std::vector<float> l = logits;
+    const int32_t t = s.sample(l.data());
+    ASSERT_TRUE(want.count(t)) << "token " << t << " is outside the nucleus of " << want.size();
+    ++counts[t];
+  }
+  // Each likely token at its rate, and the unlikely ones together at theirs.
+  double tail_prob = 0;
+  int tail_count = 0;
+  for (const auto& [id, prob] : want) {
+    if (prob < 0.01) {
+      tail_prob += prob;
+      tail_count += counts[id];
+      continue;
+    }
+    const double sigma = std::sqrt(prob * (1 - prob) / n);
+    EXPECT_NEAR(counts[id] / double(n), prob, 5 * sigma + 1e-9) << "token " << id;
+  }
+  const double sigma = std::sqrt(tail_prob * (1 - tail_prob) / n);
+  EXPECT_NEAR(tail_count / double(n), tail_prob, 5 * sigma + 1e-9) << "the tokens below 1% together";
+}
+
+TEST(Sampler, EveryPathDrawsFromTheReferenceNucleus) {
+  // A peaked row: a few leading tokens over a Gaussian tail of 3000.
+  std::vector<float> peaked = test_logits(3000, 1.0f, 23);
+  for (int i = 0; i < 6; ++i) peaked[100 + 37 * i] = 6.0f - 0.5f * i;
+  SamplingParams p;
+  expect_draws_follow_reference(peaked, p, 20000, "temperature only: the whole row");
+  p.temperature = 0.7f;
+  p.top_k = 3;
+  expect_draws_follow_reference(peaked, p, 20000, "top_k by heap");
+  p.top_k = 400;  // above kHeapTopK: the sorted copy
+  expect_draws_follow_reference(peaked, p, 20000, "top_k by sort");
+  p.top_k = 0;
+  p.min_p = 0.1f;
+  expect_draws_follow_reference(peaked, p, 20000, "min_p");
+  p.min_p = 0;
+  p.top_p = 0.8f;
+  expect_draws_follow_reference(peaked, p, 20000, "top_p, head within 8 nats");
+  p.top_k = 5;
+  p.min_p = 0.05f;
+  expect_draws_follow_reference(peaked, p, 20000, "top_k, min_p and top_p");
+  p.top_k = 0;
+  expect_draws_follow_reference(peaked, p, 20000, "min_p and top_p");
+
+  // A flat row: 10 tokens at 0 and 4000 spread just below -9 hold 4.7% of the mass together, so
+  // top_p = 0.99 ends among them, past the 8-nat head: the binned path, cut inside a bin.
+  std::vector<float> flat(4010);
+  for (int i = 0; i < 10; ++i) flat[400 * i] = 0.0f;
+  for (size_t i = 0, j = 0; i < flat.size(); ++i) {
+    if (i % 400 != 0 || i >= 4000) flat[i] = -9.0f - 1e-4f * static_cast<float>(j++ * 7919 % 4000);  // not in id order
+  }
+  SamplingParams f;
+  f.top_p = 0.99f;
+  const auto nucleus = reference_nucleus(flat, f);
+  ASSERT_GT(nucleus.size(), 1000u);
+  ASSERT_LT(nucleus.size(), 4000u);
+  expect_draws_follow_reference(flat, f, 4000, "top_p over a flat row");
+
+  // Ties: equal logits are ordered by id, so top_k and top_p keep the lowest ids.
+  std::vector<float> ties(50, 1.0f);
+  SamplingParams t;
+  t.top_k = 4;
+  expect_draws_follow_reference(ties, t, 4000, "top_k over ties");
+  t.top_k = 0;
+  t.top_p = 0.1f;  // 5 of 50
+  expect_draws_follow_reference(ties, t, 4000, "top_p over ties");
+}
+
+TEST(Sampler, NanAndInfinityAreNeverDrawnAndInfinityWins) {
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  for (int path = 0; path < 3; ++path) {
+    SamplingParams p;
+    if (path == 1) p.top_k = 2;
+    if (path == 2) p.top_p = 0.5f;
+    Sampler s(p, 4);
+    for (int i = 0; i < 200; ++i) {
+      std::vector<float> l{nan, 1.0f, -inf, 1.0f};
+      const int32_t t = s.sample(l.data());
+      EXPECT_TRUE(t == 1 || t == 3) << t;
+      std::vector<float> w{0.0f, inf, 2.0f, inf};
+      EXPECT_EQ(s.sample(w.data()), 1);  // +inf: the first, as greedy
+    }
+  }
+}
+
+TEST(Sampler, TopLogprobsAreTheLargestInOrder) {
+  std::vector<float> l = test_logits(5000, 2.0f, 5), lp(l.size());
+  l[4999] = l[7] = 30.0f;  // a tie: the lower id first
+  log_softmax(l, lp);
+  std::vector<TokenLogprob> top;
+  top_logprobs(lp, 5, &top);
+  std::vector<std::pair<float, int32_t>> want;
+  for (size_t i = 0; i < lp.size(); ++i) want.emplace_back(lp[i], static_cast<int32_t>(i));
+  std::sort(want.begin(), want.end(), [](const auto& a, const auto& b) {
+    return a.first > b.first || (a.first == b.first && a.second < b.second);
+  });
+  ASSERT_EQ(top.size(), 5u);
+  for (size_t i = 0; i < 5; ++i) {
+    EXPECT_EQ(top[i].token, want[i].second) << i;
+    EXPECT_EQ(top[i].logprob, want[i].first) << i;
+  }
+  EXPECT_EQ(top[0].token, 7);
+  EXPECT_EQ(top[1].token, 4999);
+  // Against log-softmax in double.
+  double mx = *std::max_element(l.begin(), l.end()), sum = 0;
+  for (float v : l) sum += std::exp(v - mx);
+  for (size_t i = 0; i < l.size(); i += 97) EXPECT_NEAR(lp[i], l[i] - mx - std::log(sum), 1e-5) << i;
 }
 
 }  // namespace

@@ -47,7 +47,7 @@ TEST(Argmax, NansInfinitiesAndSignedZerosAsTheScan) {
       {kNan, kNan, kNan, kNan, kNan, kNan, kNan, kNan,   //
        kNan, kNan, kNan, kNan, kNan, kNan, kNan, kNan,   //
        kNan, 4},                                         // NaN at 0 beats a later 4
-      {3, kNan, kNan, kNan, kNan, kNan, kNan, kNan,      //
+      {3,    kNan, kNan, kNan, kNan, kNan, kNan, kNan,   //
        kNan, kNan, kNan, kNan, kNan, kNan, kNan, kNan,   //
        kNan, kNan, kNan, kNan, kNan, kNan, kNan, kNan},  // all NaN after a number: 0
   };
