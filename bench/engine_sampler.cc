@@ -44,7 +44,8 @@ int main(int argc, char** argv) {
     rows.push_back({name, p, lp});
   };
   add("greedy", [](auto& p) { p.temperature = 0; });
-  add("greedy, top_logprobs 5", [](auto& p) { p.temperature = 0; }, 5);
+  add(
+      "greedy, top_logprobs 5", [](auto& p) { p.temperature = 0; }, 5);
   add("temperature 1", [](auto&) {});
   add("temperature 0.7, top_k 40", [](auto& p) { p.temperature = 0.7f, p.top_k = 40; });
   add("temperature 1, min_p 0.05", [](auto& p) { p.min_p = 0.05f; });

@@ -8,7 +8,9 @@
 // Usage: node bench/serve/bench_serve.mjs --url http://127.0.0.1:8080 [--key KEY]
 //          [--concurrency 1,4,16,64] [--requests-per-client 1] [--min-requests 4] [--prompt-len 32]
 //          [--output-len 32]
-//          [--vocab N] [--model NAME]
+//          [--vocab N] [--model NAME] [--temperature 0] [--top-p 1]
+// --temperature / --top-p set the sampling of every request (default greedy: the decode path
+// alone); e.g. --temperature 1 --top-p 0.9 adds the sampler's per-sequence cost.
 // The prompt ids are drawn below the model's vocabulary size: --vocab, else what /v1/models says
 // (Glassbox: vocab_size; llama-server: meta.n_vocab). vLLM does not say it: pass --vocab.
 import { parseArgs } from 'node:util';
@@ -25,6 +27,8 @@ const { values: opt } = parseArgs({
     'output-len': { type: 'string', default: '32' },
     vocab: { type: 'string', default: '' },
     seed: { type: 'string', default: '1' },
+    temperature: { type: 'string', default: '0' },
+    'top-p': { type: 'string', default: '1' },
   },
 });
 
@@ -67,7 +71,8 @@ async function one(model, prompt) {
   const r = await fetch(`${opt.url}/v1/completions`, {
     method: 'POST',
     headers,
-    body: JSON.stringify({ model, prompt, max_tokens: outputLen, ignore_eos: true, temperature: 0, stream: true }),
+    body: JSON.stringify({ model, prompt, max_tokens: outputLen, ignore_eos: true,
+      temperature: Number(opt.temperature), top_p: Number(opt['top-p']), stream: true }),
   });
   if (r.status !== 200) throw new Error(`HTTP ${r.status}: ${await r.text()}`);
   const times = [];

@@ -132,6 +132,36 @@ void select_top(const float* v, size_t n, float scale, size_t k, std::vector<std
   std::sort_heap(out->begin(), out->end(), by_value);
 }
 
+// w[i] = e^(c[i].first − mx) for n candidates, through the same vector exp (0 below e^−87);
+// returns their sum (float lanes per kSumBlock, added in double).
+double weigh(const std::pair<float, int32_t>* c, size_t n, float mx, float* w) {
+  double sum = 0;
+  auto one = [&](Vec& acc, size_t i, size_t m) {  // candidates [i, i + m), m <= kLanes
+    float lane[kLanes];
+    for (size_t j = 0; j < kLanes; ++j) lane[j] = j < m ? c[i + j].first : kNegInf;
+    const Vec d = load(lane) - mx;
+    Vec e;
+    vexp(e, d);
+    e = d >= -87.0f ? e : Vec{};
+    acc += e;
+    if (m == kLanes) {
+      __builtin_memcpy(w + i, &e, sizeof e);
+    } else {
+      __builtin_memcpy(lane, &e, sizeof e);
+      for (size_t j = 0; j < m; ++j) w[i + j] = lane[j];
+    }
+  };
+  for (size_t b = 0; b < n; b += kSumBlock) {
+    const size_t end = std::min(n, b + kSumBlock);
+    Vec acc = {};
+    size_t i = b;
+    for (; i + kLanes <= end; i += kLanes) one(acc, i, kLanes);
+    if (i < end) one(acc, i, end - i);
+    for (size_t l = 0; l < kLanes; ++l) sum += acc[l];
+  }
+  return sum;
+}
+
 }  // namespace
 
 void log_softmax(std::span<const float> logits, std::span<float> out) {
@@ -246,11 +276,11 @@ int32_t Sampler::draw(const float* logits) {
     return token;
   }
 
-  // The candidates that can survive truncation: the first `sure` of them (of mass sure_mass)
-  // survive top-p whatever follows, in any order; the rest most likely first (value, then id).
+  // The candidates that can survive truncation. The first `sure` of them survive top-p whatever
+  // follows, in any order (id order); the rest are sorted most likely first (value, then id).
   double total = 0;  // the mass top-p is a share of: after top-k, before min-p
   size_t sure = 0;
-  double sure_mass = 0;
+  thread_local std::vector<float> w;  // the candidates' weights e^(s − max), grown once per thread
   if (top_k) {
     const size_t k = static_cast<size_t>(params_.top_k);
     if (k <= kHeapTopK) {
@@ -265,48 +295,71 @@ int32_t Sampler::draw(const float* logits) {
       std::partial_sort(candidates_.begin(), candidates_.begin() + kk, candidates_.end(), by_value);
       candidates_.resize(kk);
     }
-    for (const auto& c : candidates_) total += std::exp(static_cast<double>(c.first - mx));
-  } else {
-    if (top_p) total = exp_sum(logits, vocab, inv_t, mx, nullptr);
-    // min-p keeps exactly s − max >= log(min_p) (tested on the sorted list below: a nat more is
-    // collected here). Top-p alone first tries the head within 8 nats of the maximum.
-    const float floor = min_p ? mx + std::log(params_.min_p) - 1.0f : mx - 8.0f;
-    collect_above(logits, inv_t, floor);
-    double head = 0;
-    if (!min_p) {
-      for (const auto& c : candidates_) head += std::exp(static_cast<double>(c.first - mx));
-    }
-    if (min_p || head >= params_.top_p * total) {
+    w.resize(candidates_.size());
+    total = weigh(candidates_.data(), candidates_.size(), mx, w.data());
+  } else if (top_p) {
+    // The head within 8 nats of the maximum, sorted, when it is short and holds the share;
+    // otherwise the mass binned below the maximum (nucleus_bulk) sorts only the bin of the cut.
+    total = exp_sum(logits, vocab, inv_t, mx, nullptr);
+    const double share = params_.top_p * total;
+    collect_above(logits, inv_t, mx - 8.0f);
+    bool sorted_head = candidates_.size() <= kSortedHead;
+    if (sorted_head) {
       std::sort(candidates_.begin(), candidates_.end(), by_value);
-    } else {
-      sure = nucleus_bulk(logits, inv_t, mx, params_.top_p * total, &sure_mass);
+      w.resize(candidates_.size());
+      sorted_head = weigh(candidates_.data(), candidates_.size(), mx, w.data()) >= share;
     }
+    if (!sorted_head) {
+      sure = nucleus_bulk(logits, inv_t, mx, share);
+      w.resize(candidates_.size());
+      weigh(candidates_.data(), candidates_.size(), mx, w.data());
+      double bulk = 0;
+      for (size_t i = 0; i < sure; ++i) bulk += w[i];
+      if (bulk >= share) {  // rounding put the cut above the bin: the exact walk over all, sorted
+        std::sort(candidates_.begin(), candidates_.end(), by_value);
+        weigh(candidates_.data(), candidates_.size(), mx, w.data());
+        sure = 0;
+      }
+    }
+  } else {
+    // min-p alone: its exact test is below; a nat more is collected here.
+    collect_above(logits, inv_t, mx + std::log(params_.min_p) - 1.0f);
+    w.resize(candidates_.size());
+    weigh(candidates_.data(), candidates_.size(), mx, w.data());
   }
   size_t keep = candidates_.size();
   if (keep == 0) return ops::argmax({logits, vocab});
-  if (min_p) {
-    // p_i >= min_p · p_max  <=>  s_i − max >= log(min_p)
-    const float cut = std::log(params_.min_p);
-    size_t k = 0;
-    while (k < keep && candidates_[k].first - mx >= cut) ++k;
-    keep = std::max<size_t>(k, 1);
-  }
   if (top_p) {
-    double cum = sure_mass / total;
+    double cum = 0;
+    for (size_t i = 0; i < sure; ++i) cum += w[i];
+    cum /= total;
     size_t k = sure;
     while (k < keep) {
-      cum += std::exp(static_cast<double>(candidates_[k].first - mx)) / total;
+      cum += w[k] / total;
       ++k;
       if (cum >= params_.top_p) break;
     }
     keep = std::max<size_t>(k, 1);
   }
+  if (min_p) {
+    // p_i >= min_p · p_max  <=>  s_i − max >= log(min_p). Both cuts keep a head of the sorted
+    // row, so min-p before top-p is the shorter of the two heads: filter what top-p kept.
+    const float cut = std::log(params_.min_p);
+    size_t k = 0;
+    for (size_t i = 0; i < keep; ++i) {
+      if (candidates_[i].first - mx >= cut) {
+        candidates_[k] = candidates_[i];
+        w[k++] = w[i];
+      }
+    }
+    keep = std::max<size_t>(k, 1);  // the maximum always passes
+  }
   double kept_total = 0;
-  for (size_t i = 0; i < keep; ++i) kept_total += std::exp(static_cast<double>(candidates_[i].first - mx));
+  for (size_t i = 0; i < keep; ++i) kept_total += w[i];
   const double r = uniform(rng_) * kept_total;
   double acc = 0;
   for (size_t i = 0; i < keep; ++i) {
-    acc += std::exp(static_cast<double>(candidates_[i].first - mx));
+    acc += w[i];
     if (r < acc) return candidates_[i].second;
   }
   return candidates_[keep - 1].second;
@@ -319,7 +372,7 @@ void Sampler::collect_above(const float* logits, float inv_t, float floor) {
       [&](size_t i, float s) { candidates_.emplace_back(s, static_cast<int32_t>(i)); });
 }
 
-size_t Sampler::nucleus_bulk(const float* logits, float inv_t, float mx, double share, double* bulk_mass) {
+size_t Sampler::nucleus_bulk(const float* logits, float inv_t, float mx, double share) {
   // The mass per 1/8 nat below the maximum, out to 32 nats (past them a 152k vocabulary holds
   // under 2·10⁻⁹ of it), finds the bin where the share is reached. Tokens in the bins above it
   // are all in the nucleus; those in it decide the cut and are sorted; the bins below are out.
@@ -341,13 +394,6 @@ size_t Sampler::nucleus_bulk(const float* logits, float inv_t, float mx, double 
   std::erase_if(candidates_, [&](const auto& c) { return bin_of(c.first) > edge; });
   const auto boundary =
       std::partition(candidates_.begin(), candidates_.end(), [&](const auto& c) { return bin_of(c.first) < edge; });
-  *bulk_mass = 0;
-  for (auto c = candidates_.begin(); c != boundary; ++c) *bulk_mass += std::exp(static_cast<double>(c->first - mx));
-  if (*bulk_mass >= share) {  // rounding put the cut above the boundary bin: the exact walk over all
-    std::sort(candidates_.begin(), candidates_.end(), by_value);
-    *bulk_mass = 0;
-    return 0;
-  }
   std::sort(boundary, candidates_.end(), by_value);
   return static_cast<size_t>(boundary - candidates_.begin());
 }

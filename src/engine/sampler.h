@@ -73,12 +73,13 @@ class Sampler {
   // candidates_ = every (logit / T, id) with logit / T > floor, in id order.
   void collect_above(const float* logits, float inv_t, float floor);
   // Top-p over a flat row: candidates_ = the tokens surely in the nucleus of mass `share` (in id
-  // order; the count is returned, their mass in *bulk_mass), then those that decide its edge,
-  // sorted most likely first.
-  size_t nucleus_bulk(const float* logits, float inv_t, float mx, double share, double* bulk_mass);
+  // order; their count is returned), then those that decide its edge, sorted most likely first.
+  size_t nucleus_bulk(const float* logits, float inv_t, float mx, double share);
 
   // top_k up to this selects with a heap; larger ones sort a copy of the row.
   static constexpr size_t kHeapTopK = 256;
+  // top-p sorts the tokens within 8 nats of the maximum when there are at most this many.
+  static constexpr size_t kSortedHead = 4096;
 
   SamplingParams params_;
   int32_t vocab_size_;
