@@ -455,11 +455,10 @@ inline void panel_tile(const KernelArgs& a, const uint8_t* pan, int64_t pan_stri
 // The panel driver of the quantized types: per kPackRows rows, pack(r, m, out) repacks m ≤ 8
 // rows from r into the panel at out (pan_stride bytes apart); then
 // tile(TokTile<T>, TokTile<P>, pan, t, r, valid) computes T tokens from t × P panels from pan
-// (rows from r, `valid` of them real): kPanelTokens tokens × 2 panels, then the rest.
-template <typename Pack, typename Tile>
+// (rows from r, `valid` of them real): kT tokens × 2 panels, then the rest.
+template <int kT, typename Pack, typename Tile>
 inline void rows_packed(const KernelArgs& a, int64_t r0, int64_t r1, uint8_t* scratch, int64_t pan_stride,
                         const Pack& pack, const Tile& tile) {
-  constexpr int kT = V::kPanelTokens;
   for (int64_t rb = r0; rb < r1; rb += kPackRows) {
     const int64_t m = min64(kPackRows, r1 - rb), np = (m + 7) / 8;
     for (int64_t p = 0; p < np; ++p) pack(rb + 8 * p, min64(8, m - 8 * p), scratch + p * pan_stride);
@@ -477,7 +476,7 @@ inline void rows_packed(const KernelArgs& a, int64_t r0, int64_t r1, uint8_t* sc
 template <DType D>
 inline void rows_q_packed(const KernelArgs& a, int64_t r0, int64_t r1, uint8_t* scratch) {
   const int64_t pan_stride = a.cols / kQBlock * kPanelBlock;
-  rows_packed(
+  rows_packed<V::kPanelTokens>(
       a, r0, r1, scratch, pan_stride, [&](int64_t r, int64_t m, uint8_t* out) { pack_panel<D>(a, r, m, out); },
       [&]<int T, int P>(TokTile<T>, TokTile<P>, const uint8_t* pan, int64_t t, int64_t r, int64_t valid) {
         panel_tile<D, T, P>(a, pan, pan_stride, t, r, valid);
@@ -610,7 +609,7 @@ inline void rows_q(const KernelArgs& a, int64_t r0, int64_t r1, uint8_t* scratch
   if (a.packed) {  // r0, r1 and the matrix's rows are multiples of 8
     if (scratch != nullptr && a.n >= kPanelMinTokens) {
       const int64_t pan_stride = a.cols / kQBlock * kPanelBlock;
-      rows_packed(
+      rows_packed<V::kPanelTokens>(
           a, r0, r1, scratch, pan_stride, [&](int64_t r, int64_t, uint8_t* out) { panel_from_packed<D>(a, r, out); },
           [&]<int T, int P>(TokTile<T>, TokTile<P>, const uint8_t* pan, int64_t t, int64_t r, int64_t valid) {
             panel_tile<D, T, P>(a, pan, pan_stride, t, r, valid);
@@ -1133,7 +1132,7 @@ inline void rows8_packed_k(const KernelArgs& a, int64_t t0, int64_t r0) {
 template <DType D>
 inline void rows_k_packed(const KernelArgs& a, int64_t r0, int64_t r1, uint8_t* scratch) {
   const int64_t pan_stride = a.cols / kKBlock * KPanel<D>::kBytes;
-  rows_packed(
+  rows_packed<V::kPanelTokensK>(
       a, r0, r1, scratch, pan_stride, [&](int64_t r, int64_t m, uint8_t* out) { pack_panel_k<D>(a, r, m, out); },
       [&]<int T, int P>(TokTile<T>, TokTile<P>, const uint8_t* pan, int64_t t, int64_t r, int64_t valid) {
         panel_tile_k<D, T, P>(a, pan, pan_stride, t, r, valid);
