@@ -116,6 +116,23 @@ void gated_delta_ref(const DeltaHead& h, int64_t n, int64_t dk, int64_t dv, floa
   for (int64_t i = 0; i < dk * dv; ++i) state[i] = static_cast<float>(S[i]);
 }
 
+namespace {
+
+// f(i, 1 / (1 + e^-z[i])) for i in [0, n), e^-z through exp_n a slice at a time.
+template <class F>
+void for_sigmoid(const float* z, int64_t n, F&& f) {
+  constexpr int64_t kSlice = 64;
+  float e[kSlice];
+  for (int64_t i0 = 0; i0 < n; i0 += kSlice) {
+    const int64_t m = std::min(kSlice, n - i0);
+    for (int64_t j = 0; j < m; ++j) e[j] = -z[i0 + j];
+    exp_n(e, m, e);
+    for (int64_t j = 0; j < m; ++j) f(i0 + j, 1.0f / (1.0f + e[j]));
+  }
+}
+
+}  // namespace
+
 void gated_rms_norm(const float* x, const float* z, const float* w, int64_t n, int64_t width, float eps, float* out) {
   for (int64_t t = 0; t < n; ++t) {
     const float* xr = x + t * width;
@@ -124,18 +141,8 @@ void gated_rms_norm(const float* x, const float* z, const float* w, int64_t n, i
     double sum = 0;
     for (int64_t i = 0; i < width; ++i) sum += static_cast<double>(xr[i] * xr[i]);
     const float scale = 1.0f / std::sqrt(static_cast<float>(sum / static_cast<double>(width)) + eps);
-    // silu(z) = z / (1 + e^-z), e^-z through exp_n a slice at a time.
-    constexpr int64_t kSlice = 64;
-    float e[kSlice];
-    for (int64_t i0 = 0; i0 < width; i0 += kSlice) {
-      const int64_t m = std::min(kSlice, width - i0);
-      for (int64_t j = 0; j < m; ++j) e[j] = -zr[i0 + j];
-      exp_n(e, m, e);
-      for (int64_t j = 0; j < m; ++j) {
-        const int64_t i = i0 + j;
-        yr[i] = (xr[i] * scale) * w[i] * (zr[i] / (1.0f + e[j]));
-      }
-    }
+    // silu(z) = z · sigmoid(z)
+    for_sigmoid(zr, width, [&](int64_t i, float sg) { yr[i] = (xr[i] * scale) * w[i] * (zr[i] * sg); });
   }
 }
 
@@ -153,14 +160,7 @@ void gated_rms_norm_ref(const float* x, const float* z, const float* w, int64_t 
 }
 
 void sigmoid_mul(float* x, const float* gate, int64_t n) {
-  constexpr int64_t kSlice = 64;
-  float e[kSlice];
-  for (int64_t i0 = 0; i0 < n; i0 += kSlice) {
-    const int64_t m = std::min(kSlice, n - i0);
-    for (int64_t j = 0; j < m; ++j) e[j] = -gate[i0 + j];
-    exp_n(e, m, e);
-    for (int64_t j = 0; j < m; ++j) x[i0 + j] *= 1.0f / (1.0f + e[j]);
-  }
+  for_sigmoid(gate, n, [&](int64_t i, float sg) { x[i] *= sg; });
 }
 
 }  // namespace gb::ops
