@@ -12,17 +12,10 @@
 #include <vector>
 
 #include "engine/sampler.h"
+#include "support/test_support.h"
 
 namespace gb {
 namespace {
-
-std::vector<float> test_logits(size_t n, float sigma, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.0f, sigma);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(rng);
-  return v;
-}
 
 std::vector<float> logits_of_probs(const std::vector<double>& p) {
   std::vector<float> l;
@@ -246,7 +239,7 @@ void expect_draws_follow_reference(const std::vector<float>& logits, SamplingPar
 
 TEST(Sampler, EveryPathDrawsFromTheReferenceNucleus) {
   // A peaked row: a few leading tokens over a Gaussian tail of 3000.
-  std::vector<float> peaked = test_logits(3000, 1.0f, 23);
+  std::vector<float> peaked = test::random_vec(3000, 23, 1.0f);
   for (int i = 0; i < 6; ++i) peaked[100 + 37 * i] = 6.0f - 0.5f * i;
   SamplingParams p;
   expect_draws_follow_reference(peaked, p, 20000, "temperature only: the whole row");
@@ -309,7 +302,7 @@ TEST(Sampler, NanAndInfinityAreNeverDrawnAndInfinityWins) {
 }
 
 TEST(Sampler, TopLogprobsAreTheLargestInOrder) {
-  std::vector<float> l = test_logits(5000, 2.0f, 5), lp(l.size());
+  std::vector<float> l = test::random_vec(5000, 5, 2.0f), lp(l.size());
   l[4999] = l[7] = 30.0f;  // a tie: the lower id first
   log_softmax(l, lp);
   std::vector<TokenLogprob> top;
