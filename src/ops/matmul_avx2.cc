@@ -15,13 +15,6 @@ struct V {
   // Rows per register tile for T = 0..4 tokens: T·R accumulators + R weight vectors fit in the
   // 16 YMM registers.
   static constexpr int kFloatRows[5] = {0, 8, 4, 3, 2};
-  // Tokens per panel tile (2 panels of 8 rows). Q8_0 / Q4_0: 4, though 4·2 int + 4·2 float
-  // accumulators spill some of them — measured on Zen 5 (bench_ops_matmul --isa avx2, up, n =
-  // 512, 1 thread, best of runs): Q8_0 23.0 → 21.1 ms, Q4_0 22.0 → 16.8 ms against 2 tokens.
-  // K-quants keep 2 (their tile also holds the sub-block scales): 4 made Q4_K 25.1 → 30.6 ms and
-  // Q6_K 28 → 34 ms.
-  static constexpr int kPanelTokens = 4;
-  static constexpr int kPanelTokensK = 2;
   static constexpr bool kVnni = false;
 
   static F zero() { return _mm256_setzero_ps(); }

@@ -19,9 +19,6 @@ struct V {
   static constexpr int kLanes = 16;
   // 32 ZMM registers: larger float tiles than AVX2.
   static constexpr int kFloatRows[5] = {0, 8, 6, 4, 4};
-  // Tokens per panel tile (2 panels of 8 rows): 4·2 int + 4·2 float accumulators.
-  static constexpr int kPanelTokens = 4;
-  static constexpr int kPanelTokensK = 4;
   static constexpr bool kVnni = true;
 
   static F zero() { return _mm512_setzero_ps(); }

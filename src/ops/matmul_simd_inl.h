@@ -455,8 +455,15 @@ inline void panel_tile(const KernelArgs& a, const uint8_t* pan, int64_t pan_stri
 // The panel driver of the quantized types: per kPackRows rows, pack(r, m, out) repacks m ≤ 8
 // rows from r into the panel at out (pan_stride bytes apart); then
 // tile(TokTile<T>, TokTile<P>, pan, t, r, valid) computes T tokens from t × P panels from pan
-// (rows from r, `valid` of them real): kT tokens × 2 panels, then the rest.
-template <int kT, typename Pack, typename Tile>
+// (rows from r, `valid` of them real): kPanelTokens tokens × 2 panels, then the rest.
+//
+// 4 tokens × 2 panels on both ISAs, though on AVX2 the 4·2 int + 4·2 float accumulators spill
+// some (16 YMM registers). Measured on Zen 5 against 2 tokens (bench_ops_matmul --isa avx2, up,
+// n = 512, 1 thread, best of runs): Q8_0 23.0 → 21.1 ms, Q4_0 22.0 → 16.8 ms; Q4_K 19.6 → 17.4
+// ms and Q6_K 20.4 → 17.9 ms once its sub-blocks summed in int16 (KPanel::kRun; before that, 4
+// tokens made Q4_K 25 → 31 ms).
+inline constexpr int kPanelTokens = 4;
+template <typename Pack, typename Tile>
 inline void rows_packed(const KernelArgs& a, int64_t r0, int64_t r1, uint8_t* scratch, int64_t pan_stride,
                         const Pack& pack, const Tile& tile) {
   for (int64_t rb = r0; rb < r1; rb += kPackRows) {
@@ -468,7 +475,7 @@ inline void rows_packed(const KernelArgs& a, int64_t r0, int64_t r1, uint8_t* sc
       if (p < np) tile(tt, TokTile<1>{}, scratch + p * pan_stride, t, rb + 8 * p, m - 8 * p);
     };
     int64_t t = 0;
-    for (; t + kT <= a.n; t += kT) tokens(TokTile<kT>{}, t);
+    for (; t + kPanelTokens <= a.n; t += kPanelTokens) tokens(TokTile<kPanelTokens>{}, t);
     for (; t < a.n; ++t) tokens(TokTile<1>{}, t);
   }
 }
@@ -476,7 +483,7 @@ inline void rows_packed(const KernelArgs& a, int64_t r0, int64_t r1, uint8_t* sc
 template <DType D>
 inline void rows_q_packed(const KernelArgs& a, int64_t r0, int64_t r1, uint8_t* scratch) {
   const int64_t pan_stride = a.cols / kQBlock * kPanelBlock;
-  rows_packed<V::kPanelTokens>(
+  rows_packed(
       a, r0, r1, scratch, pan_stride, [&](int64_t r, int64_t m, uint8_t* out) { pack_panel<D>(a, r, m, out); },
       [&]<int T, int P>(TokTile<T>, TokTile<P>, const uint8_t* pan, int64_t t, int64_t r, int64_t valid) {
         panel_tile<D, T, P>(a, pan, pan_stride, t, r, valid);
@@ -609,7 +616,7 @@ inline void rows_q(const KernelArgs& a, int64_t r0, int64_t r1, uint8_t* scratch
   if (a.packed) {  // r0, r1 and the matrix's rows are multiples of 8
     if (scratch != nullptr && a.n >= kPanelMinTokens) {
       const int64_t pan_stride = a.cols / kQBlock * kPanelBlock;
-      rows_packed<V::kPanelTokens>(
+      rows_packed(
           a, r0, r1, scratch, pan_stride, [&](int64_t r, int64_t, uint8_t* out) { panel_from_packed<D>(a, r, out); },
           [&]<int T, int P>(TokTile<T>, TokTile<P>, const uint8_t* pan, int64_t t, int64_t r, int64_t valid) {
             panel_tile<D, T, P>(a, pan, pan_stride, t, r, valid);
@@ -799,17 +806,56 @@ inline void rows_k_small(const KernelArgs& a, int64_t r0, int64_t r1) {
       [&]<int T>(TokTile<T>, int64_t t, int64_t r) { row1_k<D, T>(a, t, r); });
 }
 
+// Sub-block sums of K-quant codes (unsigned) times activation codes, per row lane, then times
+// the sub-block's scale. VNNI: vpdpbusd into int32, one vpmulld by the int32 scales. AVX2: the
+// int16 pair sums of maddubs added in int16 — at most kRunGroups<D> groups of 4 codes, the most
+// whose sum cannot leave int16 (Q4_K 8 · 2·15·127 = 30480, Q6_K 2 · 2·63·127 = 32004) — then one
+// madd by (scale, scale) int16 pairs, which also adds each pair into int32. Exact either way, so
+// the bits do not depend on the ISA. Measured on Zen 5 (AVX2, up, n = 512, 1 thread): the panel
+// tile Q4_K 25.2 → 19.7 ms, Q6_K 26.1 → 20.8 ms against maddubs + madd(1) + vpmulld.
+template <DType D>
+inline constexpr int kRunGroups = V::kVnni            ? 64
+                                  : D == DType::kQ4_K ? 8
+                                                      : 2;
+inline __m256i kdot(__m256i acc, __m256i w, __m256i x) {
+  if constexpr (V::kVnni) {
+    return V::dot_acc(acc, w, x);
+  } else {
+    return _mm256_add_epi16(acc, _mm256_maddubs_epi16(w, x));
+  }
+}
+// sc: kscale_operand's form.
+inline __m256i kscale(__m256i is, __m256i dot, __m256i sc) {
+  if constexpr (V::kVnni) {
+    return _mm256_add_epi32(is, _mm256_mullo_epi32(dot, sc));
+  } else {
+    return _mm256_add_epi32(is, _mm256_madd_epi16(dot, sc));
+  }
+}
+// int32 scales (each within int16) -> kscale's operand.
+inline __m256i kscale_operand(__m256i sc32) {
+  if constexpr (V::kVnni) {
+    return sc32;
+  } else {
+    return _mm256_blend_epi16(sc32, _mm256_slli_epi32(sc32, 16), 0xaa);
+  }
+}
+inline int32_t kscale_operand(int32_t sc) {
+  return V::kVnni ? sc : static_cast<int32_t>((static_cast<uint32_t>(sc) & 0xffffu) * 0x10001u);
+}
+
 // Prefill-shaped work: panels of 8 rows as for Q8_0 / Q4_0, one panel block per super-block
 // (panel_block_bytes): 64 groups of 4 codes at byte 32·g (row j's codes 4g..4g+3 at 4j..4j+3,
-// unsigned: Q4_K 0..15, Q6_K 0..63), then per sub-block the 8 rows' scales as int32 (Q4_K: 8
-// sub-blocks of 32; Q6_K: 16 of 16), then per pair of sub-blocks the 8 rows' (min, min) (Q4_K)
-// or (scale, scale) (Q6_K) as int16 pairs, then d (and Q4_K's dmin) as 8 f32. A token's 4 codes
-// broadcast against a group give the 8 rows' partial sums in one vpdpbusd; per sub-block one
-// multiply by the scales; the mins and Q6_K's offset are int16 pair products with the code sums.
+// unsigned: Q4_K 0..15, Q6_K 0..63), then per sub-block the 8 rows' scales as int32 (AVX2: (scale, scale) int16 pairs;
+// Q4_K: 8 sub-blocks of 32; Q6_K: 16 of 16), then per pair of sub-blocks the 8 rows' (min, min) (Q4_K) or (scale,
+// scale) (Q6_K) as int16 pairs, then d (and Q4_K's dmin) as 8 f32. A token's 4 codes broadcast against a group give the
+// 8 rows' partial sums in one vpdpbusd; per sub-block one multiply by the scales; the mins and Q6_K's offset are int16
+// pair products with the code sums.
 template <DType D>
 struct KPanel {
-  static constexpr int kSubs = D == DType::kQ4_K ? 8 : 16;  // sub-blocks per super-block
-  static constexpr int kGroups = 64 / kSubs;                // groups of 4 codes per sub-block
+  static constexpr int kSubs = D == DType::kQ4_K ? 8 : 16;                        // sub-blocks per super-block
+  static constexpr int kGroups = 64 / kSubs;                                      // groups of 4 codes per sub-block
+  static constexpr int kRun = kRunGroups<D> < kGroups ? kRunGroups<D> : kGroups;  // groups per kscale
   static constexpr int64_t kScales = 2048;
   static constexpr int64_t kPairs = kScales + 32 * kSubs;
   static constexpr int64_t kD = kPairs + 32 * (kSubs / 2);
@@ -852,7 +898,12 @@ inline void pack_panel_k_block(const uint8_t* blk, int64_t stride, int64_t m, ui
       d[j] = real ? load_f16_scalar(bj + 208) : 0.0f;
     }
   }
-  for (int s = 0; s < P::kSubs; ++s) __builtin_memcpy(o + P::kScales + 32 * s, sc[s], 32);
+  for (int s = 0; s < P::kSubs; ++s) {
+    if constexpr (!V::kVnni)  // (sc, sc) as int16 pairs: the madd operand
+      for (int j = 0; j < 8; ++j)
+        sc[s][j] = static_cast<int32_t>((static_cast<uint32_t>(sc[s][j]) & 0xffffu) * 0x10001u);
+    __builtin_memcpy(o + P::kScales + 32 * s, sc[s], 32);
+  }
   for (int i = 0; i < P::kSubs / 2; ++i)
     for (int j = 0; j < 8; ++j) {
       __builtin_memcpy(o + P::kPairs + 32 * i + 4 * j, &pairs[2 * i][j], 2);
@@ -904,26 +955,29 @@ inline void panel_tile_k(const KernelArgs& a, const uint8_t* pan, int64_t pan_st
       for (int p = 0; p < NP; ++p) is[t][p] = _mm256_setzero_si256();
 #pragma GCC unroll 16
     for (int s = 0; s < P::kSubs; ++s) {
-      __m256i dot[T][NP];
-      for (int t = 0; t < T; ++t)
-        for (int p = 0; p < NP; ++p) dot[t][p] = _mm256_setzero_si256();
+      __m256i sc[NP];
+      for (int p = 0; p < NP; ++p)
+        sc[p] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pb + p * pan_stride + P::kScales + 32 * s));
 #pragma GCC unroll 8
-      for (int gg = 0; gg < P::kGroups; ++gg) {
-        const int g = s * P::kGroups + gg;
-        __m256i wv[NP];
-        for (int p = 0; p < NP; ++p)
-          wv[p] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pb + p * pan_stride + 32 * g));
-        for (int t = 0; t < T; ++t) {
-          int32_t x4;
-          __builtin_memcpy(&x4, xb + t * cols + 4 * g, 4);
-          const __m256i xv = _mm256_set1_epi32(x4);
-          for (int p = 0; p < NP; ++p) dot[t][p] = V::dot_acc(dot[t][p], wv[p], xv);
+      for (int c = 0; c < P::kGroups / P::kRun; ++c) {
+        __m256i dot[T][NP];
+        for (int t = 0; t < T; ++t)
+          for (int p = 0; p < NP; ++p) dot[t][p] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+        for (int gg = 0; gg < P::kRun; ++gg) {
+          const int g = s * P::kGroups + c * P::kRun + gg;
+          __m256i wv[NP];
+          for (int p = 0; p < NP; ++p)
+            wv[p] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pb + p * pan_stride + 32 * g));
+          for (int t = 0; t < T; ++t) {
+            int32_t x4;
+            __builtin_memcpy(&x4, xb + t * cols + 4 * g, 4);
+            const __m256i xv = _mm256_set1_epi32(x4);
+            for (int p = 0; p < NP; ++p) dot[t][p] = kdot(dot[t][p], wv[p], xv);
+          }
         }
-      }
-      for (int p = 0; p < NP; ++p) {
-        const __m256i sc =
-            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pb + p * pan_stride + P::kScales + 32 * s));
-        for (int t = 0; t < T; ++t) is[t][p] = _mm256_add_epi32(is[t][p], _mm256_mullo_epi32(dot[t][p], sc));
+        for (int p = 0; p < NP; ++p)
+          for (int t = 0; t < T; ++t) is[t][p] = kscale(is[t][p], dot[t][p], sc[p]);
       }
     }
     for (int t = 0; t < T; ++t) {
@@ -1034,15 +1088,15 @@ inline void rows8_packed_k(const KernelArgs& a, int64_t t0, int64_t r0) {
 #pragma GCC unroll 8
           for (int t = 0; t < T; ++t) {
             const int8_t* xq = a.kq + (t0 + t) * cols + b * kKBlock + 64 * c + 4 * q;
-            lo[t] = V::dot_acc(lo[t], cl, bcast4(xq));
-            hi[t] = V::dot_acc(hi[t], ch, bcast4(xq + 32));
+            lo[t] = kdot(lo[t], cl, bcast4(xq));
+            hi[t] = kdot(hi[t], ch, bcast4(xq + 32));
           }
         }
-        const __m256i s0 = scales8_u8(scb + 16 * c), s1 = scales8_u8(scb + 16 * c + 8);
+        static_assert(kRunGroups<D> >= 8);
+        const __m256i s0 = kscale_operand(scales8_u8(scb + 16 * c));
+        const __m256i s1 = kscale_operand(scales8_u8(scb + 16 * c + 8));
 #pragma GCC unroll 8
-        for (int t = 0; t < T; ++t)
-          isum[t] =
-              _mm256_add_epi32(isum[t], _mm256_add_epi32(_mm256_mullo_epi32(lo[t], s0), _mm256_mullo_epi32(hi[t], s1)));
+        for (int t = 0; t < T; ++t) isum[t] = kscale(kscale(isum[t], lo[t], s0), hi[t], s1);
       }
       const __m256 dm = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 16)));
       // The mins term Σ_s min_s·bsum32_s as int16 pair products (mins ≤ 63, |bsum32| ≤ 32·127).
@@ -1071,34 +1125,40 @@ inline void rows8_packed_k(const KernelArgs& a, int64_t t0, int64_t r0) {
       for (int h = 0; h < 2; ++h) {
 #pragma GCC unroll 8
         for (int qq = 0; qq < 2; ++qq) {
-          __m256i s4[T][4];
+          __m256i sc[4];  // sub-blocks 8h + 2g + qq
 #pragma GCC unroll 8
-          for (int t = 0; t < T; ++t)
+          for (int g = 0; g < 4; ++g) sc[g] = kscale_operand(scales8_i8(blk + 16 + 8 * (8 * h + 2 * g + qq)));
+          constexpr int kRun = kRunGroups<D> < 4 ? kRunGroups<D> : 4;
 #pragma GCC unroll 8
-            for (int g = 0; g < 4; ++g) s4[t][g] = _mm256_setzero_si256();
+          for (int q0 = 4 * qq; q0 < 4 * qq + 4; q0 += kRun) {
+            __m256i s4[T][4];
 #pragma GCC unroll 8
-          for (int q = 4 * qq; q < 4 * qq + 4; ++q) {
-            const __m256i hv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 1168 + 32 * (8 * h + q)));
-            const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 144 + 32 * (16 * h + q)));
-            const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 144 + 32 * (16 * h + 8 + q)));
-            __m256i cv[4];
-            cv[0] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(hv, 4), m30));
-            cv[1] = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(hv, 2), m30));
-            cv[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(hv, m30));
-            cv[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
-                                    _mm256_and_si256(_mm256_srli_epi16(hv, 2), m30));
+            for (int t = 0; t < T; ++t)
 #pragma GCC unroll 8
-            for (int t = 0; t < T; ++t) {
-              const int8_t* xq = a.kq + (t0 + t) * cols + b * kKBlock + 128 * h + 4 * q;
+              for (int g = 0; g < 4; ++g) s4[t][g] = _mm256_setzero_si256();
 #pragma GCC unroll 8
-              for (int g = 0; g < 4; ++g) s4[t][g] = V::dot_acc(s4[t][g], cv[g], bcast4(xq + 32 * g));
+            for (int q = q0; q < q0 + kRun; ++q) {
+              const __m256i hv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 1168 + 32 * (8 * h + q)));
+              const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 144 + 32 * (16 * h + q)));
+              const __m256i l1 =
+                  _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 144 + 32 * (16 * h + 8 + q)));
+              __m256i cv[4];
+              cv[0] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(hv, 4), m30));
+              cv[1] = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(hv, 2), m30));
+              cv[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(hv, m30));
+              cv[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                                      _mm256_and_si256(_mm256_srli_epi16(hv, 2), m30));
+#pragma GCC unroll 8
+              for (int t = 0; t < T; ++t) {
+                const int8_t* xq = a.kq + (t0 + t) * cols + b * kKBlock + 128 * h + 4 * q;
+#pragma GCC unroll 8
+                for (int g = 0; g < 4; ++g) s4[t][g] = kdot(s4[t][g], cv[g], bcast4(xq + 32 * g));
+              }
             }
-          }
 #pragma GCC unroll 8
-          for (int g = 0; g < 4; ++g) {
-            const __m256i sc = scales8_i8(blk + 16 + 8 * (8 * h + 2 * g + qq));
+            for (int g = 0; g < 4; ++g)
 #pragma GCC unroll 8
-            for (int t = 0; t < T; ++t) isum[t] = _mm256_add_epi32(isum[t], _mm256_mullo_epi32(s4[t][g], sc));
+              for (int t = 0; t < T; ++t) isum[t] = kscale(isum[t], s4[t][g], sc[g]);
           }
         }
       }
@@ -1132,7 +1192,7 @@ inline void rows8_packed_k(const KernelArgs& a, int64_t t0, int64_t r0) {
 template <DType D>
 inline void rows_k_packed(const KernelArgs& a, int64_t r0, int64_t r1, uint8_t* scratch) {
   const int64_t pan_stride = a.cols / kKBlock * KPanel<D>::kBytes;
-  rows_packed<V::kPanelTokensK>(
+  rows_packed(
       a, r0, r1, scratch, pan_stride, [&](int64_t r, int64_t m, uint8_t* out) { pack_panel_k<D>(a, r, m, out); },
       [&]<int T, int P>(TokTile<T>, TokTile<P>, const uint8_t* pan, int64_t t, int64_t r, int64_t valid) {
         panel_tile_k<D, T, P>(a, pan, pan_stride, t, r, valid);

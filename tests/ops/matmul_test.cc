@@ -835,6 +835,54 @@ TEST(MatmulKQuants, EveryIsaMatchesScalarBitwise) {
   if (compared == 0) GTEST_SKIP() << "CPU has no SIMD level; only the scalar kernel runs";
 }
 
+// The largest integer partial sums the kernels can meet: every weight code at its maximum (Q4_K
+// 15, Q6_K 63) against activations that all round to the same extreme code (±127), row-major
+// and packed at load, in place and in panels. The kernels' int16 sums (maddubs, then int16 adds
+// on AVX2) sit just under 32767 here; one group more per int16 run overflows and fails this test.
+TEST(MatmulKQuants, ExtremeCodesMatchScalarBitwise) {
+  ThreadPool pool(2);
+  const int64_t rows = 24, cols = 512;
+  for (DType dt : {DType::kQ4_K, DType::kQ6_K}) {
+    auto bytes = random_weight_bytes(dt, rows, cols, 901);
+    const int64_t stride = row_bytes(dt, cols), bb = dt == DType::kQ4_K ? 144 : 210;
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t b = 0; b < cols / 256; ++b) {
+        uint8_t* blk = bytes.data() + r * stride + b * bb;
+        if (dt == DType::kQ4_K) {
+          std::memset(blk + 16, 0xff, 128);
+        } else {
+          std::memset(blk, 0xff, 192);  // ql and qh: code 63
+        }
+      }
+    Weight w{bytes.data(), dt, rows, cols};
+    std::vector<uint8_t> packed(bytes.size());
+    pack_weight(w, packed.data());
+    for (float v : {1.0f, -1.0f}) {
+      for (int64_t n : {int64_t{1}, int64_t{4}, kPanelMinTokens, int64_t{13}, kPackedKPanelMinTokens}) {
+        const std::vector<float> x(n * cols, v);
+        std::vector<float> ref(n * rows);
+        {
+          ScopedIsa s(Isa::kScalar);
+          w.packed = nullptr;
+          matmul(pool, x.data(), n, w, ref.data());
+        }
+        for (Isa isa : {Isa::kAvx2, Isa::kAvx512}) {
+          ScopedIsa s(isa);
+          if (!s.ok()) continue;
+          const uint8_t* layouts[] = {nullptr, packed.data()};
+          for (const uint8_t* layout : layouts) {
+            w.packed = layout;
+            std::vector<float> y(n * rows, NAN);
+            matmul(pool, x.data(), n, w, y.data());
+            ASSERT_EQ(0, std::memcmp(y.data(), ref.data(), y.size() * 4))
+                << isa_name(isa) << " " << dtype_name(dt) << " x=" << v << " n=" << n << (layout ? " packed" : "");
+          }
+        }
+      }
+    }
+  }
+}
+
 // A token alone (n = 1) or at any place in a batch of 37; 1 or 2 threads: the same bits.
 TEST(MatmulKQuants, BatchAndThreadInvariantBitwise) {
   ThreadPool one(1), two(2);
