@@ -15,6 +15,7 @@ struct V {
   // Rows per register tile for T = 0..4 tokens: T·R accumulators + R weight vectors fit in the
   // 16 YMM registers.
   static constexpr int kFloatRows[5] = {0, 8, 4, 3, 2};
+  static constexpr int kPanelsK = 1;  // panels per K-quant panel tile (rows_packed)
   static constexpr bool kVnni = false;
 
   static F zero() { return _mm256_setzero_ps(); }

@@ -19,6 +19,7 @@ struct V {
   static constexpr int kLanes = 16;
   // 32 ZMM registers: larger float tiles than AVX2.
   static constexpr int kFloatRows[5] = {0, 8, 6, 4, 4};
+  static constexpr int kPanelsK = 2;  // panels per K-quant panel tile (rows_packed)
   static constexpr bool kVnni = true;
 
   static F zero() { return _mm512_setzero_ps(); }

@@ -455,15 +455,18 @@ inline void panel_tile(const KernelArgs& a, const uint8_t* pan, int64_t pan_stri
 // The panel driver of the quantized types: per kPackRows rows, pack(r, m, out) repacks m ≤ 8
 // rows from r into the panel at out (pan_stride bytes apart); then
 // tile(TokTile<T>, TokTile<P>, pan, t, r, valid) computes T tokens from t × P panels from pan
-// (rows from r, `valid` of them real): kPanelTokens tokens × 2 panels, then the rest.
+// (rows from r, `valid` of them real): kT tokens × kP panels, then the rest.
 //
-// 4 tokens × 2 panels on both ISAs, though on AVX2 the 4·2 int + 4·2 float accumulators spill
-// some (16 YMM registers). Measured on Zen 5 against 2 tokens (bench_ops_matmul --isa avx2, up,
-// n = 512, 1 thread, best of runs): Q8_0 23.0 → 21.1 ms, Q4_0 22.0 → 16.8 ms; Q4_K 19.6 → 17.4
-// ms and Q6_K 20.4 → 17.9 ms once its sub-blocks summed in int16 (KPanel::kRun; before that, 4
-// tokens made Q4_K 25 → 31 ms).
+// kT = kPanelTokens = 4 on both ISAs; kP = 2, except K-quants on AVX2 (V::kPanelsK = 1): 4·2
+// int + 4·2 float accumulators spill some of AVX2's 16 YMM registers, and the K-quant tile also
+// holds each sub-block's int16 sums and scales. Measured on Zen 5 (bench_ops_matmul --isa avx2,
+// up, n = 512, 1 thread, best of runs), against 2 tokens × 2 panels: Q8_0 23.0 → 21.1 ms, Q4_0
+// 22.0 → 16.8 ms at 4 × 2 (4 × 1: Q4_0 19.3 ms); Q4_K 19.6 → 17.4 ms at 4 × 2, 17.8–18.0 ms at
+// 4 × 1 against 4 × 2's 18.8–19.3 in the same runs (Q6_K 18.1–18.2 vs 18.3–19.3; 5 × 1, 6 × 1,
+// 3 × 2 within those, 8 × 1 slower: 23.4 ms). AVX-512 (32 registers): Q4_K 10.5 ms at 4 × 2,
+// 12.1 at 4 × 1.
 inline constexpr int kPanelTokens = 4;
-template <typename Pack, typename Tile>
+template <int kT, int kP, typename Pack, typename Tile>
 inline void rows_packed(const KernelArgs& a, int64_t r0, int64_t r1, uint8_t* scratch, int64_t pan_stride,
                         const Pack& pack, const Tile& tile) {
   for (int64_t rb = r0; rb < r1; rb += kPackRows) {
@@ -471,11 +474,12 @@ inline void rows_packed(const KernelArgs& a, int64_t r0, int64_t r1, uint8_t* sc
     for (int64_t p = 0; p < np; ++p) pack(rb + 8 * p, min64(8, m - 8 * p), scratch + p * pan_stride);
     auto tokens = [&]<int T>(TokTile<T> tt, int64_t t) {
       int64_t p = 0;
-      for (; p + 2 <= np; p += 2) tile(tt, TokTile<2>{}, scratch + p * pan_stride, t, rb + 8 * p, min64(16, m - 8 * p));
-      if (p < np) tile(tt, TokTile<1>{}, scratch + p * pan_stride, t, rb + 8 * p, m - 8 * p);
+      for (; p + kP <= np; p += kP)
+        tile(tt, TokTile<kP>{}, scratch + p * pan_stride, t, rb + 8 * p, min64(8 * kP, m - 8 * p));
+      for (; p < np; ++p) tile(tt, TokTile<1>{}, scratch + p * pan_stride, t, rb + 8 * p, min64(8, m - 8 * p));
     };
     int64_t t = 0;
-    for (; t + kPanelTokens <= a.n; t += kPanelTokens) tokens(TokTile<kPanelTokens>{}, t);
+    for (; t + kT <= a.n; t += kT) tokens(TokTile<kT>{}, t);
     for (; t < a.n; ++t) tokens(TokTile<1>{}, t);
   }
 }
@@ -483,7 +487,7 @@ inline void rows_packed(const KernelArgs& a, int64_t r0, int64_t r1, uint8_t* sc
 template <DType D>
 inline void rows_q_packed(const KernelArgs& a, int64_t r0, int64_t r1, uint8_t* scratch) {
   const int64_t pan_stride = a.cols / kQBlock * kPanelBlock;
-  rows_packed(
+  rows_packed<kPanelTokens, 2>(
       a, r0, r1, scratch, pan_stride, [&](int64_t r, int64_t m, uint8_t* out) { pack_panel<D>(a, r, m, out); },
       [&]<int T, int P>(TokTile<T>, TokTile<P>, const uint8_t* pan, int64_t t, int64_t r, int64_t valid) {
         panel_tile<D, T, P>(a, pan, pan_stride, t, r, valid);
@@ -616,7 +620,7 @@ inline void rows_q(const KernelArgs& a, int64_t r0, int64_t r1, uint8_t* scratch
   if (a.packed) {  // r0, r1 and the matrix's rows are multiples of 8
     if (scratch != nullptr && a.n >= kPanelMinTokens) {
       const int64_t pan_stride = a.cols / kQBlock * kPanelBlock;
-      rows_packed(
+      rows_packed<kPanelTokens, 2>(
           a, r0, r1, scratch, pan_stride, [&](int64_t r, int64_t, uint8_t* out) { panel_from_packed<D>(a, r, out); },
           [&]<int T, int P>(TokTile<T>, TokTile<P>, const uint8_t* pan, int64_t t, int64_t r, int64_t valid) {
             panel_tile<D, T, P>(a, pan, pan_stride, t, r, valid);
@@ -953,7 +957,10 @@ inline void panel_tile_k(const KernelArgs& a, const uint8_t* pan, int64_t pan_st
     __m256i is[T][NP];
     for (int t = 0; t < T; ++t)
       for (int p = 0; p < NP; ++p) is[t][p] = _mm256_setzero_si256();
-#pragma GCC unroll 16
+        // Not unrolled: unrolling the sub-blocks (as before) let GCC 12 spread one super-block's
+        // loads and products over the stack. Measured on Zen 5 (up, n = 512, 1 thread), unrolled →
+        // not: AVX2 Q4_K 17.6 → 17.5 ms, Q6_K 18.0 → 16.0; AVX-512 Q4_K 10.5 → 9.5, Q6_K 15.2 → 11.1.
+#pragma GCC unroll 1
     for (int s = 0; s < P::kSubs; ++s) {
       __m256i sc[NP];
       for (int p = 0; p < NP; ++p)
@@ -1192,11 +1199,11 @@ inline void rows8_packed_k(const KernelArgs& a, int64_t t0, int64_t r0) {
 template <DType D>
 inline void rows_k_packed(const KernelArgs& a, int64_t r0, int64_t r1, uint8_t* scratch) {
   const int64_t pan_stride = a.cols / kKBlock * KPanel<D>::kBytes;
-  rows_packed(
-      a, r0, r1, scratch, pan_stride, [&](int64_t r, int64_t m, uint8_t* out) { pack_panel_k<D>(a, r, m, out); },
-      [&]<int T, int P>(TokTile<T>, TokTile<P>, const uint8_t* pan, int64_t t, int64_t r, int64_t valid) {
-        panel_tile_k<D, T, P>(a, pan, pan_stride, t, r, valid);
-      });
+  auto pack = [&](int64_t r, int64_t m, uint8_t* out) { pack_panel_k<D>(a, r, m, out); };
+  auto tile = [&]<int T, int P>(TokTile<T>, TokTile<P>, const uint8_t* pan, int64_t t, int64_t r, int64_t valid) {
+    panel_tile_k<D, T, P>(a, pan, pan_stride, t, r, valid);
+  };
+  rows_packed<kPanelTokens, V::kPanelsK>(a, r0, r1, scratch, pan_stride, pack, tile);
 }
 
 template <DType D>
