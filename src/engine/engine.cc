@@ -1,6 +1,7 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <future>
@@ -81,6 +82,7 @@ Engine::Engine(Model* model, const EngineConfig& config, std::unique_ptr<KvCache
       scheduler_(config.scheduler, &blocks_),
       runner_(model, std::move(cache), config.scheduler.max_num_seqs, config.block_size, config.monitor),
       logprobs_(model->config().vocab),
+      sample_scratch_(static_cast<size_t>(model->pool().size()) * static_cast<size_t>(model->config().vocab)),
       eos_ids_(model->config().eos_ids) {
   stats_.kv_blocks_total = blocks_.n_blocks();
   stats_.running_by_variant.assign(static_cast<size_t>(model->n_variants()) + 1, 0);
@@ -375,9 +377,10 @@ void Engine::post_process(const std::vector<ScheduledSeq>& scheduled, const Stat
     for (const Done& d : done) finish(d.seq, d.reason, d.code, forward.message());
     return;
   }
-  // Per sequence: its prompt logprobs, then a sample where it reached the end of its known tokens.
+  sample_step(scheduled);
+  // Per sequence: its prompt logprobs, then its sample where it reached the end of its known tokens.
   const int32_t vocab = model_->config().vocab;
-  int32_t row = 0;
+  size_t job = 0;
   bool non_finite = false;
   for (size_t i = 0; i < scheduled.size(); ++i) {
     const ScheduledSeq& s = scheduled[i];
@@ -404,20 +407,20 @@ void Engine::post_process(const std::vector<ScheduledSeq>& scheduled, const Stat
       } else if (!ev.prompt_logprobs.empty()) {
         seq->channel->push(std::move(ev));
       }
-      if (s.samples) ++row;
+      if (s.samples) ++job;
       continue;
     }
-    float* logits = runner_.logits(row++);
+    SampleJob& sj = sample_jobs_[job++];
     FinishReason reason = FinishReason::kNone;
     if (seq->request.max_tokens == 0) {
       reason = FinishReason::kLength;  // scoring only: the prompt is done
-    } else if (!all_finite(logits, vocab)) {
+    } else if (!sj.finite) {
       // Never a token sampled from NaN: the request fails (where it happened is found below).
       done.push_back({seq, FinishReason::kError, EngineErrorCode::kNonFinite});
       non_finite = true;
       continue;
     } else {
-      GeneratedToken gen = seq->sampler->sample(logits, seq->request.top_logprobs, logprobs_);
+      GeneratedToken gen = std::move(sj.gen);
       seq->tokens.push_back(gen.token);
       if (seq->n_generated() == 1) seq->first_token_time = Clock::now();
       const auto& stop_ids = seq->request.stop_token_ids;
@@ -442,6 +445,40 @@ void Engine::post_process(const std::vector<ScheduledSeq>& scheduled, const Stat
     }
   }
   for (const Done& d : done) finish(d.seq, d.reason, d.code, d.error);
+}
+
+// Each sequence's Sampler owns its state (seeded generator, penalty counts over its own tokens),
+// so the step's sequences are sampled on the pool in any order with the same tokens as one by
+// one. A step of 16 sequences at temperature 1 with top_p is tens of ms of serial work on the
+// engine thread otherwise (docs/PERFORMANCE.md). Sequences that sample this step: job i is
+// logits row i, in schedule order.
+void Engine::sample_step(const std::vector<ScheduledSeq>& scheduled) {
+  const int32_t vocab = model_->config().vocab;
+  sample_jobs_.clear();
+  int32_t row = 0;
+  for (const ScheduledSeq& s : scheduled)
+    if (s.samples) sample_jobs_.push_back({s.seq, runner_.logits(row++)});
+  auto draw = [&](size_t i, int task) {
+    SampleJob& j = sample_jobs_[i];
+    if (j.seq->request.max_tokens == 0) return;
+    j.finite = all_finite(j.logits, vocab);
+    if (!j.finite) return;
+    const std::span<float> scratch(sample_scratch_.data() + static_cast<size_t>(task) * vocab,
+                                   static_cast<size_t>(vocab));
+    j.gen = j.seq->sampler->sample(j.logits, j.seq->request.top_logprobs, scratch);
+  };
+  ThreadPool& pool = model_->pool();
+  if (sample_jobs_.size() < 2 || pool.size() == 1) {
+    for (size_t i = 0; i < sample_jobs_.size(); ++i) draw(i, 0);
+    return;
+  }
+  // Dynamic claiming: a greedy sequence costs microseconds, a top_p one milliseconds.
+  std::atomic<size_t> next{0};
+  pool.run([&](int task) {
+    for (size_t i = next.fetch_add(1, std::memory_order_relaxed); i < sample_jobs_.size();
+         i = next.fetch_add(1, std::memory_order_relaxed))
+      draw(i, task);
+  });
 }
 
 std::string Engine::non_finite_error(Sequence* seq) {

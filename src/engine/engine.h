@@ -118,6 +118,16 @@ class Engine : public EngineApi {
   Scheduler scheduler_;
   ModelRunner runner_;
   std::vector<float> logprobs_;  // [vocab] f32 scratch
+  // A step's samples, drawn on the model's pool before post_process's serial pass.
+  struct SampleJob {
+    Sequence* seq;
+    float* logits;
+    bool finite = true;  // false: non-finite logits, nothing drawn
+    GeneratedToken gen{0, 0.0f, {}, 0};
+  };
+  std::vector<SampleJob> sample_jobs_;
+  std::vector<float> sample_scratch_;  // [pool size × vocab] f32, one row per pool task
+  void sample_step(const std::vector<ScheduledSeq>& scheduled);
   std::vector<int32_t> eos_ids_;
   std::vector<Done> done_;  // per-step scratch
 

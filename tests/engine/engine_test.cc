@@ -151,6 +151,33 @@ TEST_F(EngineTest, SeededSamplingIsReproducibleAloneAndBatched) {
   EXPECT_NE(run_together(*e, {r})[0].tokens, a.tokens);
 }
 
+// A step's samples are drawn on the pool (two threads here), in whatever order its tasks claim
+// them: sixteen seeded sequences with different settings, batched, draw exactly what each draws
+// alone — tokens and logprobs.
+TEST_F(EngineTest, SeededSamplesOfABatchEqualEachAlone) {
+  auto reqs = sixteen_requests();
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    auto& sp = reqs[i].sampling;
+    sp.temperature = 0.6f + 0.1f * static_cast<float>(i % 5);
+    sp.top_p = i % 2 == 0 ? 0.9f : 1.0f;
+    sp.top_k = i % 3 == 0 ? 40 : 0;
+    sp.min_p = i % 4 == 1 ? 0.05f : 0.0f;
+    sp.seed = 100 + i;
+    sp.has_seed = true;
+    reqs[i].top_logprobs = static_cast<int32_t>(i % 3);
+  }
+  reqs[5].sampling.temperature = 0;  // a greedy one among them
+  auto e = make_engine(16, 64);
+  std::vector<Output> alone;
+  for (const auto& r : reqs) alone.push_back(run_together(*e, {r})[0]);
+  const auto together = run_together(*make_engine(16, 64), reqs);
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    EXPECT_EQ(together[i].tokens, alone[i].tokens) << "request " << i;
+    EXPECT_EQ(together[i].logprobs, alone[i].logprobs) << "request " << i;
+    EXPECT_EQ(together[i].tokens.size(), static_cast<size_t>(reqs[i].max_tokens));
+  }
+}
+
 TEST_F(EngineTest, LogprobsAreNormalisedAndIncludeTheSampledToken) {
   auto e = make_engine();
   auto r = greedy({1, 403, 407}, 3);
