@@ -10,7 +10,8 @@ namespace {
 struct V {
   using F = __m256;
   static constexpr int kLanes = 8;
-  static constexpr int kQkRows = 4;  // 8 accumulators of 16 YMM registers
+  static constexpr int kQkRows = 4;               // 8 accumulators of 16 YMM registers
+  static constexpr int kPvRows = 4, kPvVecs = 2;  // 8 accumulators + 2 value vectors
 
   static F zero() { return _mm256_setzero_ps(); }
   static F set1(float x) { return _mm256_set1_ps(x); }

@@ -160,9 +160,10 @@ inline void attn_pv(float* out, int64_t i0, float corr, const float* p, const fl
   for (int k = 0; k < NV; ++k) V::store(out + i0 + k * V::kLanes, a[k]);
 }
 
-inline void attn_pv_row(float* out, float corr, const float* p, const float* v, int64_t hd, int64_t nk) {
+// attn_pv for elements [i0, hd) of one row.
+inline void attn_pv_row(float* out, int64_t i0, float corr, const float* p, const float* v, int64_t hd, int64_t nk) {
   constexpr int64_t W = V::kLanes;
-  int64_t i = 0;
+  int64_t i = i0;
   for (; i + 8 * W <= hd; i += 8 * W) attn_pv<8>(out, i, corr, p, v, hd, nk);
   for (; i + 4 * W <= hd; i += 4 * W) attn_pv<4>(out, i, corr, p, v, hd, nk);
   for (; i + W <= hd; i += W) attn_pv<1>(out, i, corr, p, v, hd, nk);
@@ -171,6 +172,56 @@ inline void attn_pv_row(float* out, float corr, const float* p, const float* v, 
     for (int64_t j = 0; j < nk; ++j) a = __builtin_fmaf(p[j], v[j * hd + i], a);
     out[i] = a;
   }
+}
+
+// attn_pv for NR rows at once (row r: out[r], corr[r], weights p + r · bsp, nk[r] keys): each
+// value vector is loaded once for the NR rows over the keys they all see, then each row's own
+// tail. Every lane runs the FMA chain attn_pv runs for its row alone, so the bits do not depend on
+// the grouping.
+template <int NR, int NV>
+inline void attn_pv_rows(float* const* out, int64_t i0, const float* corr, const float* p, int64_t bsp, const float* v,
+                         int64_t hd, const int64_t* nk) {
+  using F = V::F;
+  F a[NR][NV];
+  int64_t n_all = nk[0];
+  for (int r = 0; r < NR; ++r) {
+    const F c = V::set1(corr[r]);
+    for (int k = 0; k < NV; ++k) a[r][k] = V::mul(V::load(out[r] + i0 + k * V::kLanes), c);
+    n_all = attn_min(n_all, nk[r]);
+  }
+  for (int64_t j = 0; j < n_all; ++j) {
+    const float* vj = v + j * hd + i0;
+    F vv[NV];
+    for (int k = 0; k < NV; ++k) vv[k] = V::load(vj + k * V::kLanes);
+    for (int r = 0; r < NR; ++r) {
+      const F pj = V::set1(p[r * bsp + j]);
+      for (int k = 0; k < NV; ++k) a[r][k] = V::fma(pj, vv[k], a[r][k]);
+    }
+  }
+  for (int r = 0; r < NR; ++r) {
+    for (int64_t j = n_all; j < nk[r]; ++j) {
+      const F pj = V::set1(p[r * bsp + j]);
+      const float* vj = v + j * hd + i0;
+      for (int k = 0; k < NV; ++k) a[r][k] = V::fma(pj, V::load(vj + k * V::kLanes), a[r][k]);
+    }
+    for (int k = 0; k < NV; ++k) V::store(out[r] + i0 + k * V::kLanes, a[r][k]);
+  }
+}
+
+// The weighted values of rows [r0, r1) of the tile into their outputs: groups of V::kPvRows rows
+// over V::kPvVecs vectors at a time, the rest row by row.
+inline void attn_pv_tile(float* const* orow, int64_t r0, int64_t r1, const float* corr, const float* S, int64_t bsp,
+                         const float* v, int64_t hd, const int64_t* nk) {
+  constexpr int NR = V::kPvRows, NV = V::kPvVecs;
+  constexpr int64_t span = NV * V::kLanes;
+  int64_t r = r0;
+  for (; r + NR <= r1; r += NR) {
+    int64_t i = 0;
+    for (; i + span <= hd; i += span) attn_pv_rows<NR, NV>(orow + r, i, corr + r, S + r * bsp, bsp, v, hd, nk + r);
+    if (i < hd)
+      for (int k = 0; k < NR; ++k) attn_pv_row(orow[r + k], i, corr[r + k], S + (r + k) * bsp, v, hd, nk[r + k]);
+  }
+  for (; r < r1; ++r) attn_pv_row(orow[r], 0, corr[r], S + r * bsp, v, hd, nk[r]);
 }
 
 // Lanes k >= n of s -> -inf (n may be <= 0 or >= the width). Returns the masked scores' maximum
@@ -210,6 +261,8 @@ inline void attend_tile_any(const AttendTile& t, const PagedKv& kv, float* scrat
   constexpr int64_t kMaxRows = 256;
   const float* qr[kMaxRows];
   float* orow[kMaxRows];
+  float corr[kMaxRows];  // per block: each row's rescale and number of visible keys
+  int64_t nk[kMaxRows];
   for (int64_t i = 0; i < t.n_pos; ++i) {
     for (int64_t j = 0; j < t.n_q; ++j) {
       const int64_t r = i * t.n_q + j;
@@ -228,15 +281,15 @@ inline void attend_tile_any(const AttendTile& t, const PagedKv& kv, float* scrat
         attn_block(kv, t.block_table[start / bs], t.kv_head, attn_min(bs, max_ctx - start), kscr, vscr);
     attn_qk_rows(qr, r0, R, blk, hd, nc, t.scale, S, bsp);
     for (int64_t r = r0; r < R; ++r) {
-      const int64_t nk = attn_min(bs, t.pos0 + r / t.n_q + 1 - start);
+      nk[r] = attn_min(bs, t.pos0 + r / t.n_q + 1 - start);
       float* s = S + r * bsp;
-      const float bm = attn_mask_max(s, nc, nk, m[r]);
-      const float corr = attn_exp_scalar(m[r] - bm);  // exp(-inf) = 0 on the first block
+      const float bm = attn_mask_max(s, nc, nk[r], m[r]);
+      corr[r] = attn_exp_scalar(m[r] - bm);  // exp(-inf) = 0 on the first block
       const float sum = attn_exp_sum(s, nc, bm);
-      l[r] = __builtin_fmaf(l[r], corr, sum);
+      l[r] = __builtin_fmaf(l[r], corr[r], sum);
       m[r] = bm;
-      attn_pv_row(orow[r], corr, s, blk.vb, hd, nk);
     }
+    attn_pv_tile(orow, r0, R, corr, S, bsp, blk.vb, hd, nk);
   }
   for (int64_t r = 0; r < R; ++r) {
     const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
