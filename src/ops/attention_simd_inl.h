@@ -145,39 +145,10 @@ inline void attn_qk_rows(const float* const* qr, int64_t r0, int64_t r1, const A
   }
 }
 
-// out[i] = out[i] · corr + Σ_j p[j] · v[j, i] over j < nk, for NV vectors from element i0.
-template <int NV>
-inline void attn_pv(float* out, int64_t i0, float corr, const float* p, const float* v, int64_t hd, int64_t nk) {
-  using F = V::F;
-  F a[NV];
-  const F c = V::set1(corr);
-  for (int k = 0; k < NV; ++k) a[k] = V::mul(V::load(out + i0 + k * V::kLanes), c);
-  for (int64_t j = 0; j < nk; ++j) {
-    const F pj = V::set1(p[j]);
-    const float* vj = v + j * hd + i0;
-    for (int k = 0; k < NV; ++k) a[k] = V::fma(pj, V::load(vj + k * V::kLanes), a[k]);
-  }
-  for (int k = 0; k < NV; ++k) V::store(out + i0 + k * V::kLanes, a[k]);
-}
-
-// attn_pv for elements [i0, hd) of one row.
-inline void attn_pv_row(float* out, int64_t i0, float corr, const float* p, const float* v, int64_t hd, int64_t nk) {
-  constexpr int64_t W = V::kLanes;
-  int64_t i = i0;
-  for (; i + 8 * W <= hd; i += 8 * W) attn_pv<8>(out, i, corr, p, v, hd, nk);
-  for (; i + 4 * W <= hd; i += 4 * W) attn_pv<4>(out, i, corr, p, v, hd, nk);
-  for (; i + W <= hd; i += W) attn_pv<1>(out, i, corr, p, v, hd, nk);
-  for (; i < hd; ++i) {
-    float a = out[i] * corr;
-    for (int64_t j = 0; j < nk; ++j) a = __builtin_fmaf(p[j], v[j * hd + i], a);
-    out[i] = a;
-  }
-}
-
-// attn_pv for NR rows at once (row r: out[r], corr[r], weights p + r · bsp, nk[r] keys): each
-// value vector is loaded once for the NR rows over the keys they all see, then each row's own
-// tail. Every lane runs the FMA chain attn_pv runs for its row alone, so the bits do not depend on
-// the grouping.
+// out[r][i] = out[r][i] · corr[r] + Σ_j p[r · bsp + j] · v[j, i] over j < nk[r], for NR rows and
+// NV vectors from element i0: each value vector is loaded once for the NR rows over the keys they
+// all see, then each row's own tail. Every lane runs the same FMA chain as with NR = 1, so the
+// bits do not depend on the grouping.
 template <int NR, int NV>
 inline void attn_pv_rows(float* const* out, int64_t i0, const float* corr, const float* p, int64_t bsp, const float* v,
                          int64_t hd, const int64_t* nk) {
@@ -205,6 +176,21 @@ inline void attn_pv_rows(float* const* out, int64_t i0, const float* corr, const
       for (int k = 0; k < NV; ++k) a[r][k] = V::fma(pj, V::load(vj + k * V::kLanes), a[r][k]);
     }
     for (int k = 0; k < NV; ++k) V::store(out[r] + i0 + k * V::kLanes, a[r][k]);
+  }
+}
+
+// attn_pv_rows for elements [i0, hd) of one row.
+inline void attn_pv_row(float* out, int64_t i0, float corr, const float* p, const float* v, int64_t hd, int64_t nk) {
+  constexpr int64_t W = V::kLanes;
+  int64_t i = i0;
+  float* const o[1] = {out};
+  for (; i + 8 * W <= hd; i += 8 * W) attn_pv_rows<1, 8>(o, i, &corr, p, 0, v, hd, &nk);
+  for (; i + 4 * W <= hd; i += 4 * W) attn_pv_rows<1, 4>(o, i, &corr, p, 0, v, hd, &nk);
+  for (; i + W <= hd; i += W) attn_pv_rows<1, 1>(o, i, &corr, p, 0, v, hd, &nk);
+  for (; i < hd; ++i) {
+    float a = out[i] * corr;
+    for (int64_t j = 0; j < nk; ++j) a = __builtin_fmaf(p[j], v[j * hd + i], a);
+    out[i] = a;
   }
 }
 
