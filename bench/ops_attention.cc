@@ -68,6 +68,7 @@ void parallel(gb::ThreadPool& pool, int64_t n, F&& fn) {
 }
 
 struct Case {
+  const char* key;
   const char* name;
   int64_t n_tokens;  // query tokens: positions ctx - n_tokens .. ctx - 1
   int64_t ctx;
@@ -94,12 +95,24 @@ int main(int argc, char** argv) {
   std::vector<int> threads = {1, 2};
   app.add_option("--reps", reps, "repetitions (each variant once per repetition, interleaved)")->capture_default_str();
   app.add_option("--threads", threads, "thread counts")->capture_default_str();
+  std::vector<std::string> case_names = {"p512", "p4096", "d512", "d4096"};
+  app.add_option("--cases", case_names, "cases: p512 p4096 (prefill), d512 d4096 (decode at that context)")
+      ->check(CLI::IsMember({"p512", "p4096", "d512", "d4096"}))
+      ->capture_default_str();
+  std::vector<std::string> variant_names = {"old", "f32", "bf16", "f16"};
+  app.add_option("--variants", variant_names,
+                 "old (the per-head loop; the x column needs it), tile f32 / bf16 / f16 KV")
+      ->check(CLI::IsMember({"old", "f32", "bf16", "f16"}))
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  auto chosen = [](const std::vector<std::string>& v, const char* name) {
+    return std::find(v.begin(), v.end(), name) != v.end();
+  };
 
-  const Case cases[] = {{"prefill 512", 512, 512},
-                        {"prefill 4096", 4096, 4096},
-                        {"decode ctx 512", 1, 512},
-                        {"decode ctx 4096", 1, 4096}};
+  const Case cases[] = {{"p512", "prefill 512", 512, 512},
+                        {"p4096", "prefill 4096", 4096, 4096},
+                        {"d512", "decode ctx 512", 1, 512},
+                        {"d4096", "decode ctx 4096", 1, 4096}};
   const DType dtypes[3] = {DType::kF32, DType::kBF16, DType::kF16};
   std::printf("ISA %s; %lld q heads, %lld kv heads, head_dim %lld, block %lld; ms per call, median [min, max] of %d\n",
               std::string(gb::ops::isa_name(gb::ops::active_isa())).c_str(), (long long)kHeads, (long long)kKvHeads,
@@ -107,6 +120,7 @@ int main(int argc, char** argv) {
   for (int nt : threads) {
     gb::ThreadPool pool(nt);
     for (const Case& c : cases) {
+      if (!chosen(case_names, c.key)) continue;
       Data d;
       d.n_blocks = (c.ctx + kBs - 1) / kBs;
       const int64_t elems = d.n_blocks * kKvHeads * kBs * kHd;
@@ -181,9 +195,11 @@ int main(int argc, char** argv) {
         });
       };
       const char* names[4] = {"old f32", "tile f32", "tile bf16", "tile f16"};
+      const char* keys[4] = {"old", "f32", "bf16", "f16"};
       std::vector<double> ms[4];
       for (int r = -1; r < reps; ++r) {  // one warm-up round
         for (int v = 0; v < 4; ++v) {
+          if (!chosen(variant_names, keys[v])) continue;
           const auto t0 = Clock::now();
           if (v == 0) {
             run_old();
@@ -194,11 +210,12 @@ int main(int argc, char** argv) {
           if (r >= 0) ms[v].push_back(dt);
         }
       }
-      const double base = median(ms[0]);
       for (int v = 0; v < 4; ++v) {
-        std::printf("t%d %-16s %-9s %10.3f [%.3f, %.3f]  x%.2f\n", nt, c.name, names[v], median(ms[v]),
-                    *std::min_element(ms[v].begin(), ms[v].end()), *std::max_element(ms[v].begin(), ms[v].end()),
-                    base / median(ms[v]));
+        if (ms[v].empty()) continue;
+        std::printf("t%d %-16s %-9s %10.3f [%.3f, %.3f]", nt, c.name, names[v], median(ms[v]),
+                    *std::min_element(ms[v].begin(), ms[v].end()), *std::max_element(ms[v].begin(), ms[v].end()));
+        if (!ms[0].empty()) std::printf("  x%.2f", median(ms[0]) / median(ms[v]));
+        std::printf("\n");
       }
     }
   }
