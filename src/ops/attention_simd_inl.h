@@ -55,93 +55,140 @@ inline V::F attn_exp(V::F x) {
 
 inline float attn_exp_scalar(float x) { return V::first(attn_exp(V::set1(x))); }
 
-// The tile's view of one KV block: keys as f32 [head_dim, ks], values as f32 [.., head_dim].
-struct AttnBlock {
-  const float* kt;
-  int64_t ks;
-  const float* vb;
-};
-
-inline float attn_widen(const uint8_t* p, DType d) {
-  uint16_t h;
-  __builtin_memcpy(&h, p, 2);
-  if (d == DType::kF16) return _cvtsh_ss(h);
+inline float attn_widen_bits(uint16_t h, bool f16) {
+  if (f16) return _cvtsh_ss(h);
   const uint32_t u = static_cast<uint32_t>(h) << 16;
   float f;
   __builtin_memcpy(&f, &u, 4);
   return f;
 }
 
-// n elements of dtype d at src -> f32 dst.
-inline void attn_widen_run(const uint8_t* src, DType d, int64_t n, float* dst) {
+// Row-major views the kernels read from: element (row, col) at p[row · stride + col], widened to
+// f32 as it is loaded (exactly: the same bits as widening first). Keys are read as (dim, key),
+// values as (key, dim).
+struct AttnF32 {
+  const float* p;
+  int64_t stride;
+  V::F load(int64_t row, int64_t col) const { return V::load(p + row * stride + col); }
+  float at(int64_t row, int64_t col) const { return p[row * stride + col]; }
+};
+struct AttnBf16 {
+  const uint16_t* p;
+  int64_t stride;
+  V::F load(int64_t row, int64_t col) const { return V::widen_bf16(p + row * stride + col); }
+  float at(int64_t row, int64_t col) const { return attn_widen_bits(p[row * stride + col], false); }
+};
+struct AttnF16 {
+  const uint16_t* p;
+  int64_t stride;
+  V::F load(int64_t row, int64_t col) const { return V::widen_f16(p + row * stride + col); }
+  float at(int64_t row, int64_t col) const { return attn_widen_bits(p[row * stride + col], true); }
+};
+
+// n elements of dtype d (BF16 or F16) at s -> f32 dst.
+inline void attn_widen_run(const uint16_t* s, DType d, int64_t n, float* dst) {
   int64_t i = 0;
-  const uint16_t* s = reinterpret_cast<const uint16_t*>(src);
   if (d == DType::kF16) {
     for (; i + V::kLanes <= n; i += V::kLanes) V::store(dst + i, V::widen_f16(s + i));
   } else {
     for (; i + V::kLanes <= n; i += V::kLanes) V::store(dst + i, V::widen_bf16(s + i));
   }
-  for (; i < n; ++i) dst[i] = attn_widen(src + 2 * i, d);
+  for (; i < n; ++i) dst[i] = attn_widen_bits(s[i], d == DType::kF16);
 }
 
-// Block b's keys (and, with n_vals > 0, its first n_vals values) as f32: in place for f32 with a
-// block that is a whole number of vectors, else widened / padded into scratch (padding lanes 0).
+// Block b's keys [head_dim, padded block] (and, with n_vals > 0, its first n_vals values) as f32:
+// in place for f32 with a block that is a whole number of vectors, else widened / padded into
+// scratch (padding lanes 0).
+struct AttnBlock {
+  AttnF32 k, v;
+};
 inline AttnBlock attn_block(const PagedKv& kv, int64_t b, int64_t h, int64_t n_vals, float* kscr, float* vscr) {
   const int64_t bs = kv.block_size, hd = kv.head_dim, bsp = attn_padded_block(bs);
   const uint8_t* kb = attn_kptr(kv, b, h);
   const uint8_t* vb = attn_vptr(kv, b, h);
   if (kv.dtype == DType::kF32) {
     const float* kf = reinterpret_cast<const float*>(kb);
-    if (bs % V::kLanes == 0) return {kf, bs, reinterpret_cast<const float*>(vb)};
+    const AttnF32 v{reinterpret_cast<const float*>(vb), hd};
+    if (bs % V::kLanes == 0) return {{kf, bs}, v};
     for (int64_t i = 0; i < hd; ++i) {
       for (int64_t j = 0; j < bsp; ++j) kscr[i * bsp + j] = j < bs ? kf[i * bs + j] : 0.0f;
     }
-    return {kscr, bsp, reinterpret_cast<const float*>(vb)};
+    return {{kscr, bsp}, v};
   }
+  const uint16_t* k16 = reinterpret_cast<const uint16_t*>(kb);
   for (int64_t i = 0; i < hd; ++i) {
-    attn_widen_run(kb + i * bs * 2, kv.dtype, bs, kscr + i * bsp);
+    attn_widen_run(k16 + i * bs, kv.dtype, bs, kscr + i * bsp);
     for (int64_t j = bs; j < bsp; ++j) kscr[i * bsp + j] = 0.0f;
   }
-  if (n_vals > 0) attn_widen_run(vb, kv.dtype, n_vals * hd, vscr);
-  return {kscr, bsp, vscr};
+  if (n_vals > 0) attn_widen_run(reinterpret_cast<const uint16_t*>(vb), kv.dtype, n_vals * hd, vscr);
+  return {{kscr, bsp}, {vscr, hd}};
 }
 
-// Scores of NR rows against the block's keys, nc vectors of keys: s[r][k] = scale · q[r]·key k.
-template <int NR>
-inline void attn_qk(const float* const* q, const AttnBlock& blk, int64_t hd, int64_t nc, float scale, float* const* s) {
+// Scores of NR rows against NC vectors of keys from vector c0: s[r][k] = scale · q[r]·key k, per
+// lane the even and odd elements in two FMA chains, in index order.
+template <int NR, int NC, class K>
+inline void attn_qk(const float* const* q, const K& keys, int64_t hd, int64_t c0, float scale, float* const* s) {
   using F = V::F;
-  for (int64_t c = 0; c < nc; ++c) {
-    const float* kt = blk.kt + c * V::kLanes;
-    F a0[NR], a1[NR];
-    for (int r = 0; r < NR; ++r) a0[r] = a1[r] = V::zero();
-    int64_t i = 0;
-    for (; i + 2 <= hd; i += 2) {
-      const F k0 = V::load(kt + i * blk.ks), k1 = V::load(kt + (i + 1) * blk.ks);
-      for (int r = 0; r < NR; ++r) {
-        a0[r] = V::fma(V::set1(q[r][i]), k0, a0[r]);
-        a1[r] = V::fma(V::set1(q[r][i + 1]), k1, a1[r]);
+  F a0[NR][NC], a1[NR][NC];
+  for (int r = 0; r < NR; ++r)
+    for (int c = 0; c < NC; ++c) a0[r][c] = a1[r][c] = V::zero();
+  int64_t i = 0;
+  for (; i + 2 <= hd; i += 2) {
+    F k0[NC], k1[NC];
+    for (int c = 0; c < NC; ++c) {
+      k0[c] = keys.load(i, (c0 + c) * V::kLanes);
+      k1[c] = keys.load(i + 1, (c0 + c) * V::kLanes);
+    }
+    for (int r = 0; r < NR; ++r) {
+      const F q0 = V::set1(q[r][i]), q1 = V::set1(q[r][i + 1]);
+      for (int c = 0; c < NC; ++c) {
+        a0[r][c] = V::fma(q0, k0[c], a0[r][c]);
+        a1[r][c] = V::fma(q1, k1[c], a1[r][c]);
       }
     }
-    if (i < hd) {
-      const F k0 = V::load(kt + i * blk.ks);
-      for (int r = 0; r < NR; ++r) a0[r] = V::fma(V::set1(q[r][i]), k0, a0[r]);
-    }
-    for (int r = 0; r < NR; ++r) V::store(s[r] + c * V::kLanes, V::mul(V::add(a0[r], a1[r]), V::set1(scale)));
   }
+  if (i < hd) {
+    F k0[NC];
+    for (int c = 0; c < NC; ++c) k0[c] = keys.load(i, (c0 + c) * V::kLanes);
+    for (int r = 0; r < NR; ++r) {
+      const F q0 = V::set1(q[r][i]);
+      for (int c = 0; c < NC; ++c) a0[r][c] = V::fma(q0, k0[c], a0[r][c]);
+    }
+  }
+  for (int r = 0; r < NR; ++r)
+    for (int c = 0; c < NC; ++c)
+      V::store(s[r] + (c0 + c) * V::kLanes, V::mul(V::add(a0[r][c], a1[r][c]), V::set1(scale)));
 }
 
-// Scores of rows [r0, r1) of the tile (row r: query qr[r], scores at S + r · bsp).
-inline void attn_qk_rows(const float* const* qr, int64_t r0, int64_t r1, const AttnBlock& blk, int64_t hd, int64_t nc,
+// NR rows' scores over all nc key vectors: a group of 1 or 2 rows (a decode step's) takes two key
+// vectors at a time, so that it still has 4 to 8 FMA chains in flight.
+template <int NR, class K>
+inline void attn_qk_vecs(const float* const* q, const K& keys, int64_t hd, int64_t nc, float scale, float* const* s) {
+  constexpr int NC = NR <= 2 ? 2 : 1;
+  int64_t c = 0;
+  for (; c + NC <= nc; c += NC) attn_qk<NR, NC>(q, keys, hd, c, scale, s);
+  for (; c < nc; ++c) attn_qk<NR, 1>(q, keys, hd, c, scale, s);
+}
+
+// Scores of rows [r0, r1) of the tile (row r: query qr[r], scores at S + r · bsp): V::kQkRows at
+// a time, then pairs, then one.
+template <class K>
+inline void attn_qk_rows(const float* const* qr, int64_t r0, int64_t r1, const K& keys, int64_t hd, int64_t nc,
                          float scale, float* S, int64_t bsp) {
+  float* s[V::kQkRows];
   int64_t r = r0;
   for (; r + V::kQkRows <= r1; r += V::kQkRows) {
-    float* s[V::kQkRows];
     for (int k = 0; k < V::kQkRows; ++k) s[k] = S + (r + k) * bsp;
-    attn_qk<V::kQkRows>(qr + r, blk, hd, nc, scale, s);
+    attn_qk_vecs<V::kQkRows>(qr + r, keys, hd, nc, scale, s);
   }
-  for (; r < r1; ++r) {
-    float* s[1] = {S + r * bsp};
-    attn_qk<1>(qr + r, blk, hd, nc, scale, s);
+  for (; r + 2 <= r1; r += 2) {
+    s[0] = S + r * bsp;
+    s[1] = S + (r + 1) * bsp;
+    attn_qk_vecs<2>(qr + r, keys, hd, nc, scale, s);
+  }
+  if (r < r1) {
+    s[0] = S + r * bsp;
+    attn_qk_vecs<1>(qr + r, keys, hd, nc, scale, s);
   }
 }
 
@@ -149,9 +196,9 @@ inline void attn_qk_rows(const float* const* qr, int64_t r0, int64_t r1, const A
 // NV vectors from element i0: each value vector is loaded once for the NR rows over the keys they
 // all see, then each row's own tail. Every lane runs the same FMA chain as with NR = 1, so the
 // bits do not depend on the grouping.
-template <int NR, int NV>
-inline void attn_pv_rows(float* const* out, int64_t i0, const float* corr, const float* p, int64_t bsp, const float* v,
-                         int64_t hd, const int64_t* nk) {
+template <int NR, int NV, class Vals>
+inline void attn_pv_rows(float* const* out, int64_t i0, const float* corr, const float* p, int64_t bsp, const Vals& v,
+                         const int64_t* nk) {
   using F = V::F;
   F a[NR][NV];
   int64_t n_all = nk[0];
@@ -161,9 +208,8 @@ inline void attn_pv_rows(float* const* out, int64_t i0, const float* corr, const
     n_all = attn_min(n_all, nk[r]);
   }
   for (int64_t j = 0; j < n_all; ++j) {
-    const float* vj = v + j * hd + i0;
     F vv[NV];
-    for (int k = 0; k < NV; ++k) vv[k] = V::load(vj + k * V::kLanes);
+    for (int k = 0; k < NV; ++k) vv[k] = v.load(j, i0 + k * V::kLanes);
     for (int r = 0; r < NR; ++r) {
       const F pj = V::set1(p[r * bsp + j]);
       for (int k = 0; k < NV; ++k) a[r][k] = V::fma(pj, vv[k], a[r][k]);
@@ -172,42 +218,50 @@ inline void attn_pv_rows(float* const* out, int64_t i0, const float* corr, const
   for (int r = 0; r < NR; ++r) {
     for (int64_t j = n_all; j < nk[r]; ++j) {
       const F pj = V::set1(p[r * bsp + j]);
-      const float* vj = v + j * hd + i0;
-      for (int k = 0; k < NV; ++k) a[r][k] = V::fma(pj, V::load(vj + k * V::kLanes), a[r][k]);
+      for (int k = 0; k < NV; ++k) a[r][k] = V::fma(pj, v.load(j, i0 + k * V::kLanes), a[r][k]);
     }
     for (int k = 0; k < NV; ++k) V::store(out[r] + i0 + k * V::kLanes, a[r][k]);
   }
 }
 
 // attn_pv_rows for elements [i0, hd) of one row.
-inline void attn_pv_row(float* out, int64_t i0, float corr, const float* p, const float* v, int64_t hd, int64_t nk) {
+template <class Vals>
+inline void attn_pv_row(float* out, int64_t i0, float corr, const float* p, const Vals& v, int64_t hd, int64_t nk) {
   constexpr int64_t W = V::kLanes;
   int64_t i = i0;
   float* const o[1] = {out};
-  for (; i + 8 * W <= hd; i += 8 * W) attn_pv_rows<1, 8>(o, i, &corr, p, 0, v, hd, &nk);
-  for (; i + 4 * W <= hd; i += 4 * W) attn_pv_rows<1, 4>(o, i, &corr, p, 0, v, hd, &nk);
-  for (; i + W <= hd; i += W) attn_pv_rows<1, 1>(o, i, &corr, p, 0, v, hd, &nk);
+  for (; i + 8 * W <= hd; i += 8 * W) attn_pv_rows<1, 8>(o, i, &corr, p, 0, v, &nk);
+  for (; i + 4 * W <= hd; i += 4 * W) attn_pv_rows<1, 4>(o, i, &corr, p, 0, v, &nk);
+  for (; i + W <= hd; i += W) attn_pv_rows<1, 1>(o, i, &corr, p, 0, v, &nk);
   for (; i < hd; ++i) {
     float a = out[i] * corr;
-    for (int64_t j = 0; j < nk; ++j) a = __builtin_fmaf(p[j], v[j * hd + i], a);
+    for (int64_t j = 0; j < nk; ++j) a = __builtin_fmaf(p[j], v.at(j, i), a);
     out[i] = a;
   }
 }
 
-// The weighted values of rows [r0, r1) of the tile into their outputs: groups of V::kPvRows rows
-// over V::kPvVecs vectors at a time, the rest row by row.
-inline void attn_pv_tile(float* const* orow, int64_t r0, int64_t r1, const float* corr, const float* S, int64_t bsp,
-                         const float* v, int64_t hd, const int64_t* nk) {
-  constexpr int NR = V::kPvRows, NV = V::kPvVecs;
+// NR rows over all of head_dim: NV vectors at a time, the rest row by row.
+template <int NR, int NV, class Vals>
+inline void attn_pv_group(float* const* orow, const float* corr, const float* S, int64_t bsp, const Vals& v, int64_t hd,
+                          const int64_t* nk) {
   constexpr int64_t span = NV * V::kLanes;
+  int64_t i = 0;
+  for (; i + span <= hd; i += span) attn_pv_rows<NR, NV>(orow, i, corr, S, bsp, v, nk);
+  if (i < hd)
+    for (int k = 0; k < NR; ++k) attn_pv_row(orow[k], i, corr[k], S + k * bsp, v, hd, nk[k]);
+}
+
+// The weighted values of rows [r0, r1) of the tile into their outputs: groups of V::kPvRows rows
+// over V::kPvVecs vectors at a time, then pairs over twice as many (a decode step's two query
+// heads share each value load), then one row.
+template <class Vals>
+inline void attn_pv_tile(float* const* orow, int64_t r0, int64_t r1, const float* corr, const float* S, int64_t bsp,
+                         const Vals& v, int64_t hd, const int64_t* nk) {
   int64_t r = r0;
-  for (; r + NR <= r1; r += NR) {
-    int64_t i = 0;
-    for (; i + span <= hd; i += span) attn_pv_rows<NR, NV>(orow + r, i, corr + r, S + r * bsp, bsp, v, hd, nk + r);
-    if (i < hd)
-      for (int k = 0; k < NR; ++k) attn_pv_row(orow[r + k], i, corr[r + k], S + (r + k) * bsp, v, hd, nk[r + k]);
-  }
-  for (; r < r1; ++r) attn_pv_row(orow[r], 0, corr[r], S + r * bsp, v, hd, nk[r]);
+  for (; r + V::kPvRows <= r1; r += V::kPvRows)
+    attn_pv_group<V::kPvRows, V::kPvVecs>(orow + r, corr + r, S + r * bsp, bsp, v, hd, nk + r);
+  for (; r + 2 <= r1; r += 2) attn_pv_group<2, 2 * V::kPvVecs>(orow + r, corr + r, S + r * bsp, bsp, v, hd, nk + r);
+  if (r < r1) attn_pv_row(orow[r], 0, corr[r], S + r * bsp, v, hd, nk[r]);
 }
 
 // Lanes k >= n of s -> -inf (n may be <= 0 or >= the width). Returns the masked scores' maximum
@@ -259,23 +313,40 @@ inline void attend_tile_any(const AttendTile& t, const PagedKv& kv, float* scrat
       for (int64_t e = 0; e < hd; ++e) orow[r][e] = 0.0f;
     }
   }
+  // Tiles of fewer rows than a QK group (a decode step's query heads) read bf16 / f16 blocks in
+  // place, widening in registers: widening a whole block into scratch costs more than their few
+  // rows' arithmetic. The bits are the same either way (widening is exact).
+  const bool in_place = kv.dtype != DType::kF32 && bs % V::kLanes == 0 && R < V::kQkRows;
   const int64_t max_ctx = t.pos0 + t.n_pos;
   for (int64_t start = 0; start < max_ctx; start += bs) {
     const int64_t i_min = attn_max(0, start - t.pos0);  // positions that see this block
     const int64_t r0 = i_min * t.n_q;
-    const AttnBlock blk =
-        attn_block(kv, t.block_table[start / bs], t.kv_head, attn_min(bs, max_ctx - start), kscr, vscr);
-    attn_qk_rows(qr, r0, R, blk, hd, nc, t.scale, S, bsp);
-    for (int64_t r = r0; r < R; ++r) {
-      nk[r] = attn_min(bs, t.pos0 + r / t.n_q + 1 - start);
-      float* s = S + r * bsp;
-      const float bm = attn_mask_max(s, nc, nk[r], m[r]);
-      corr[r] = attn_exp_scalar(m[r] - bm);  // exp(-inf) = 0 on the first block
-      const float sum = attn_exp_sum(s, nc, bm);
-      l[r] = __builtin_fmaf(l[r], corr[r], sum);
-      m[r] = bm;
+    const int64_t b = t.block_table[start / bs];
+    auto step = [&](const auto& keys, const auto& vals) {
+      attn_qk_rows(qr, r0, R, keys, hd, nc, t.scale, S, bsp);
+      for (int64_t r = r0; r < R; ++r) {
+        nk[r] = attn_min(bs, t.pos0 + r / t.n_q + 1 - start);
+        float* s = S + r * bsp;
+        const float bm = attn_mask_max(s, nc, nk[r], m[r]);
+        corr[r] = attn_exp_scalar(m[r] - bm);  // exp(-inf) = 0 on the first block
+        const float sum = attn_exp_sum(s, nc, bm);
+        l[r] = __builtin_fmaf(l[r], corr[r], sum);
+        m[r] = bm;
+      }
+      attn_pv_tile(orow, r0, R, corr, S, bsp, vals, hd, nk);
+    };
+    if (in_place) {
+      const uint16_t* k16 = reinterpret_cast<const uint16_t*>(attn_kptr(kv, b, t.kv_head));
+      const uint16_t* v16 = reinterpret_cast<const uint16_t*>(attn_vptr(kv, b, t.kv_head));
+      if (kv.dtype == DType::kF16) {
+        step(AttnF16{k16, bs}, AttnF16{v16, hd});
+      } else {
+        step(AttnBf16{k16, bs}, AttnBf16{v16, hd});
+      }
+    } else {
+      const AttnBlock blk = attn_block(kv, b, t.kv_head, attn_min(bs, max_ctx - start), kscr, vscr);
+      step(blk.k, blk.v);
     }
-    attn_pv_tile(orow, r0, R, corr, S, bsp, blk.vb, hd, nk);
   }
   for (int64_t r = 0; r < R; ++r) {
     const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
@@ -295,7 +366,7 @@ inline void attend_tile_any(const AttendTile& t, const PagedKv& kv, float* scrat
       float mass = 0.0f;
       for (int64_t start = 0; start < cnt; start += bs) {
         const AttnBlock blk = attn_block(kv, t.block_table[start / bs], t.kv_head, 0, kscr, vscr);
-        attn_qk_rows(qr, r, r + 1, blk, hd, nc, t.scale, S, bsp);
+        attn_qk_rows(qr, r, r + 1, blk.k, hd, nc, t.scale, S, bsp);
         float* s = S + r * bsp;
         attn_mask_max(s, nc, attn_min(bs, cnt - start), m[r]);
         mass += attn_exp_sum(s, nc, m[r]);
