@@ -96,32 +96,38 @@ inline void attn_widen_run(const uint16_t* s, DType d, int64_t n, float* dst) {
   for (; i < n; ++i) dst[i] = attn_widen_bits(s[i], d == DType::kF16);
 }
 
-// Block b's keys [head_dim, padded block] (and, with n_vals > 0, its first n_vals values) as f32:
-// in place for f32 with a block that is a whole number of vectors, else widened / padded into
-// scratch (padding lanes 0).
-struct AttnBlock {
-  AttnF32 k, v;
-};
-inline AttnBlock attn_block(const PagedKv& kv, int64_t b, int64_t h, int64_t n_vals, float* kscr, float* vscr) {
+// Calls fn(keys, values) with views of block b of kv head h: bf16 / f16 read in place (widened
+// in registers as they are loaded; exact, so the bits are those of widening first) and f32 in
+// place when the block is a whole number of vectors; otherwise its keys (and, with n_vals > 0,
+// its first n_vals values) widened / padded into scratch (padding lanes 0).
+template <class Fn>
+inline void attn_with_block(const PagedKv& kv, int64_t b, int64_t h, int64_t n_vals, float* kscr, float* vscr,
+                            Fn&& fn) {
   const int64_t bs = kv.block_size, hd = kv.head_dim, bsp = attn_padded_block(bs);
   const uint8_t* kb = attn_kptr(kv, b, h);
   const uint8_t* vb = attn_vptr(kv, b, h);
+  const bool whole = bs % V::kLanes == 0;
   if (kv.dtype == DType::kF32) {
     const float* kf = reinterpret_cast<const float*>(kb);
     const AttnF32 v{reinterpret_cast<const float*>(vb), hd};
-    if (bs % V::kLanes == 0) return {{kf, bs}, v};
+    if (whole) return fn(AttnF32{kf, bs}, v);
     for (int64_t i = 0; i < hd; ++i) {
       for (int64_t j = 0; j < bsp; ++j) kscr[i * bsp + j] = j < bs ? kf[i * bs + j] : 0.0f;
     }
-    return {{kscr, bsp}, v};
+    return fn(AttnF32{kscr, bsp}, v);
   }
   const uint16_t* k16 = reinterpret_cast<const uint16_t*>(kb);
+  const uint16_t* v16 = reinterpret_cast<const uint16_t*>(vb);
+  if (whole) {
+    if (kv.dtype == DType::kF16) return fn(AttnF16{k16, bs}, AttnF16{v16, hd});
+    return fn(AttnBf16{k16, bs}, AttnBf16{v16, hd});
+  }
   for (int64_t i = 0; i < hd; ++i) {
     attn_widen_run(k16 + i * bs, kv.dtype, bs, kscr + i * bsp);
     for (int64_t j = bs; j < bsp; ++j) kscr[i * bsp + j] = 0.0f;
   }
-  if (n_vals > 0) attn_widen_run(reinterpret_cast<const uint16_t*>(vb), kv.dtype, n_vals * hd, vscr);
-  return {{kscr, bsp}, {vscr, hd}};
+  if (n_vals > 0) attn_widen_run(v16, kv.dtype, n_vals * hd, vscr);
+  return fn(AttnF32{kscr, bsp}, AttnF32{vscr, hd});
 }
 
 // Scores of NR rows against NC vectors of keys from vector c0: s[r][k] = scale · q[r]·key k, per
@@ -313,40 +319,25 @@ inline void attend_tile_any(const AttendTile& t, const PagedKv& kv, float* scrat
       for (int64_t e = 0; e < hd; ++e) orow[r][e] = 0.0f;
     }
   }
-  // Tiles of fewer rows than a QK group (a decode step's query heads) read bf16 / f16 blocks in
-  // place, widening in registers: widening a whole block into scratch costs more than their few
-  // rows' arithmetic. The bits are the same either way (widening is exact).
-  const bool in_place = kv.dtype != DType::kF32 && bs % V::kLanes == 0 && R < V::kQkRows;
   const int64_t max_ctx = t.pos0 + t.n_pos;
   for (int64_t start = 0; start < max_ctx; start += bs) {
     const int64_t i_min = attn_max(0, start - t.pos0);  // positions that see this block
     const int64_t r0 = i_min * t.n_q;
     const int64_t b = t.block_table[start / bs];
-    auto step = [&](const auto& keys, const auto& vals) {
-      attn_qk_rows(qr, r0, R, keys, hd, nc, t.scale, S, bsp);
-      for (int64_t r = r0; r < R; ++r) {
-        nk[r] = attn_min(bs, t.pos0 + r / t.n_q + 1 - start);
-        float* s = S + r * bsp;
-        const float bm = attn_mask_max(s, nc, nk[r], m[r]);
-        corr[r] = attn_exp_scalar(m[r] - bm);  // exp(-inf) = 0 on the first block
-        const float sum = attn_exp_sum(s, nc, bm);
-        l[r] = __builtin_fmaf(l[r], corr[r], sum);
-        m[r] = bm;
-      }
-      attn_pv_tile(orow, r0, R, corr, S, bsp, vals, hd, nk);
-    };
-    if (in_place) {
-      const uint16_t* k16 = reinterpret_cast<const uint16_t*>(attn_kptr(kv, b, t.kv_head));
-      const uint16_t* v16 = reinterpret_cast<const uint16_t*>(attn_vptr(kv, b, t.kv_head));
-      if (kv.dtype == DType::kF16) {
-        step(AttnF16{k16, bs}, AttnF16{v16, hd});
-      } else {
-        step(AttnBf16{k16, bs}, AttnBf16{v16, hd});
-      }
-    } else {
-      const AttnBlock blk = attn_block(kv, b, t.kv_head, attn_min(bs, max_ctx - start), kscr, vscr);
-      step(blk.k, blk.v);
-    }
+    attn_with_block(kv, b, t.kv_head, attn_min(bs, max_ctx - start), kscr, vscr,
+                    [&](const auto& keys, const auto& vals) {
+                      attn_qk_rows(qr, r0, R, keys, hd, nc, t.scale, S, bsp);
+                      for (int64_t r = r0; r < R; ++r) {
+                        nk[r] = attn_min(bs, t.pos0 + r / t.n_q + 1 - start);
+                        float* s = S + r * bsp;
+                        const float bm = attn_mask_max(s, nc, nk[r], m[r]);
+                        corr[r] = attn_exp_scalar(m[r] - bm);  // exp(-inf) = 0 on the first block
+                        const float sum = attn_exp_sum(s, nc, bm);
+                        l[r] = __builtin_fmaf(l[r], corr[r], sum);
+                        m[r] = bm;
+                      }
+                      attn_pv_tile(orow, r0, R, corr, S, bsp, vals, hd, nk);
+                    });
   }
   for (int64_t r = 0; r < R; ++r) {
     const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
@@ -365,8 +356,9 @@ inline void attend_tile_any(const AttendTile& t, const PagedKv& kv, float* scrat
       const int64_t r = i * t.n_q + j;
       float mass = 0.0f;
       for (int64_t start = 0; start < cnt; start += bs) {
-        const AttnBlock blk = attn_block(kv, t.block_table[start / bs], t.kv_head, 0, kscr, vscr);
-        attn_qk_rows(qr, r, r + 1, blk.k, hd, nc, t.scale, S, bsp);
+        attn_with_block(kv, t.block_table[start / bs], t.kv_head, 0, kscr, vscr, [&](const auto& keys, const auto&) {
+          attn_qk_rows(qr, r, r + 1, keys, hd, nc, t.scale, S, bsp);
+        });
         float* s = S + r * bsp;
         attn_mask_max(s, nc, attn_min(bs, cnt - start), m[r]);
         mass += attn_exp_sum(s, nc, m[r]);
