@@ -157,7 +157,7 @@ int64_t attend_tile_positions(int64_t n_q) { return std::max<int64_t>(1, 32 / st
 
 int64_t attend_scratch_floats(const PagedKv& kv, int64_t max_rows) {
   const int64_t r = std::min(std::max<int64_t>(1, max_rows), kMaxTileRows), bsp = attn_padded_block(kv.block_size);
-  return 2 * r + r * bsp + kv.head_dim * bsp + kv.block_size * kv.head_dim;
+  return 2 * r + r * bsp + kv.head_dim * bsp + kv.block_size * kv.head_dim + 2 * r * kv.head_dim;
 }
 
 void attend_tile(const AttendTile& t, const PagedKv& kv, float* scratch) {

@@ -10,8 +10,8 @@ namespace {
 struct V {
   using F = __m256;
   static constexpr int kLanes = 8;
-  static constexpr int kQkRows = 4;               // 8 accumulators of 16 YMM registers
-  static constexpr int kPvRows = 4, kPvVecs = 2;  // 8 accumulators + 2 value vectors
+  static constexpr int kQkRows = 6;               // 12 accumulators + 2 key vectors of 16 YMM
+  static constexpr int kPvRows = 6, kPvVecs = 2;  // 12 accumulators + 2 value vectors
 
   static F zero() { return _mm256_setzero_ps(); }
   static F set1(float x) { return _mm256_set1_ps(x); }

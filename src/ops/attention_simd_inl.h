@@ -309,11 +309,21 @@ inline void attend_tile_any(const AttendTile& t, const PagedKv& kv, float* scrat
   float* orow[kMaxRows];
   float corr[kMaxRows];  // per block: each row's rescale and number of visible keys
   int64_t nk[kMaxRows];
+  // A prefill tile's query rows and outputs live in contiguous scratch: activation rows are a
+  // position's width apart (8 KiB for 16 heads × 128), so a tile's positions would share L1 sets.
+  float* qbuf = vscr + bs * hd;
+  float* obuf = qbuf + R * hd;
+  const bool packed = R >= V::kQkRows;
   for (int64_t i = 0; i < t.n_pos; ++i) {
     for (int64_t j = 0; j < t.n_q; ++j) {
       const int64_t r = i * t.n_q + j;
       qr[r] = t.q + i * t.q_stride + j * hd;
       orow[r] = t.out + i * t.out_stride + j * hd;
+      if (packed) {
+        for (int64_t e = 0; e < hd; ++e) qbuf[r * hd + e] = qr[r][e];
+        qr[r] = qbuf + r * hd;
+        orow[r] = obuf + r * hd;
+      }
       m[r] = -__builtin_inff();
       l[r] = 0.0f;
       for (int64_t e = 0; e < hd; ++e) orow[r][e] = 0.0f;
@@ -345,6 +355,14 @@ inline void attend_tile_any(const AttendTile& t, const PagedKv& kv, float* scrat
     int64_t e = 0;
     for (; e + V::kLanes <= hd; e += V::kLanes) V::store(o + e, V::mul(V::load(o + e), V::set1(inv)));
     for (; e < hd; ++e) o[e] *= inv;
+  }
+  if (packed) {
+    for (int64_t i = 0; i < t.n_pos; ++i)
+      for (int64_t j = 0; j < t.n_q; ++j) {
+        const int64_t r = i * t.n_q + j;
+        float* dst = t.out + i * t.out_stride + j * hd;
+        for (int64_t e = 0; e < hd; ++e) dst[e] = orow[r][e];
+      }
   }
   if (t.n_sink == nullptr) return;
   // Attention sinks: the first positions' weights under the final maximum and sum, from the same
