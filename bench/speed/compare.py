@@ -9,7 +9,7 @@ the figure `glassbox bench` prints). Usage:
 
   bench/speed/compare.py --glassbox build/glassbox --llama-bench /path/to/llama-bench \\
       --models DIR/gguf --types bf16,q8_0,q4_0,q4_k_m --threads 2 --reps 3 \\
-      --tests pp512,pp4096,tg64 --bandwidth 32.0
+      --tests pp512,pp4096,tg64 --bandwidth 32.0 [--kv-cache-dtype f16]
 
 Without --llama-bench only Glassbox is measured; --peer-glassbox BIN measures another Glassbox
 build as the peer instead (before/after a change). Files are DIR/model-<type>.gguf
@@ -22,9 +22,9 @@ import subprocess
 import sys
 
 
-def run_glassbox(exe, model, test, threads):
+def run_glassbox(exe, model, test, threads, kv):
     kind, n = test[:2], int(test[2:])
-    args = [exe, "bench", "-m", model, "-t", str(threads), "-r", "1", "--json"]
+    args = [exe, "bench", "-m", model, "-t", str(threads), "-r", "1", "--json", "--kv-cache-dtype", kv]
     args += ["-p", str(n), "-n", "0"] if kind == "pp" else ["-p", "0", "-n", str(n)]
     out = subprocess.run(args, check=True, capture_output=True, text=True).stdout
     j = json.loads(out.strip().splitlines()[-1])
@@ -55,6 +55,8 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--bandwidth", type=float, default=0.0, help="read GB/s (bench_ops_stream)")
+    ap.add_argument("--kv-cache-dtype", default="f32", choices=["f32", "bf16", "f16"],
+                    help="Glassbox's KV cache type (llama-bench keeps its default, f16)")
     o = ap.parse_args()
     peer = "peer Glassbox" if o.peer_glassbox else "llama.cpp"
     print(f"| type | test | {peer} t/s | Glassbox t/s | ratio | decode % of limit |")
@@ -64,10 +66,10 @@ def main():
         for test in o.tests.split(","):
             gb, ll, wbytes = [], [], 0
             for _ in range(o.reps):  # interleaved rep by rep
-                v, wbytes = run_glassbox(o.glassbox, model, test, o.threads)
+                v, wbytes = run_glassbox(o.glassbox, model, test, o.threads, o.kv_cache_dtype)
                 gb.append(v)
                 if o.peer_glassbox:
-                    ll.append(run_glassbox(o.peer_glassbox, model, test, o.threads)[0])
+                    ll.append(run_glassbox(o.peer_glassbox, model, test, o.threads, o.kv_cache_dtype)[0])
                 elif o.llama_bench:
                     ll.append(run_llama(o.llama_bench, model, test, o.threads))
             ratio = f"{statistics.median(gb) / statistics.median(ll):.2f}x" if ll else "-"
