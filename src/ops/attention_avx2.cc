@@ -10,7 +10,7 @@ namespace {
 struct V {
   using F = __m256;
   static constexpr int kLanes = 8;
-  static constexpr int kQkRows = 6;               // 12 accumulators + 2 key vectors of 16 YMM
+  static constexpr int kQkRows = 3, kQkVecs = 2;  // 12 accumulators + 2 key vectors of 16 YMM
   static constexpr int kPvRows = 6, kPvVecs = 2;  // 12 accumulators + 2 value vectors
 
   static F zero() { return _mm256_setzero_ps(); }

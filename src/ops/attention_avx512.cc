@@ -15,7 +15,7 @@ namespace {
 struct V {
   using F = __m512;
   static constexpr int kLanes = 16;
-  static constexpr int kQkRows = 8;               // 16 accumulators of 32 ZMM registers
+  static constexpr int kQkRows = 8, kQkVecs = 1;  // 16 accumulators of 32 ZMM registers
   static constexpr int kPvRows = 4, kPvVecs = 4;  // 16 accumulators + 4 value vectors
 
   static F zero() { return _mm512_setzero_ps(); }

@@ -141,16 +141,15 @@ inline void attn_qk(const float* const* q, const K& keys, int64_t hd, int64_t c0
   int64_t i = 0;
   for (; i + 2 <= hd; i += 2) {
     F k0[NC], k1[NC];
-    for (int c = 0; c < NC; ++c) {
-      k0[c] = keys.load(i, (c0 + c) * V::kLanes);
-      k1[c] = keys.load(i + 1, (c0 + c) * V::kLanes);
-    }
+    for (int c = 0; c < NC; ++c) k0[c] = keys.load(i, (c0 + c) * V::kLanes);
     for (int r = 0; r < NR; ++r) {
-      const F q0 = V::set1(q[r][i]), q1 = V::set1(q[r][i + 1]);
-      for (int c = 0; c < NC; ++c) {
-        a0[r][c] = V::fma(q0, k0[c], a0[r][c]);
-        a1[r][c] = V::fma(q1, k1[c], a1[r][c]);
-      }
+      const F q0 = V::set1(q[r][i]);
+      for (int c = 0; c < NC; ++c) a0[r][c] = V::fma(q0, k0[c], a0[r][c]);
+    }
+    for (int c = 0; c < NC; ++c) k1[c] = keys.load(i + 1, (c0 + c) * V::kLanes);
+    for (int r = 0; r < NR; ++r) {
+      const F q1 = V::set1(q[r][i + 1]);
+      for (int c = 0; c < NC; ++c) a1[r][c] = V::fma(q1, k1[c], a1[r][c]);
     }
   }
   if (i < hd) {
@@ -170,7 +169,7 @@ inline void attn_qk(const float* const* q, const K& keys, int64_t hd, int64_t c0
 // vectors at a time, so that it still has 4 to 8 FMA chains in flight.
 template <int NR, class K>
 inline void attn_qk_vecs(const float* const* q, const K& keys, int64_t hd, int64_t nc, float scale, float* const* s) {
-  constexpr int NC = NR <= 2 ? 2 : 1;
+  constexpr int NC = NR == V::kQkRows ? V::kQkVecs : NR <= 2 ? 2 : 1;
   int64_t c = 0;
   for (; c + NC <= nc; c += NC) attn_qk<NR, NC>(q, keys, hd, c, scale, s);
   for (; c < nc; ++c) attn_qk<NR, 1>(q, keys, hd, c, scale, s);
@@ -294,6 +293,14 @@ inline float attn_exp_sum(float* s, int64_t nc, float m) {
   return attn_hsum8(acc);
 }
 
+// out[i] = exp(a[i] - b[i]) for i < n, V::kLanes at a time (each lane the polynomial of
+// attn_exp_scalar).
+inline void attn_exp_diff(const float* a, const float* b, int64_t n, float* out) {
+  int64_t i = 0;
+  for (; i + V::kLanes <= n; i += V::kLanes) V::store(out + i, attn_exp(V::sub(V::load(a + i), V::load(b + i))));
+  for (; i < n; ++i) out[i] = attn_exp_scalar(a[i] - b[i]);
+}
+
 inline void attend_tile_any(const AttendTile& t, const PagedKv& kv, float* scratch) {
   const int64_t bs = kv.block_size, hd = kv.head_dim, bsp = attn_padded_block(bs);
   const int64_t nc = (bs + V::kLanes - 1) / V::kLanes;
@@ -307,13 +314,13 @@ inline void attend_tile_any(const AttendTile& t, const PagedKv& kv, float* scrat
   constexpr int64_t kMaxRows = 256;
   const float* qr[kMaxRows];
   float* orow[kMaxRows];
-  float corr[kMaxRows];  // per block: each row's rescale and number of visible keys
+  float bm[kMaxRows], corr[kMaxRows];  // per block: each row's new maximum, rescale and visible keys
   int64_t nk[kMaxRows];
   // A prefill tile's query rows and outputs live in contiguous scratch: activation rows are a
   // position's width apart (8 KiB for 16 heads × 128), so a tile's positions would share L1 sets.
   float* qbuf = vscr + bs * hd;
   float* obuf = qbuf + R * hd;
-  const bool packed = R >= V::kQkRows;
+  const bool packed = t.n_pos > 1;
   for (int64_t i = 0; i < t.n_pos; ++i) {
     for (int64_t j = 0; j < t.n_q; ++j) {
       const int64_t r = i * t.n_q + j;
@@ -339,12 +346,12 @@ inline void attend_tile_any(const AttendTile& t, const PagedKv& kv, float* scrat
                       attn_qk_rows(qr, r0, R, keys, hd, nc, t.scale, S, bsp);
                       for (int64_t r = r0; r < R; ++r) {
                         nk[r] = attn_min(bs, t.pos0 + r / t.n_q + 1 - start);
-                        float* s = S + r * bsp;
-                        const float bm = attn_mask_max(s, nc, nk[r], m[r]);
-                        corr[r] = attn_exp_scalar(m[r] - bm);  // exp(-inf) = 0 on the first block
-                        const float sum = attn_exp_sum(s, nc, bm);
-                        l[r] = __builtin_fmaf(l[r], corr[r], sum);
-                        m[r] = bm;
+                        bm[r] = attn_mask_max(S + r * bsp, nc, nk[r], m[r]);
+                      }
+                      attn_exp_diff(m + r0, bm + r0, R - r0, corr + r0);  // exp(-inf) = 0 on the first block
+                      for (int64_t r = r0; r < R; ++r) {
+                        l[r] = __builtin_fmaf(l[r], corr[r], attn_exp_sum(S + r * bsp, nc, bm[r]));
+                        m[r] = bm[r];
                       }
                       attn_pv_tile(orow, r0, R, corr, S, bsp, vals, hd, nk);
                     });
