@@ -165,8 +165,9 @@ inline void attn_qk(const float* const* q, const K& keys, int64_t hd, int64_t c0
       V::store(s[r] + (c0 + c) * V::kLanes, V::mul(V::add(a0[r][c], a1[r][c]), V::set1(scale)));
 }
 
-// NR rows' scores over all nc key vectors: a group of 1 or 2 rows (a decode step's) takes two key
-// vectors at a time, so that it still has 4 to 8 FMA chains in flight.
+// NR rows' scores over all nc key vectors: a full group (V::kQkRows) takes V::kQkVecs key vectors
+// at a time; a group of 1 or 2 rows (a decode step's) takes two, so that it still has 4 to 8 FMA
+// chains in flight.
 template <int NR, class K>
 inline void attn_qk_vecs(const float* const* q, const K& keys, int64_t hd, int64_t nc, float scale, float* const* s) {
   constexpr int NC = NR == V::kQkRows ? V::kQkVecs : NR <= 2 ? 2 : 1;
