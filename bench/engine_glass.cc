@@ -93,7 +93,7 @@ RunResult run(Model& m, char cfg, int n, const Options& o) {
   EngineConfig ec;
   ec.scheduler.max_num_seqs = n;
   ec.scheduler.max_num_batched_tokens = std::max(n, 16);
-  ec.max_model_len = 64;
+  ec.max_model_len = std::max(64, o.steps + 8);  // the one-token prompt, the warm-up and the timed steps
   if (cfg == 'b') {
     ec.monitor.enabled = true;
     ec.monitor.every_steps = o.monitor_every;
@@ -115,7 +115,10 @@ RunResult run(Model& m, char cfg, int n, const Options& o) {
     r.sampling.temperature = 0;
     if (!specs.empty()) r.glass = specs[static_cast<size_t>(i) % specs.size()];
     chans.push_back(std::make_shared<RequestChannel>());
-    if (!(*e)->submit(std::move(r), chans.back()).is_ok()) std::exit(1);
+    if (auto st = (*e)->submit(std::move(r), chans.back()); !st.is_ok()) {
+      std::fprintf(stderr, "submit: %s\n", st.message().c_str());
+      std::exit(1);
+    }
   }
   auto step = [&] {
     auto r = (*e)->step();
