@@ -1,4 +1,4 @@
-// Paged attention at Qwen3-0.6B shapes (16 query heads, 8 KV heads, head_dim 128, blocks of 16):
+// Paged attention at Qwen3-0.6B shapes (16 query heads, 8 KV heads, head_dim 128, blocks of 16 or --block-size):
 // a prefill chunk of N tokens from position 0 and one decode token at context C, the per-(token,
 // head) loop the engine ran before the tiled kernels ("old": a copy of it, on its own key layout)
 // against ops::attend_tile ("tile", with f32 / bf16 / f16 KV), 1 and 2 threads, the variants
@@ -27,19 +27,19 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using gb::DType;
 
-constexpr int64_t kHeads = 16, kKvHeads = 8, kHd = 128, kBs = 16, kGroup = kHeads / kKvHeads;
+constexpr int64_t kHeads = 16, kKvHeads = 8, kHd = 128, kGroup = kHeads / kKvHeads;
 
 // The attention loop before the tiled kernels, verbatim but for the names: keys row-major
 // [block_size, head_dim] per head and block.
-void old_attend_head(const float* q, const float* kc, const float* vc, int64_t hd, int64_t kv_head,
+void old_attend_head(const float* q, const float* kc, const float* vc, int64_t hd, int64_t bs, int64_t kv_head,
                      const int32_t* table, int64_t n_ctx, float scale, float* out, float* scores) {
   float running_max = -std::numeric_limits<float>::infinity();
   float running_sum = 0.0f;
   std::fill(out, out + hd, 0.0f);
-  for (int64_t start = 0; start < n_ctx; start += kBs) {
-    const int64_t n = std::min(kBs, n_ctx - start);
-    const float* kb = kc + (table[start / kBs] * kKvHeads + kv_head) * kBs * hd;
-    const float* vb = vc + (table[start / kBs] * kKvHeads + kv_head) * kBs * hd;
+  for (int64_t start = 0; start < n_ctx; start += bs) {
+    const int64_t n = std::min(bs, n_ctx - start);
+    const float* kb = kc + (table[start / bs] * kKvHeads + kv_head) * bs * hd;
+    const float* vb = vc + (table[start / bs] * kKvHeads + kv_head) * bs * hd;
     float block_max = running_max;
     for (int64_t j = 0; j < n; ++j) {
       scores[j] = gb::ops::dot(q, kb + j * hd, hd) * scale;
@@ -104,6 +104,10 @@ int main(int argc, char** argv) {
                  "old (the per-head loop; the x column needs it), tile f32 / bf16 / f16 KV")
       ->check(CLI::IsMember({"old", "f32", "bf16", "f16"}))
       ->capture_default_str();
+  int64_t bs = 16;
+  app.add_option("--block-size", bs, "KV block size in tokens (the engine's default is 16)")
+      ->check(CLI::Range(1, 256))
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   auto chosen = [](const std::vector<std::string>& v, const char* name) {
     return std::find(v.begin(), v.end(), name) != v.end();
@@ -116,14 +120,14 @@ int main(int argc, char** argv) {
   const DType dtypes[3] = {DType::kF32, DType::kBF16, DType::kF16};
   std::printf("ISA %s; %lld q heads, %lld kv heads, head_dim %lld, block %lld; ms per call, median [min, max] of %d\n",
               std::string(gb::ops::isa_name(gb::ops::active_isa())).c_str(), (long long)kHeads, (long long)kKvHeads,
-              (long long)kHd, (long long)kBs, reps);
+              (long long)kHd, (long long)bs, reps);
   for (int nt : threads) {
     gb::ThreadPool pool(nt);
     for (const Case& c : cases) {
       if (!chosen(case_names, c.key)) continue;
       Data d;
-      d.n_blocks = (c.ctx + kBs - 1) / kBs;
-      const int64_t elems = d.n_blocks * kKvHeads * kBs * kHd;
+      d.n_blocks = (c.ctx + bs - 1) / bs;
+      const int64_t elems = d.n_blocks * kKvHeads * bs * kHd;
       std::mt19937 rng(1);
       std::normal_distribution<float> nd(0.0f, 1.0f);
       d.k_old.resize(elems);
@@ -139,16 +143,16 @@ int main(int argc, char** argv) {
         const int64_t eb = dtypes[t] == DType::kF32 ? 4 : 2;
         d.k[t].resize(elems * eb);
         d.v[t].resize(elems * eb);
-        kv[t] = gb::ops::PagedKv{d.k[t].data(), d.v[t].data(), d.n_blocks, kKvHeads, kBs, kHd, dtypes[t]};
+        kv[t] = gb::ops::PagedKv{d.k[t].data(), d.v[t].data(), d.n_blocks, kKvHeads, bs, kHd, dtypes[t]};
       }
-      // The same keys/values in every layout (slot = block · 16 + offset).
+      // The same keys/values in every layout (slot = block · bs + offset).
       std::vector<float> krow(kKvHeads * kHd), vrow(kKvHeads * kHd);
-      for (int64_t slot = 0; slot < d.n_blocks * kBs; ++slot) {
-        const int64_t b = slot / kBs, off = slot % kBs;
+      for (int64_t slot = 0; slot < d.n_blocks * bs; ++slot) {
+        const int64_t b = slot / bs, off = slot % bs;
         for (int64_t h = 0; h < kKvHeads; ++h) {
           for (int64_t i = 0; i < kHd; ++i) {
-            krow[h * kHd + i] = d.k_old[((b * kKvHeads + h) * kBs + off) * kHd + i];
-            vrow[h * kHd + i] = d.v_old[((b * kKvHeads + h) * kBs + off) * kHd + i];
+            krow[h * kHd + i] = d.k_old[((b * kKvHeads + h) * bs + off) * kHd + i];
+            vrow[h * kHd + i] = d.v_old[((b * kKvHeads + h) * bs + off) * kHd + i];
           }
         }
         for (int t = 0; t < 3; ++t) gb::ops::kv_store(kv[t], slot, krow.data(), vrow.data());
@@ -166,8 +170,8 @@ int main(int argc, char** argv) {
         parallel(pool, n * kHeads, [&](int64_t b, int64_t e, int ti) {
           for (int64_t item = b; item < e; ++item) {
             const int64_t t = item / kHeads, h = item % kHeads;
-            old_attend_head(d.q.data() + t * qd + h * kHd, d.k_old.data(), d.v_old.data(), kv[0].head_dim, h / kGroup,
-                            d.table.data(), pos_first + t + 1, scale, d.out.data() + t * qd + h * kHd,
+            old_attend_head(d.q.data() + t * qd + h * kHd, d.k_old.data(), d.v_old.data(), kv[0].head_dim, bs,
+                            h / kGroup, d.table.data(), pos_first + t + 1, scale, d.out.data() + t * qd + h * kHd,
                             scratch.data() + ti * scratch_floats);
           }
         });
