@@ -145,10 +145,9 @@ int run_dump(const DumpOptions& o) {
     };
     std::map<std::pair<int32_t, int>, Best> best;
     for (const auto& [key, t] : tensors) {
-      std::vector<float> scratch(static_cast<size_t>(t.width));
       Best* b = nullptr;
       for (int32_t pos = 0; pos < n; ++pos) {
-        const ops::RowStats st = ops::row_stats(t.data.data() + pos * t.width, t.width, scratch.data());
+        const ops::RowStats st = ops::row_stats(t.data.data() + pos * t.width, t.width);
         if (b == nullptr || st.max_abs > b->stats.max_abs) {
           b = &best[{t.layer, static_cast<int>(t.point)}];
           *b = {key, pos, st, static_cast<float>(std::sqrt(st.sum_sq / static_cast<double>(t.width)))};

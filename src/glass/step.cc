@@ -60,10 +60,7 @@ void MonitorStep::reset(int32_t n_layers) {
 // ---- GlassStep ----
 
 GlassStep::GlassStep(const ModelConfig& c)
-    : n_layers_(c.n_layers),
-      n_embd_(c.n_embd),
-      masks_(static_cast<size_t>(c.n_layers), 0),
-      scratch_(static_cast<size_t>(std::max(c.n_embd, c.n_ff))) {
+    : n_layers_(c.n_layers), n_embd_(c.n_embd), masks_(static_cast<size_t>(c.n_layers), 0) {
   const size_t n_slots = static_cast<size_t>(n_layers_) * kNumLayerPoints;
   op_offsets_.assign(n_slots + 1, 0);
   obs_offsets_.assign(n_slots + 1, 0);
@@ -275,7 +272,7 @@ float GlassStep::sequence_median(const ObsEntry& e, int32_t s, const float* data
 }
 
 void GlassStep::observe_rows(const ObsEntry& e, int32_t s, HookPoint p, int32_t layer, const float* data, int64_t width,
-                             const Batch& batch, float* scratch, float layer_median) const {
+                             const Batch& batch, float layer_median) const {
   GlassAccumulator& acc = *e.acc;
   const GlassSpec& spec = acc.spec();
   GlassAccumulator::Acc& a = acc.acc_[static_cast<size_t>(s)];
@@ -284,7 +281,7 @@ void GlassStep::observe_rows(const ObsEntry& e, int32_t s, HookPoint p, int32_t 
     if (pos <= a.last_position) continue;  // recomputed after a preemption: counted already
     a.last_position = pos;
     const float* x = data + int64_t{r} * width;
-    const ops::RowStats st = ops::row_stats(x, width, scratch);
+    const ops::RowStats st = ops::row_stats(x, width);
     ++a.n_tokens;
     if (st.max_abs > a.max_abs || a.max_position < 0) {
       a.max_abs = st.max_abs;
@@ -346,7 +343,6 @@ void GlassStep::set_pool(ThreadPool* pool) {
   pool_ = pool;
   shares_.resize(pool == nullptr ? 1 : static_cast<size_t>(pool->size()));
   for (MonitorShare& sh : shares_) {
-    sh.scratch.resize(scratch_.size());
     sh.events.reserve(MonitorStep::kMaxEvents);
   }
 }
@@ -367,7 +363,7 @@ void GlassStep::monitor_range(HookPoint p, int32_t layer, const float* data, int
       while (run_end < n_rows && batch.seq_index[run_end] == batch.seq_index[r]) ++run_end;
       layer_median = run_end - r > 1 ? ops::median_abs(x, (run_end - r) * width) : -1.0f;
     }
-    const ops::RowStats st = ops::row_max_median(x, width, share.scratch.data());
+    const ops::RowStats st = ops::row_max_median(x, width);
     share.max_abs = std::max(share.max_abs, st.max_abs);
     if (st.median_abs > 0) share.max_ratio = std::max(share.max_ratio, st.max_abs / st.median_abs);
     const float median = layer_median >= 0 ? layer_median : st.median_abs;
@@ -423,7 +419,6 @@ void GlassStep::monitor_rows(HookPoint p, int32_t layer, const float* data, int6
 void GlassStep::apply(HookPoint p, int32_t layer, float* data, int64_t n_rows, int64_t width,
                       const Batch& batch) const {
   const int32_t s = slot(p, layer);
-  float* scratch = scratch_.data();
   const bool skips = skip_offsets_[layer] < skip_offsets_[layer + 1];
 
   // 0. Skips: the layer's output row is its input row, before resid_post's interventions.
@@ -455,8 +450,7 @@ void GlassStep::apply(HookPoint p, int32_t layer, float* data, int64_t n_rows, i
       case InterventionOp::kClamp: ops::clamp_dims(x, rows, width, dims, nd, iv.strength); break;
       case InterventionOp::kAblate: ops::ablate_direction(x, rows, width, iv.vector.data(), iv.strength); break;
       case InterventionOp::kClipMassive:
-        ops::clip_massive(x, rows, width, iv.threshold, iv.strength, iv.vector.empty() ? nullptr : iv.vector.data(),
-                          scratch);
+        ops::clip_massive(x, rows, width, iv.threshold, iv.strength, iv.vector.empty() ? nullptr : iv.vector.data());
         break;
       case InterventionOp::kSkip: break;  // skips_, never in ops_
     }
@@ -482,7 +476,7 @@ void GlassStep::apply(HookPoint p, int32_t layer, float* data, int64_t n_rows, i
       median_of = obs_[i].acc;
       layer_median = sequence_median(obs_[i], s, data, width);
     }
-    observe_rows(obs_[i], s, p, layer, data, width, batch, scratch, layer_median);
+    observe_rows(obs_[i], s, p, layer, data, width, batch, layer_median);
   }
 
   // 3. Raw captures.

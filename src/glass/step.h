@@ -123,13 +123,12 @@ class GlassStep final : public StepTable {
                            int32_t n_slots);
   // layer_median: the median the rule compares this sequence's rows with (< 0: each row's own).
   void observe_rows(const ObsEntry& e, int32_t s, HookPoint p, int32_t layer, const float* data, int64_t width,
-                    const Batch& batch, float* scratch, float layer_median) const;
+                    const Batch& batch, float layer_median) const;
   // The layer median for e's sequence at slot s (MassiveRule::median), storing a multi-row one in
   // the accumulator; < 0 when the rows compare with their own medians.
   float sequence_median(const ObsEntry& e, int32_t s, const float* data, int64_t width) const;
   // One task's share of the monitor: rows [r0, r1) (whole sequences) into `share`.
   struct MonitorShare {
-    std::vector<float> scratch;        // [max(n_embd, n_ff)]
     std::vector<MonitorEvent> events;  // capacity MonitorStep::kMaxEvents
     int64_t dropped = 0;
     float max_abs = 0, max_ratio = 0;
@@ -155,7 +154,6 @@ class GlassStep final : public StepTable {
   int32_t rows_needed_ = 0;
   const MonitorConfig* monitor_ = nullptr;
   MonitorStep* monitor_out_ = nullptr;
-  mutable std::vector<float> scratch_;        // [max(n_embd, n_ff)] median workspace
   ThreadPool* pool_ = nullptr;                // set_pool
   mutable std::vector<MonitorShare> shares_;  // [1, or pool_->size()]
   // [rows_needed, n_embd] the skipped rows' resid_pre of the current layer, by batch row (grown in

@@ -13,14 +13,13 @@ namespace {
 
 TEST(TokenStats, ByHand) {
   const float x[] = {0.5f, -4.0f, 1.0f, 4.0f, -2.0f};  // odd width; |x| tie 4 at dims 1 and 3
-  float scratch[5];
-  TokenStats s = token_stats(x, 5, scratch);
+  TokenStats s = token_stats(x, 5);
   EXPECT_EQ(s.max_abs, 4.0f);
   EXPECT_EQ(s.max_dim, 1);        // lowest dim on ties
   EXPECT_EQ(s.median_abs, 2.0f);  // |x| sorted: 0.5 1 2 4 4
   EXPECT_NEAR(s.rms, std::sqrt((0.25 + 16 + 1 + 16 + 4) / 5.0), 1e-6);
   const float y[] = {-3.0f, 1.0f, 0.0f, 2.0f};  // even width: mean of the two middle |x|
-  s = token_stats(y, 4, scratch);
+  s = token_stats(y, 4);
   EXPECT_EQ(s.median_abs, 1.5f);
   EXPECT_EQ(s.max_dim, 0);
 }

@@ -23,9 +23,9 @@ struct TokenStats {
   float rms = 0;         // sqrt(mean x_i²), accumulated in double
 };
 
-// Statistics of one row x[width] by ops::row_stats; scratch[width] is its workspace.
-inline TokenStats token_stats(const float* x, int64_t width, float* scratch) {
-  const ops::RowStats r = ops::row_stats(x, width, scratch);
+// Statistics of one row x[width] by ops::row_stats.
+inline TokenStats token_stats(const float* x, int64_t width) {
+  const ops::RowStats r = ops::row_stats(x, width);
   return {r.max_abs, r.max_dim, r.median_abs, static_cast<float>(std::sqrt(r.sum_sq / static_cast<double>(width)))};
 }
 
@@ -40,18 +40,16 @@ class StatsObserver : public Observer {
     TokenStats stats;
   };
   void observe(const HookTensor& t) override {
-    if (static_cast<int64_t>(scratch_.size()) < t.width) scratch_.resize(t.width);
     for (int64_t r = 0; r < t.n_rows; ++r) {
       const int32_t row = t.rows[r];
       records_.push_back({t.point, t.layer, t.batch->seq_index[row], t.batch->positions[row],
-                          token_stats(t.data + r * t.width, t.width, scratch_.data())});
+                          token_stats(t.data + r * t.width, t.width)});
     }
   }
   const std::vector<Record>& records() const { return records_; }
 
  private:
   std::vector<Record> records_;
-  std::vector<float> scratch_;
 };
 
 // Copies hook tensors, per batch sequence index, each row stored at its token position, so a

@@ -1,5 +1,6 @@
-// The glass box's row kernels against plain definitions: the radix-select median equals a full
-// sort's (odd and even widths, ties, zeros, huge outliers), top-k, clip_massive.
+// The glass box's row kernels against plain definitions: the bisection median equals a full
+// sort's (odd and even widths, ties, zeros, huge outliers, NaN), the vector max |x| and its dim a
+// plain scan's, top-k, clip_massive.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -20,11 +21,24 @@ float sorted_median_abs(const std::vector<float>& x) {
   return n % 2 ? static_cast<float>(a[m]) : static_cast<float>((a[m - 1] + a[m]) / 2);
 }
 
+// The first max |x| by a left-to-right scan (NaN never wins: `>` is false for it).
+std::pair<float, int32_t> scanned_max_abs(const std::vector<float>& x) {
+  float m = 0;
+  int32_t d = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (std::fabs(x[i]) > m) {
+      m = std::fabs(x[i]);
+      d = static_cast<int32_t>(i);
+    }
+  }
+  return {m, d};
+}
+
 TEST(Steer, MedianEqualsSortedMedian) {
   std::mt19937 rng(1);
   std::normal_distribution<float> nd(0.0f, 1.0f);
-  for (int64_t width : {1, 2, 3, 4, 7, 64, 172, 1023, 1024, 3072}) {
-    for (int kind = 0; kind < 4; ++kind) {
+  for (int64_t width : {1, 2, 3, 4, 7, 8, 9, 15, 16, 17, 33, 64, 172, 1023, 1024, 3072}) {
+    for (int kind = 0; kind < 7; ++kind) {
       std::vector<float> x(static_cast<size_t>(width));
       for (auto& v : x) v = nd(rng);
       if (kind == 1) {
@@ -34,12 +48,38 @@ TEST(Steer, MedianEqualsSortedMedian) {
         if (width > 2) x[1] = -1e30f;
       } else if (kind == 3) {
         for (auto& v : x) v = (rng() % 3 == 0) ? 0.0f : -0.0f;
+      } else if (kind == 4) {
+        // Far more equal values than the bracket gathers (32): the bisection runs to a width of 1.
+        for (auto& v : x) v = (rng() % 4 == 0) ? nd(rng) : ((rng() % 2) ? 1.5f : -1.5f);
+      } else if (kind == 5) {
+        x[static_cast<size_t>(width) - 1] = std::numeric_limits<float>::quiet_NaN();  // ordered above +inf
+        if (width > 3) x[2] = std::numeric_limits<float>::infinity();
+      } else if (kind == 6) {
+        for (auto& v : x) v = std::ldexp(nd(rng), static_cast<int>(rng() % 200) - 100);  // exponents far apart
+        x[static_cast<size_t>(width) / 2] = std::numeric_limits<float>::denorm_min();
       }
-      std::vector<float> scratch(static_cast<size_t>(width));
-      const RowStats s = row_stats(x.data(), width, scratch.data());
-      EXPECT_EQ(s.median_abs, sorted_median_abs(x)) << width << " kind " << kind;
-      EXPECT_EQ(row_max_median(x.data(), width, scratch.data()).median_abs, s.median_abs);
-      EXPECT_EQ(median_abs(x.data(), width), s.median_abs) << "the workspace-free median, one row";
+      std::vector<float> finite;
+      for (float v : x)
+        if (!std::isnan(v)) finite.push_back(v);
+      const RowStats s = row_stats(x.data(), width);
+      if (finite.size() == x.size()) {
+        EXPECT_EQ(s.median_abs, sorted_median_abs(x)) << width << " kind " << kind;
+      } else {  // NaN orders above every value: the median of the rest with NaN as the largest
+        std::vector<float> with_big = finite;
+        with_big.push_back(std::numeric_limits<float>::infinity());
+        if (width > 2) {  // (below 3 the NaN is itself a middle value)
+          EXPECT_EQ(s.median_abs, sorted_median_abs(with_big)) << width;
+        }
+      }
+      const auto [m, d] = scanned_max_abs(x);
+      EXPECT_EQ(s.max_abs, m) << width << " kind " << kind;
+      EXPECT_EQ(s.max_dim, d) << width << " kind " << kind;
+      const RowStats c = row_max_median(x.data(), width);
+      auto same = [](float a, float b) { return a == b || (std::isnan(a) && std::isnan(b)); };
+      EXPECT_TRUE(same(c.median_abs, s.median_abs)) << width << " kind " << kind;
+      EXPECT_EQ(c.max_abs, m);
+      EXPECT_EQ(c.max_dim, d);
+      EXPECT_TRUE(same(median_abs(x.data(), width), s.median_abs)) << width << " kind " << kind;
     }
   }
 }
@@ -71,14 +111,13 @@ TEST(Steer, TopKAndClipMassive) {
   EXPECT_EQ(dims[1], 1);  // |−3| = |3|: the lower dim first
   EXPECT_EQ(dims[2], 3);
   EXPECT_EQ(dims[3], 2);
-  std::vector<float> scratch(8);
   // median |x| = (0.5 + 2) / 2 = 1.25; threshold 100 → only 1000 is clipped.
   std::vector<float> y = x;
-  EXPECT_EQ(clip_massive(y.data(), 1, 8, 100.0f, 0.0f, nullptr, scratch.data()), 1);
+  EXPECT_EQ(clip_massive(y.data(), 1, 8, 100.0f, 0.0f, nullptr), 1);
   EXPECT_EQ(y[5], 0.0f);
   const std::vector<float> mean = {9, 9, 9, 9, 9, 7.5f, 9, 9};
   y = x;
-  EXPECT_EQ(clip_massive(y.data(), 1, 8, 2.0f, 0.0f, mean.data(), scratch.data()), 3);  // > 2.5: 3, −3, 1000
+  EXPECT_EQ(clip_massive(y.data(), 1, 8, 2.0f, 0.0f, mean.data()), 3);  // > 2.5: 3, −3, 1000
   EXPECT_EQ(y[5], 7.5f);
   EXPECT_EQ(y[1], 9.0f);
   EXPECT_EQ(y[2], 2.0f);
