@@ -2,7 +2,8 @@
 # Glassbox beside llama.cpp's llama-server on the same GGUF files, same threads and batch limits:
 # for each repetition and weight type it starts one server, runs bench_serve.mjs at concurrency
 # 1, 4, 16 and 64, stops it, then does the same with the other (alternating which goes first),
-# and appends everything to bench/out/serve_compare.log. Run from the repository root.
+# appends everything to bench/out/serve_compare.log and prints the log's summary table
+# (bench/serve/summarize_compare.py). Run from the repository root.
 # Usage: bench/serve/compare_llama_server.sh LLAMA_SERVER [MODEL_DIR] [TYPES] [REPS]
 #   LLAMA_SERVER  path to llama-server (build it outside the repo)
 #   MODEL_DIR     default /work/benchmodels/qwen3-0.6b (glassbox-make-model's output)
@@ -49,3 +50,4 @@ for r in $(seq 1 "$reps"); do
     if [ $((r % 2)) -eq 1 ]; then run_one glassbox "$t"; run_one llama "$t"; else run_one llama "$t"; run_one glassbox "$t"; fi
   done
 done
+python3 bench/serve/summarize_compare.py "$log"
