@@ -15,7 +15,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { mkdtempSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -41,13 +41,17 @@ before(() => {
 
 after(async () => {
   for (const s of servers) {
-    if (s.proc.exitCode === null) {
+    // A server this test SIGKILLed has exited with exitCode null (signalCode set): waiting for its
+    // 'exit' again would never end, Node would leave with the hook pending, and the cluster below
+    // would keep running after the test.
+    if (s.proc.exitCode === null && s.proc.signalCode === null) {
       const exited = new Promise((resolve) => s.proc.on('exit', resolve));
       s.proc.kill('SIGKILL');
       await exited;
     }
   }
   try { cluster('stop'); } catch { /* gone */ }
+  rmSync(state, { recursive: true, force: true });
 });
 
 async function start() {
