@@ -608,6 +608,61 @@ inline void rows8_packed_q(const KernelArgs& a, int64_t t0, int64_t r0) {
   for (int t = 0; t < T; ++t) _mm256_storeu_ps(a.y + (t0 + t) * a.y_stride + r0, acc[t]);
 }
 
+#if defined(__AVX512F__)
+// rows8_packed_q in 512-bit vectors: one vpdpbusd takes two of a block's groups (g in the low
+// half, g + 1 in the high one: the packed layout has them 32 bytes apart), the token's codes
+// placed to match by one vpermd; the halves' int32 sums are added before the scale, so every
+// integer and f32 step is rows8_packed_q's. Half the dot products and broadcasts per block:
+// Q4_0 decode is compute-bound on Zen 5 at 2 threads (bench_ops_matmul, cache-resident, below
+// the DRAM read) — PERFORMANCE.md, twelfth pass.
+template <DType D, int T>
+inline void rows8_packed_q_zmm(const KernelArgs& a, int64_t t0, int64_t r0) {
+  const int64_t cols = a.cols, nb = cols / kQBlock;
+  constexpr int64_t kGB = 8 * block_bytes<D>();
+  constexpr int kShift = panel_shift<D>();
+  const uint8_t* w = a.w + r0 * a.w_stride;
+  const NextRowsPrefetch pf(a, r0, 8, nb);
+  // Code vector k holds groups g | g + 1, g = kLow[k] (Q4_0: a raw pair's low nibbles, then its
+  // high ones); idx[k] moves the token's code dwords g and g + 1 into the matching halves.
+  __m512i idx[4];
+  constexpr int kLow[2][4] = {{0, 2, 4, 6}, {0, 4, 2, 6}};
+  for (int k = 0; k < 4; ++k) {
+    const int g = kLow[D == DType::kQ4_0][k];
+    idx[k] = _mm512_mask_blend_epi32(0xff00, _mm512_set1_epi32(g), _mm512_set1_epi32(g + 1));
+  }
+  __m256 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    pf.step(w, b);
+    const uint8_t* blk = w + b * kGB;
+    __m512i v[4];
+    if constexpr (D == DType::kQ8_0) {
+      for (int k = 0; k < 4; ++k)
+        v[k] = _mm512_xor_si512(_mm512_loadu_si512(blk + 16 + 64 * k), _mm512_set1_epi8(-128));
+    } else {
+      const __m512i m4 = _mm512_set1_epi8(0x0f);
+      for (int k = 0; k < 2; ++k) {
+        const __m512i raw = _mm512_loadu_si512(blk + 16 + 64 * k);
+        v[2 * k] = _mm512_and_si512(raw, m4);
+        v[2 * k + 1] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
+      }
+    }
+    const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk)));
+    for (int t = 0; t < T; ++t) {
+      const int64_t tb = (t0 + t) * nb + b;
+      const __m512i x = _mm512_broadcast_i64x4(
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.xq + (t0 + t) * cols + b * kQBlock)));
+      __m512i is2 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), v[0], _mm512_permutexvar_epi32(idx[0], x));
+      for (int k = 1; k < 4; ++k) is2 = _mm512_dpbusd_epi32(is2, v[k], _mm512_permutexvar_epi32(idx[k], x));
+      __m256i is = _mm256_add_epi32(_mm512_castsi512_si256(is2), _mm512_extracti64x4_epi64(is2, 1));
+      if constexpr (kShift >= 0) is = _mm256_sub_epi32(is, _mm256_set1_epi32(a.xs[tb] << kShift));
+      acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(a.xd[tb])), _mm256_cvtepi32_ps(is), acc[t]);
+    }
+  }
+  for (int t = 0; t < T; ++t) _mm256_storeu_ps(a.y + (t0 + t) * a.y_stride + r0, acc[t]);
+}
+#endif
+
 // A panel (pack_panel's layout) from a packed group: no transpose, the codes are in place.
 template <DType D>
 inline void panel_from_packed(const KernelArgs& a, int64_t r0, uint8_t* out) {
@@ -639,7 +694,12 @@ inline void rows_q(const KernelArgs& a, int64_t r0, int64_t r1, uint8_t* scratch
           });
     } else {
       for (int64_t rb = r0; rb < r1; rb += 8)
-        token_tiles(0, a.n, [&]<int T>(TokTile<T>, int64_t t) { rows8_packed_q<D, T>(a, t, rb); });
+        token_tiles(0, a.n, [&]<int T>(TokTile<T>, int64_t t) {
+#if defined(__AVX512F__)
+          if (!(g_kernel_variant & 16)) return rows8_packed_q_zmm<D, T>(a, t, rb);
+#endif
+          rows8_packed_q<D, T>(a, t, rb);
+        });
     }
   } else if (scratch != nullptr && a.n >= kPanelMinTokens) {
     rows_q_packed<D>(a, r0, r1, scratch);

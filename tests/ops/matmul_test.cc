@@ -261,8 +261,8 @@ TEST(PackedWeights, EveryIsaMatchesRowMajorScalarBitwise) {
         ASSERT_TRUE(packable(w));
         std::vector<uint8_t> packed(bytes.size());
         pack_weight(w, packed.data());
-        for (int64_t n : {int64_t{1}, int64_t{3}, kPanelMinTokens - 1, kPanelMinTokens, int64_t{13}, int64_t{40},
-                          kPackedKPanelMinTokens, kPackedKPanelMinTokens + 6}) {
+        for (int64_t n : {int64_t{1}, int64_t{2}, int64_t{3}, kPanelMinTokens - 1, kPanelMinTokens, int64_t{13},
+                          int64_t{40}, kPackedKPanelMinTokens, kPackedKPanelMinTokens + 6}) {
           const auto x = random_acts(n, cols, seed++);
           std::vector<float> want(n * rows);
           {
