@@ -144,12 +144,13 @@ double median(std::vector<double> v) {
   return v.size() % 2 ? v[k] : (v[k - 1] + v[k]) / 2;
 }
 
-// The glass work alone of one decode step of n sequences under cfg (median of 15): the table
-// built as the engine builds it, then applied at every hook point of every layer to random rows.
+// The glass work alone of one step of n sequences of `rows` tokens each under cfg (median of 15;
+// rows = 1: a decode step, more: a prefill chunk of each prompt): the table built as the engine
+// builds it, then applied at every hook point of every layer to random rows.
 // What the forward pass adds on top of plain; no noise from the matmuls. pool null: on this
 // thread alone, in its CPU ms (a shared host's other load does not inflate it); else the monitor
 // spread over the pool as the engine runs it, in wall ms (what the step waits).
-double direct_cost_ms(char cfg, int n, const ModelConfig& c, ThreadPool* pool) {
+double direct_cost_ms(char cfg, int n, int rows, const ModelConfig& c, ThreadPool* pool) {
   const auto specs = make_specs(cfg, c);
   std::vector<std::unique_ptr<GlassAccumulator>> accs;
   for (int i = 0; i < n && !specs.empty(); ++i) {
@@ -162,30 +163,29 @@ double direct_cost_ms(char cfg, int n, const ModelConfig& c, ThreadPool* pool) {
   Batch batch;
   std::mt19937 rng(7);
   std::normal_distribution<float> nd(0.0f, 1.0f);
-  std::vector<float> data(static_cast<size_t>(n) * std::max(c.n_embd, c.n_ff));
+  std::vector<float> data(static_cast<size_t>(n) * rows * std::max(c.n_embd, c.n_ff));
+  const std::vector<int32_t> ids(static_cast<size_t>(rows), 5);
   for (auto& v : data) v = nd(rng);
   GlassStep step(c);
   step.set_pool(pool);
   const clockid_t clock = pool == nullptr ? CLOCK_THREAD_CPUTIME_ID : CLOCK_MONOTONIC;
   std::vector<double> times;
   for (int rep = 0; rep < 15; ++rep) {
-    batch.clear();  // decode rows at a new position each rep, as in a real decode
-    for (int i = 0; i < n; ++i) {
-      const int32_t id[] = {5};
-      batch.add_sequence(id, 8 + rep, table, 16, false);
-    }
+    batch.clear();  // rows at new positions each rep, as in a real decode
+    const int32_t pos0 = rows == 1 ? 8 + rep : 0;
+    for (int i = 0; i < n; ++i) batch.add_sequence(ids, pos0, table, 16, false);
     timespec c0, c1;
     clock_gettime(clock, &c0);
     step.clear();
     for (int i = 0; i < n && !accs.empty(); ++i)
-      step.add_sequence(i, 1, 8 + rep, 1, accs[static_cast<size_t>(i)].get());
+      step.add_sequence(i * rows, rows, pos0, rows == 1 ? 1 : rows, accs[static_cast<size_t>(i)].get());
     if (mc.enabled) step.set_monitor(mc, &mon);
     step.finalize();
     for (int32_t l = 0; l < c.n_layers; ++l) {
       for (int p = 0; p < kNumLayerPoints; ++p) {
         const auto hp = static_cast<HookPoint>(p);
         if (!(step.layer_mask(l) & hook_bit(hp))) continue;
-        step.apply(hp, l, data.data(), n, hp == HookPoint::kMlpAct ? c.n_ff : c.n_embd, batch);
+        step.apply(hp, l, data.data(), int64_t{n} * rows, hp == HookPoint::kMlpAct ? c.n_ff : c.n_embd, batch);
       }
     }
     clock_gettime(clock, &c1);
@@ -209,6 +209,9 @@ int main(int argc, char** argv) {
   app.add_option("--configs", o.configs, "configurations to run, e.g. abcde");
   bool direct_only = false;
   app.add_flag("--direct-only", direct_only, "only the glass work alone per step (no engine runs)");
+  int prefill_rows = 0;
+  app.add_option("--prefill-rows", prefill_rows,
+                 "also the glass work alone of a prefill step: every sequence a chunk of this many prompt rows");
   CLI11_PARSE(app, argc, argv);
 
   int max_seqs = *std::max_element(o.seqs.begin(), o.seqs.end());
@@ -240,10 +243,17 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "seqs %d rep %d done\n", n, rep);
     }
     std::printf("\nglass work alone per decode step, %d sequences (CPU ms of one thread, median of 15):", n);
-    for (char cfg : o.configs) std::printf(" %c %.3f ms", cfg, direct_cost_ms(cfg, n, (*m)->config(), nullptr));
+    for (char cfg : o.configs) std::printf(" %c %.3f ms", cfg, direct_cost_ms(cfg, n, 1, (*m)->config(), nullptr));
     std::printf("\nthe same with the monitor over the model's %d threads (wall ms, median of 15):",
                 (*m)->pool().size());
-    for (char cfg : o.configs) std::printf(" %c %.3f ms", cfg, direct_cost_ms(cfg, n, (*m)->config(), &(*m)->pool()));
+    for (char cfg : o.configs)
+      std::printf(" %c %.3f ms", cfg, direct_cost_ms(cfg, n, 1, (*m)->config(), &(*m)->pool()));
+    if (prefill_rows > 1) {
+      std::printf("\nglass work alone per prefill step, %d sequences x %d rows (CPU ms of one thread, median of 15):",
+                  n, prefill_rows);
+      for (char cfg : o.configs)
+        std::printf(" %c %.3f ms", cfg, direct_cost_ms(cfg, n, prefill_rows, (*m)->config(), nullptr));
+    }
     std::printf("\n");
     auto pct = [](const std::vector<double>& r, int which) {
       if (r.empty()) return 0.0;

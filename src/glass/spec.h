@@ -117,6 +117,12 @@ inline MassiveTest is_massive(const MassiveRule& rule, float max_abs, float medi
   return t;
 }
 
+// Whether the median can matter for a row of this max |x|: under kBoth and kAbs a row at or
+// below min_abs never fires, whatever the median (is_massive then need not be asked).
+inline bool massive_needs_median(const MassiveRule& rule, float max_abs) {
+  return max_abs > rule.min_abs || rule.fire_on == MassiveFire::kRatio || rule.fire_on == MassiveFire::kEither;
+}
+
 // A raw vector to copy out: the row of (point, layer) at `position`. Global points too (embed,
 // final_norm, logits; layer -1): a final_norm or logits capture makes its position an output row
 // of the forward pass, so it costs a vocab-wide row of logits and counts vocab floats to the cap.

@@ -354,18 +354,30 @@ void GlassStep::monitor_range(HookPoint p, int32_t layer, const float* data, int
   share.dropped = 0;
   share.max_abs = 0;
   share.max_ratio = 0;
-  int64_t run_end = r0;        // one past the last row of the current row's sequence
-  float layer_median = -1.0f;  // of that sequence's rows when it has several, else -1 (each row's own)
+  // The current row's sequence: rows [run_begin, run_end). Its layer median (over all those rows
+  // when it has several; else -1, each row's own) is computed when a row first needs it: under the
+  // default rule (both tests) only a row above min_abs does, so a prefill chunk's rows rarely
+  // pay for a select over all of them.
+  int64_t run_begin = r0, run_end = r0;
+  float layer_median = -1.0f;
+  bool median_known = true;
   for (int64_t r = r0; r < r1; ++r) {
     const float* x = data + r * width;
     if (by_layer && r >= run_end) {
+      run_begin = r;
       run_end = r + 1;
       while (run_end < n_rows && batch.seq_index[run_end] == batch.seq_index[r]) ++run_end;
-      layer_median = run_end - r > 1 ? ops::median_abs(x, (run_end - r) * width) : -1.0f;
+      layer_median = -1.0f;
+      median_known = run_end - r == 1;
     }
     const ops::RowStats st = ops::row_max_median(x, width);
     share.max_abs = std::max(share.max_abs, st.max_abs);
     if (st.median_abs > 0) share.max_ratio = std::max(share.max_ratio, st.max_abs / st.median_abs);
+    if (!massive_needs_median(monitor_->rule, st.max_abs)) continue;  // no median makes it fire
+    if (!median_known) {
+      layer_median = ops::median_abs(data + run_begin * width, (run_end - run_begin) * width);
+      median_known = true;
+    }
     const float median = layer_median >= 0 ? layer_median : st.median_abs;
     const MassiveTest t = is_massive(monitor_->rule, st.max_abs, median);
     if (t.massive()) {

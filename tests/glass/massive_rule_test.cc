@@ -173,6 +173,28 @@ TEST(MassiveRule, FireOnModes) {
   }
 }
 
+// The monitor asks for a sequence's layer median only when massive_needs_median says a row's max
+// could fire with some median: where it says no, no median of any size makes is_massive fire.
+TEST(MassiveRule, MedianIsSkippedOnlyWhereItCannotMatter) {
+  const float values[] = {0.0f, 1e-30f, 0.5f, 99.0f, 100.0f, 100.5f, 2000.0f, 1e30f, INFINITY};
+  int skipped = 0;
+  for (MassiveFire fire : {MassiveFire::kBoth, MassiveFire::kAbs, MassiveFire::kRatio, MassiveFire::kEither}) {
+    const MassiveRule rule{.min_abs = 100, .min_ratio = 10, .fire_on = fire};
+    for (float max_abs : values) {
+      if (massive_needs_median(rule, max_abs)) continue;
+      ++skipped;
+      for (float median : values) {
+        EXPECT_FALSE(is_massive(rule, max_abs, median).massive())
+            << massive_fire_name(fire) << " max " << max_abs << " median " << median;
+      }
+    }
+    if (fire == MassiveFire::kRatio || fire == MassiveFire::kEither) {
+      EXPECT_TRUE(massive_needs_median(rule, 0.5f)) << "the ratio test alone can fire below min_abs";
+    }
+  }
+  EXPECT_EQ(skipped, 10) << "rows at or below min_abs under both and abs (5 values each)";
+}
+
 // A decode step has one row of the sequence: it compares with the layer median of the sequence's
 // last multi-row step (its prompt); a sequence with no such step yet compares with its own row.
 TEST(MassiveRule, DecodeRowUsesTheStoredPromptMedian) {
