@@ -60,26 +60,34 @@ int64_t count_keys_le(const float* x, int64_t n, int32_t t) {
 // bisection on the bit pattern, each step one vector count over x (the row stays in L1), until
 // at most kGather values lie in the bracket, which are then gathered and selected directly.
 // It replaced a radix select (8 bits a pass, scalar histograms and compaction): 2.5× per 1024-wide
-// row, 4.5× over 32 rows (docs/PERFORMANCE.md, eleventh pass).
-int32_t select_kth_abs(const float* x, int64_t n, int64_t k) {
+// row, 4.5× over 32 rows (docs/PERFORMANCE.md, eleventh pass). *prev receives the (k-1)-th
+// smallest when the bracket holds it too (k ≥ 1; most rows), else -1.
+int32_t select_kth_abs(const float* x, int64_t n, int64_t k, int32_t* prev) {
   constexpr int64_t kGather = 32;
-  I4 vmin = I4{} + kAbsBits, vmax = {};
+  *prev = -1;
+  // Two minima and maxima (a compare and a select each, where SSE2 has no integer min / max)
+  // keep two dependency chains apiece in flight.
+  I4 vmin0 = I4{} + kAbsBits, vmin1 = vmin0, vmax0 = {}, vmax1 = {};
   int64_t i = 0;
-  for (; i + 4 <= n; i += 4) {
-    const I4 v = abs_keys(x + i);
-    vmin = v < vmin ? v : vmin;
-    vmax = v > vmax ? v : vmax;
+  for (; i + 8 <= n; i += 8) {
+    const I4 a = abs_keys(x + i), b = abs_keys(x + i + 4);
+    vmin0 = a < vmin0 ? a : vmin0;
+    vmax0 = a > vmax0 ? a : vmax0;
+    vmin1 = b < vmin1 ? b : vmin1;
+    vmax1 = b > vmax1 ? b : vmax1;
   }
   int32_t kmin = kAbsBits, kmax = 0;
   for (int l = 0; l < 4; ++l) {
-    kmin = std::min(kmin, vmin[l]);
-    kmax = std::max(kmax, vmax[l]);
+    kmin = std::min({kmin, vmin0[l], vmin1[l]});
+    kmax = std::max({kmax, vmax0[l], vmax1[l]});
   }
   for (; i < n; ++i) {
     kmin = std::min(kmin, abs_key(x[i]));
     kmax = std::max(kmax, abs_key(x[i]));
   }
   // Invariant: count(<= lo) = c_lo <= k < c_hi = count(<= hi); the answer is in (lo, hi].
+  // (Pivots from a sample of the row, counted in this first pass, halved the passes for rows in
+  // cache but cost rows read from L2/L3 a quarter more: 1.8 -> 2.2 µs. Not kept.)
   int64_t lo = int64_t{kmin} - 1, hi = kmax, c_lo = 0, c_hi = n;
   while (hi - lo > 1 && c_hi - c_lo > kGather) {
     const int64_t mid = lo + (hi - lo) / 2;
@@ -92,53 +100,62 @@ int32_t select_kth_abs(const float* x, int64_t n, int64_t k) {
       c_lo = c;
     }
   }
-  if (hi - lo == 1) return static_cast<int32_t>(hi);
-  int32_t cand[kGather];
+  if (hi - lo == 1) {  // every value in the bracket is hi
+    if (k - 1 >= c_lo) *prev = static_cast<int32_t>(hi);
+    return static_cast<int32_t>(hi);
+  }
+  int32_t cand[kGather + 3];  // each lane is stored, then kept by advancing m (no branch per lane)
   int64_t m = 0;
   const int32_t lo32 = static_cast<int32_t>(lo), hi32 = static_cast<int32_t>(hi);
   for (i = 0; i + 4 <= n; i += 4) {
     const I4 v = abs_keys(x + i);
     const I4 in = (v > lo32) & (v <= hi32);
     if ((in[0] | in[1] | in[2] | in[3]) == 0) continue;
-    for (int l = 0; l < 4; ++l)
-      if (in[l] != 0) cand[m++] = v[l];
+    for (int l = 0; l < 4; ++l) {
+      cand[m] = v[l];
+      m -= in[l];
+    }
   }
   for (; i < n; ++i) {
     const int32_t v = abs_key(x[i]);
     if (v > lo32 && v <= hi32) cand[m++] = v;
   }
-  int32_t* kth = cand + (k - c_lo);
-  std::nth_element(cand, kth, cand + m);
-  return *kth;
+  const int64_t j = k - c_lo;
+  std::nth_element(cand, cand + j, cand + m);
+  if (j >= 1) *prev = *std::max_element(cand, cand + j);  // those before the k-th are not above it
+  return cand[j];
 }
 
 // The median of |x| over x[n] once its upper middle (the (n/2)-th smallest |x|, 0-based, as bits)
-// is known: itself for an odd n, else its mean with the largest |x| below it — or with itself
-// when it repeats there.
-float median_from_upper(const float* x, int64_t n, int32_t upper) {
+// is known: itself for an odd n, else its mean with the lower middle, the largest |x| below it —
+// or itself when it repeats there. lower: the lower middle when the select had it, else -1 (a
+// pass over x finds it).
+float median_from_upper(const float* x, int64_t n, int32_t upper, int32_t lower) {
   if (n % 2 == 1) return std::bit_cast<float>(upper);
-  I4 vlow = {}, vbelow = {};
-  int64_t i = 0;
-  for (; i + 4 <= n; i += 4) {
-    const I4 v = abs_keys(x + i);
-    const I4 is_below = v < upper;
-    vbelow += is_below;
-    vlow = (is_below & (v > vlow)) != 0 ? v : vlow;
-  }
-  int64_t below = 0;
-  int32_t lower = 0;
-  for (int l = 0; l < 4; ++l) {
-    below -= vbelow[l];
-    lower = std::max(lower, vlow[l]);
-  }
-  for (; i < n; ++i) {
-    const int32_t v = abs_key(x[i]);
-    if (v < upper) {
-      ++below;
-      lower = std::max(lower, v);
+  if (lower < 0) {
+    I4 vlow = {}, vbelow = {};
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+      const I4 v = abs_keys(x + i);
+      const I4 is_below = v < upper;
+      vbelow += is_below;
+      vlow = (is_below & (v > vlow)) != 0 ? v : vlow;
     }
+    int64_t below = 0;
+    lower = 0;
+    for (int l = 0; l < 4; ++l) {
+      below -= vbelow[l];
+      lower = std::max(lower, vlow[l]);
+    }
+    for (; i < n; ++i) {
+      const int32_t v = abs_key(x[i]);
+      if (v < upper) {
+        ++below;
+        lower = std::max(lower, v);
+      }
+    }
+    if (below < n / 2) lower = upper;
   }
-  if (below < n / 2) lower = upper;
   return static_cast<float>((static_cast<double>(std::bit_cast<float>(lower)) + std::bit_cast<float>(upper)) / 2);
 }
 
@@ -229,7 +246,9 @@ int64_t clip_massive(float* x, int64_t n_rows, int64_t width, float t, float fac
 
 float median_abs(const float* x, int64_t n) {
   if (n <= 0) return 0.0f;
-  return median_from_upper(x, n, select_kth_abs(x, n, n / 2));
+  int32_t lower = -1;
+  const int32_t upper = select_kth_abs(x, n, n / 2, &lower);
+  return median_from_upper(x, n, upper, lower);
 }
 
 RowStats row_max_median(const float* x, int64_t width) {
