@@ -30,7 +30,9 @@ void paged_attention(const ModelConfig& c, int32_t il, Activations& a, ThreadPoo
   // Every token's k/v go into the cache before any token attends, so a prompt's tokens see
   // each other (causally) within this step.
   const ops::PagedKv kv = cache.layer(il);
-  for (int64_t t = 0; t < n; ++t) ops::kv_store(kv, batch.slots[t], a.k.data() + t * kvd, a.v.data() + t * kvd);
+  parallel_for(pool, n, n * kvd * 2, [&](int64_t b, int64_t e, int) {
+    for (int64_t t = b; t < e; ++t) ops::kv_store(kv, batch.slots[t], a.k.data() + t * kvd, a.v.data() + t * kvd);
+  });
   // Attention sinks: the rows that want their mass on the first key positions (null: none).
   const StepTable* table = hooks != nullptr ? hooks->glass() : nullptr;
   const uint8_t* sink_rows = table != nullptr ? table->sink_rows(il) : nullptr;

@@ -134,6 +134,17 @@ float PagedKv::value(int64_t slot, int64_t h, int64_t i) const {
 bool kv_dtype_supported(DType t) { return t == DType::kF32 || t == DType::kBF16 || t == DType::kF16; }
 
 void kv_store(const PagedKv& kv, int64_t slot, const float* k_row, const float* v_row) {
+  // BF16 / F16 through the SIMD rounding where there is one (the scalar one cost a serving step
+  // with 16 sequences ~5%: docs/PERFORMANCE.md, twelfth pass).
+  void (*narrow)(const PagedKv&, int64_t, const float*, const float*) = nullptr;
+#if defined(__x86_64__)
+  switch (active_isa()) {
+    case Isa::kAvx512Bf16:
+    case Isa::kAvx512: narrow = avx512::kv_store; break;
+    case Isa::kAvx2: narrow = avx2::kv_store; break;
+    case Isa::kScalar: break;
+  }
+#endif
   const int64_t block = slot / kv.block_size, off = slot % kv.block_size;
   const int64_t hd = kv.head_dim, bs = kv.block_size, eb = kv.elem_bytes();
   for (int64_t h = 0; h < kv.n_kv_heads; ++h) {
@@ -145,6 +156,10 @@ void kv_store(const PagedKv& kv, int64_t slot, const float* k_row, const float* 
       for (int64_t i = 0; i < hd; ++i) std::memcpy(kb + (i * bs + off) * 4, kr + i, 4);
       std::memcpy(vb, vr, hd * sizeof(float));
       continue;
+    }
+    if (narrow != nullptr) {
+      narrow(kv, slot, k_row, v_row);
+      return;
     }
     for (int64_t i = 0; i < hd; ++i) {
       store_elem(kb + (i * bs + off) * eb, kv.dtype, kr[i]);

@@ -18,12 +18,15 @@ static inline int64_t attn_padded_block(int64_t block_size) {
 }
 
 #if defined(__x86_64__)
+// kv_store: BF16 / F16 caches only (bitwise what the scalar rounding writes).
 namespace avx2 {
 void attend_tile(const AttendTile& t, const PagedKv& kv, float* scratch);
-}
+void kv_store(const PagedKv& kv, int64_t slot, const float* k_row, const float* v_row);
+}  // namespace avx2
 namespace avx512 {
 void attend_tile(const AttendTile& t, const PagedKv& kv, float* scratch);
-}
+void kv_store(const PagedKv& kv, int64_t slot, const float* k_row, const float* v_row);
+}  // namespace avx512
 #endif
 
 }  // namespace gb::ops

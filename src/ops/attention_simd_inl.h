@@ -302,6 +302,55 @@ inline void attn_exp_diff(const float* a, const float* b, int64_t n, float* out)
   for (; i < n; ++i) out[i] = attn_exp_scalar(a[i] - b[i]);
 }
 
+// 8 f32 -> 8 f16 / bf16 bits, rounded exactly as core/fp16.h's f32_to_f16 / f32_to_bf16: to
+// nearest even; NaN -> the sign with 0x7e00 (f16) or the top half with the quiet bit (bf16).
+// 256-bit and F16C only, so both ISA files run the same instructions.
+inline __m128i attn_narrow8(const float* x, DType d) {
+  const __m256 v = _mm256_loadu_ps(x);
+  const __m256i u = _mm256_castps_si256(v);
+  const __m256i nan =
+      _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)), _mm256_set1_epi32(0x7f800000));
+  if (d == DType::kF16) {  // vcvtps2ph rounds to nearest even; a NaN's payload is first made 0x7fc00000's
+    const __m256i qnan =
+        _mm256_or_si256(_mm256_and_si256(u, _mm256_set1_epi32(INT32_MIN)), _mm256_set1_epi32(0x7fc00000));
+    return _mm256_cvtps_ph(_mm256_castsi256_ps(_mm256_blendv_epi8(u, qnan, nan)), _MM_FROUND_TO_NEAREST_INT);
+  }
+  const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+  __m256i r = _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), odd)), 16);
+  r = _mm256_blendv_epi8(r, _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40)), nan);
+  // The 8 results are below 2^16: pack within each 128-bit lane, then gather the two low halves.
+  const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08);
+  return _mm256_castsi256_si128(packed);
+}
+
+// ops::kv_store for BF16 / F16 caches: each head's rows narrowed 8 at a time; the values go in as
+// they are, the keys (transposed: dim i of slot j at i · block_size + j) one element at a time.
+inline void kv_store_any(const PagedKv& kv, int64_t slot, const float* k_row, const float* v_row) {
+  const int64_t block = slot / kv.block_size, off = slot % kv.block_size, hd = kv.head_dim, bs = kv.block_size;
+  for (int64_t h = 0; h < kv.n_kv_heads; ++h) {
+    uint16_t* kb = reinterpret_cast<uint16_t*>(const_cast<uint8_t*>(attn_kptr(kv, block, h))) + off;
+    uint16_t* vb = reinterpret_cast<uint16_t*>(const_cast<uint8_t*>(attn_vptr(kv, block, h))) + off * hd;
+    const float* kr = k_row + h * hd;
+    const float* vr = v_row + h * hd;
+    int64_t i = 0;
+    for (; i + 8 <= hd; i += 8) {
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(vb + i), attn_narrow8(vr + i, kv.dtype));
+      alignas(16) uint16_t kh[8];
+      _mm_store_si128(reinterpret_cast<__m128i*>(kh), attn_narrow8(kr + i, kv.dtype));
+      for (int j = 0; j < 8; ++j) kb[(i + j) * bs] = kh[j];
+    }
+    for (; i < hd; ++i) {  // the tail: through a padded vector, one element kept
+      alignas(16) float pad[8] = {};
+      alignas(16) uint16_t o[8];
+      pad[0] = vr[i];
+      pad[1] = kr[i];
+      _mm_store_si128(reinterpret_cast<__m128i*>(o), attn_narrow8(pad, kv.dtype));
+      vb[i] = o[0];
+      kb[i * bs] = o[1];
+    }
+  }
+}
+
 inline void attend_tile_any(const AttendTile& t, const PagedKv& kv, float* scratch) {
   const int64_t bs = kv.block_size, hd = kv.head_dim, bsp = attn_padded_block(bs);
   const int64_t nc = (bs + V::kLanes - 1) / V::kLanes;
