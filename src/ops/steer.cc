@@ -57,10 +57,10 @@ int64_t count_keys_le(const float* x, int64_t n, int32_t t) {
 }
 
 // The k-th smallest (0-based, k < n) |x| over x[n] as its bits, exactly, without a workspace:
-// bisection on the bit pattern, each step one vector count over x (the row stays in L1), until
-// at most kGather values lie in the bracket, which are then gathered and selected directly.
-// It replaced a radix select (8 bits a pass, scalar histograms and compaction): 2.5× per 1024-wide
-// row, 4.5× over 32 rows (docs/PERFORMANCE.md, eleventh pass). *prev receives the (k-1)-th
+// a bracket on the bit pattern narrowed by pivots (below), each step one vector count over x (the
+// row stays in L1), until at most kGather values lie in it, which are then gathered and selected
+// directly. It replaced a radix select (8 bits a pass, scalar histograms and compaction): ~3.5×
+// per 1024-wide row (docs/PERFORMANCE.md, eleventh and twelfth passes). *prev receives the (k-1)-th
 // smallest when the bracket holds it too (k ≥ 1; most rows), else -1.
 int32_t select_kth_abs(const float* x, int64_t n, int64_t k, int32_t* prev) {
   constexpr int64_t kGather = 32;

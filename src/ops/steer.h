@@ -36,8 +36,8 @@ RowStats row_max_median(const float* x, int64_t width);
 RowStats row_stats(const float* x, int64_t width);
 
 // The median of |x_i| over x[n] (mean of the two middle values for an even n; 0 for n = 0),
-// exactly what sorting would give, with no workspace: a bisection on the bit pattern of |x|, each
-// step a vector count over x (a 1024-wide row: ~10 steps). Also the massive rule's layer median
+// exactly what sorting would give, with no workspace: a bracket narrowed on the bit pattern of
+// |x|, each step a vector count over x (a 1024-wide row: ~5 steps). Also the massive rule's layer median
 // over many rows of a sequence (x: those rows, contiguous).
 float median_abs(const float* x, int64_t n);
 
