@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "model/parallel.h"
 #include "ops/attention.h"
 #include "ops/cpu_features.h"
 #include "ops/dot.h"
@@ -178,25 +179,32 @@ int main(int argc, char** argv) {
       };
       auto run_tile = [&](const gb::ops::PagedKv& cache) {
         const int64_t n_chunks = (n + tile_pos - 1) / tile_pos;
-        parallel(pool, kKvHeads * n_chunks, [&](int64_t b, int64_t e, int ti) {
-          for (int64_t item = b; item < e; ++item) {
-            const int64_t h = item / n_chunks, k = item % n_chunks;
-            const int64_t chunk = k % 2 == 0 ? k / 2 : n_chunks - 1 - k / 2;
-            const int64_t t0 = chunk * tile_pos, t1 = std::min(n, t0 + tile_pos);
-            gb::ops::AttendTile tile;
-            tile.q = d.q.data() + t0 * qd + h * kGroup * kHd;
-            tile.q_stride = qd;
-            tile.out = d.out.data() + t0 * qd + h * kGroup * kHd;
-            tile.out_stride = qd;
-            tile.n_pos = t1 - t0;
-            tile.n_q = kGroup;
-            tile.pos0 = pos_first + t0;
-            tile.kv_head = h;
-            tile.block_table = d.table.data();
-            tile.scale = scale;
-            gb::ops::attend_tile(tile, cache, scratch.data() + ti * scratch_floats);
-          }
-        });
+        // The engine's scheduling (paged_attention): with several chunks per KV head the items are
+        // claimed in order by whichever thread is free, else each thread takes contiguous heads.
+        auto run_item = [&](int64_t item, int ti) {
+          const int64_t h = item / n_chunks, k = item % n_chunks;
+          const int64_t chunk = k % 2 == 0 ? k / 2 : n_chunks - 1 - k / 2;
+          const int64_t t0 = chunk * tile_pos, t1 = std::min(n, t0 + tile_pos);
+          gb::ops::AttendTile tile;
+          tile.q = d.q.data() + t0 * qd + h * kGroup * kHd;
+          tile.q_stride = qd;
+          tile.out = d.out.data() + t0 * qd + h * kGroup * kHd;
+          tile.out_stride = qd;
+          tile.n_pos = t1 - t0;
+          tile.n_q = kGroup;
+          tile.pos0 = pos_first + t0;
+          tile.kv_head = h;
+          tile.block_table = d.table.data();
+          tile.scale = scale;
+          gb::ops::attend_tile(tile, cache, scratch.data() + ti * scratch_floats);
+        };
+        if (n_chunks > 1) {
+          gb::parallel_items(pool, kKvHeads * n_chunks, int64_t{1} << 30, run_item);
+        } else {
+          parallel(pool, kKvHeads, [&](int64_t b, int64_t e, int ti) {
+            for (int64_t item = b; item < e; ++item) run_item(item, ti);
+          });
+        }
       };
       const char* names[4] = {"old f32", "tile f32", "tile bf16", "tile f16"};
       const char* keys[4] = {"old", "f32", "bf16", "f16"};
