@@ -79,16 +79,16 @@ void paged_attention(const ModelConfig& c, int32_t il, Activations& a, ThreadPoo
       t0 = t1;
     }
   };
-  // Prefill-shaped steps (several chunks per KV head: compute-bound tiles) hand the items out in
-  // order to whichever thread is free; a decode step's items (one per KV head, each a stream of
-  // that head's KV slices) keep contiguous heads per thread, which the hardware prefetcher
+  // Steps with prompt rows (compute-bound tiles, several chunks per KV head) hand the items out
+  // in order to whichever thread is free; a decode-only step (one row per sequence: each item a
+  // stream of KV slices) keeps contiguous heads per thread, which the hardware prefetcher
   // follows: dynamic claiming measured 5-19% faster for prefill and up to 20% slower for decode
   // at 4096 tokens of context (docs/PERFORMANCE.md, twelfth pass).
   const int64_t work = n * n_heads * (batch.positions[n - 1] + 1) * hd;
-  if (n_chunks > 1) {
+  if (n_chunks > 1 && n > static_cast<int64_t>(batch.seqs.size())) {
     parallel_items(pool, n_kv * n_chunks, work, run_item);
   } else {
-    parallel_for(pool, n_kv, work, [&](int64_t b, int64_t e, int ti) {
+    parallel_for(pool, n_kv * n_chunks, work, [&](int64_t b, int64_t e, int ti) {
       for (int64_t item = b; item < e; ++item) run_item(item, ti);
     });
   }
