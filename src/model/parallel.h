@@ -1,4 +1,4 @@
-// parallel_for over the thread pool for the layer loops (internal to gb_model).
+// parallel_for and parallel_items over the thread pool for the layer loops (internal to gb_model).
 #pragma once
 
 #include <atomic>

@@ -195,6 +195,34 @@ TEST(MassiveRule, MedianIsSkippedOnlyWhereItCannotMatter) {
   EXPECT_EQ(skipped, 10) << "rows at or below min_abs under both and abs (5 values each)";
 }
 
+// The monitor takes a sequence's layer median when a later row of it first needs one: a massive
+// row third in its sequence, behind a sequence whose rows never pass min_abs, is compared with
+// its own sequence's median over all of that sequence's rows.
+TEST(MassiveRule, MonitorTakesTheLayerMedianAtTheFirstRowThatNeedsIt) {
+  const ModelConfig c = tiny();
+  const MassiveRule rule{.min_abs = 100, .min_ratio = 10};
+  const std::vector<std::vector<float>> quiet = {row_of(50, 1), row_of(50, 1)};
+  // The loud sequence's layer median (32 values: 10 × 2, 4 × 4, 16 × 5, 8, 3000) is 5; its rows
+  // from the massive one on would give 2, the massive row alone 4, the quiet sequence 1.
+  std::vector<std::vector<float>> loud_rows = {row_of(5, 5), row_of(5, 5), row_of(3000, 4), row_of(8, 2)};
+  loud_rows[2][1] = loud_rows[2][2] = loud_rows[2][3] = 2;
+  MonitorConfig mc;
+  mc.enabled = true;
+  mc.rule = rule;
+  MonitorStep mon;
+  apply_step(c, {{nullptr, 0, quiet}, {nullptr, 0, loud_rows}}, &mc, &mon);
+  ASSERT_EQ(mon.events.size(), 1u);
+  EXPECT_EQ(mon.events[0].seq_index, 1);
+  EXPECT_EQ(mon.events[0].event.position, 2);
+  EXPECT_EQ(mon.events[0].event.median, MassiveMedian::kLayer);
+  std::vector<float> all;
+  for (const auto& r : loud_rows)
+    for (float v : r) all.push_back(std::fabs(v));
+  std::sort(all.begin(), all.end());
+  EXPECT_EQ(mon.events[0].event.median_abs, (all[15] + all[16]) / 2) << "the loud sequence's rows, all four";
+  EXPECT_EQ(mon.events[0].event.median_abs, 5.0f);
+}
+
 // A decode step has one row of the sequence: it compares with the layer median of the sequence's
 // last multi-row step (its prompt); a sequence with no such step yet compares with its own row.
 TEST(MassiveRule, DecodeRowUsesTheStoredPromptMedian) {
