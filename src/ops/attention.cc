@@ -134,15 +134,16 @@ float PagedKv::value(int64_t slot, int64_t h, int64_t i) const {
 bool kv_dtype_supported(DType t) { return t == DType::kF32 || t == DType::kBF16 || t == DType::kF16; }
 
 void kv_store(const PagedKv& kv, int64_t slot, const float* k_row, const float* v_row) {
-  // BF16 / F16 through the SIMD rounding where there is one (the scalar one cost a serving step
-  // with 16 sequences ~5%: docs/PERFORMANCE.md, twelfth pass).
-  void (*narrow)(const PagedKv&, int64_t, const float*, const float*) = nullptr;
+  // BF16 / F16 through the SIMD rounding where there is one (the scalar f16 rounding took 5.3 ns
+  // an element, ~15% of a 512-token prefill: docs/PERFORMANCE.md, twelfth pass).
 #if defined(__x86_64__)
-  switch (active_isa()) {
-    case Isa::kAvx512Bf16:
-    case Isa::kAvx512: narrow = avx512::kv_store; break;
-    case Isa::kAvx2: narrow = avx2::kv_store; break;
-    case Isa::kScalar: break;
+  if (kv.dtype != DType::kF32) {
+    switch (active_isa()) {
+      case Isa::kAvx512Bf16:
+      case Isa::kAvx512: return avx512::kv_store(kv, slot, k_row, v_row);
+      case Isa::kAvx2: return avx2::kv_store(kv, slot, k_row, v_row);
+      case Isa::kScalar: break;
+    }
   }
 #endif
   const int64_t block = slot / kv.block_size, off = slot % kv.block_size;
@@ -156,10 +157,6 @@ void kv_store(const PagedKv& kv, int64_t slot, const float* k_row, const float* 
       for (int64_t i = 0; i < hd; ++i) std::memcpy(kb + (i * bs + off) * 4, kr + i, 4);
       std::memcpy(vb, vr, hd * sizeof(float));
       continue;
-    }
-    if (narrow != nullptr) {
-      narrow(kv, slot, k_row, v_row);
-      return;
     }
     for (int64_t i = 0; i < hd; ++i) {
       store_elem(kb + (i * bs + off) * eb, kv.dtype, kr[i]);
