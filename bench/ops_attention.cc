@@ -20,6 +20,7 @@
 #include "core/thread_pool.h"
 #include "model/parallel.h"
 #include "ops/attention.h"
+#include "ops/attention_kernels.h"
 #include "ops/cpu_features.h"
 #include "ops/dot.h"
 
@@ -109,7 +110,15 @@ int main(int argc, char** argv) {
   app.add_option("--block-size", bs, "KV block size in tokens (the engine's default is 16)")
       ->check(CLI::Range(1, 256))
       ->capture_default_str();
+  std::vector<int> prefetch_kib;
+  app.add_option("--prefetch-kib", prefetch_kib,
+                 "software prefetch distances of the tile kernels to compare, KiB of keys + values ahead (0: off; "
+                 "default: the built-in distance only), interleaved like the variants");
   CLI11_PARSE(app, argc, argv);
+  const int64_t default_prefetch = gb::ops::g_attn_prefetch_bytes;
+  std::vector<int64_t> prefetch_bytes;
+  for (int k : prefetch_kib) prefetch_bytes.push_back(int64_t{k} * 1024);
+  if (prefetch_bytes.empty()) prefetch_bytes.push_back(default_prefetch);
   auto chosen = [](const std::vector<std::string>& v, const char* name) {
     return std::find(v.begin(), v.end(), name) != v.end();
   };
@@ -208,25 +217,49 @@ int main(int argc, char** argv) {
       };
       const char* names[4] = {"old f32", "tile f32", "tile bf16", "tile f16"};
       const char* keys[4] = {"old", "f32", "bf16", "f16"};
-      std::vector<double> ms[4];
+      // Configurations: the old loop once, each tile variant at each prefetch distance.
+      struct Config {
+        int v;
+        int64_t prefetch;
+        std::vector<double> ms;
+      };
+      std::vector<Config> configs;
+      for (int v = 0; v < 4; ++v) {
+        if (!chosen(variant_names, keys[v])) continue;
+        if (v == 0) {
+          configs.push_back({0, 0, {}});
+          continue;
+        }
+        for (int64_t pf : prefetch_bytes) configs.push_back({v, pf, {}});
+      }
       for (int r = -1; r < reps; ++r) {  // one warm-up round
-        for (int v = 0; v < 4; ++v) {
-          if (!chosen(variant_names, keys[v])) continue;
+        for (Config& cf : configs) {
+          gb::ops::g_attn_prefetch_bytes = cf.prefetch;
           const auto t0 = Clock::now();
-          if (v == 0) {
+          if (cf.v == 0) {
             run_old();
           } else {
-            run_tile(kv[v - 1]);
+            run_tile(kv[cf.v - 1]);
           }
           const double dt = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-          if (r >= 0) ms[v].push_back(dt);
+          if (r >= 0) cf.ms.push_back(dt);
         }
       }
-      for (int v = 0; v < 4; ++v) {
-        if (ms[v].empty()) continue;
-        std::printf("t%d %-16s %-9s %10.3f [%.3f, %.3f]", nt, c.name, names[v], median(ms[v]),
-                    *std::min_element(ms[v].begin(), ms[v].end()), *std::max_element(ms[v].begin(), ms[v].end()));
-        if (!ms[0].empty()) std::printf("  x%.2f", median(ms[0]) / median(ms[v]));
+      gb::ops::g_attn_prefetch_bytes = default_prefetch;
+      const double old_ms = !configs.empty() && configs[0].v == 0 ? median(configs[0].ms) : 0;
+      for (const Config& cf : configs) {
+        char name[48];
+        std::snprintf(name, sizeof name, "%s", names[cf.v]);
+        if (cf.v > 0 && prefetch_kib.size() > 0)
+          std::snprintf(name, sizeof name, "%s pf %lldK", names[cf.v], static_cast<long long>(cf.prefetch / 1024));
+        const double med = median(cf.ms);
+        std::printf("t%d %-16s %-15s %10.3f [%.3f, %.3f]", nt, c.name, name, med,
+                    *std::min_element(cf.ms.begin(), cf.ms.end()), *std::max_element(cf.ms.begin(), cf.ms.end()));
+        if (old_ms > 0) std::printf("  x%.2f", old_ms / med);
+        if (n == 1) {  // decode: every key and value of the context read once
+          const double eb = cf.v <= 1 ? 4 : 2;
+          std::printf("  %.1f GB/s of KV", 2.0 * c.ctx * kKvHeads * kHd * eb / (med * 1e6));
+        }
         std::printf("\n");
       }
     }

@@ -9,7 +9,9 @@ the figure `glassbox bench` prints). Usage:
 
   bench/speed/compare.py --glassbox build/glassbox --llama-bench /path/to/llama-bench \\
       --models DIR/gguf --types bf16,q8_0,q4_0,q4_k_m --threads 2 --reps 3 \\
-      --tests pp512,pp4096,tg64 --bandwidth 32.0 [--kv-cache-dtype f16]
+      --tests pp512,pp4096,tg64,tg64@d4096 --bandwidth 32.0 [--kv-cache-dtype f16]
+
+A test is pp<N> or tg<N>, optionally @d<D>: after D tokens of context (llama-bench -d D).
 
 Without --llama-bench only Glassbox is measured; --peer-glassbox BIN measures another Glassbox
 build as the peer instead (before/after a change). Files are DIR/model-<type>.gguf
@@ -22,18 +24,25 @@ import subprocess
 import sys
 
 
+def parse_test(test):
+    """'tg64@d4096' -> ('tg', 64, 4096)."""
+    name, _, depth = test.partition("@d")
+    return name[:2], int(name[2:]), int(depth or 0)
+
+
 def run_glassbox(exe, model, test, threads, kv):
-    kind, n = test[:2], int(test[2:])
+    kind, n, depth = parse_test(test)
     args = [exe, "bench", "-m", model, "-t", str(threads), "-r", "1", "--json", "--kv-cache-dtype", kv]
     args += ["-p", str(n), "-n", "0"] if kind == "pp" else ["-p", "0", "-n", str(n)]
+    args += ["-d", str(depth)]
     out = subprocess.run(args, check=True, capture_output=True, text=True).stdout
     j = json.loads(out.strip().splitlines()[-1])
     return j[kind]["tps_median"], j.get("decode_weight_bytes", 0)
 
 
 def run_llama(exe, model, test, threads):
-    kind, n = test[:2], int(test[2:])
-    args = [exe, "-m", model, "-t", str(threads), "-r", "1", "-o", "json"]
+    kind, n, depth = parse_test(test)
+    args = [exe, "-m", model, "-t", str(threads), "-r", "1", "-o", "json", "-d", str(depth)]
     args += ["-p", str(n), "-n", "0"] if kind == "pp" else ["-p", "0", "-n", str(n)]
     out = subprocess.run(args, check=True, capture_output=True, text=True).stdout
     rows = json.loads(out)
@@ -74,7 +83,8 @@ def main():
                     ll.append(run_llama(o.llama_bench, model, test, o.threads))
             ratio = f"{statistics.median(gb) / statistics.median(ll):.2f}x" if ll else "-"
             share = "-"
-            if test.startswith("tg") and o.bandwidth > 0 and wbytes > 0:
+            # The limit counts weights only: at depth the KV cache's reads come on top.
+            if test.startswith("tg") and "@d" not in test and o.bandwidth > 0 and wbytes > 0:
                 share = f"{100 * statistics.median(gb) / (o.bandwidth * 1e9 / wbytes):.0f}%"
             print(f"| {t} | {test} | {fmt(ll)} | {fmt(gb)} | {ratio} | {share} |", flush=True)
     return 0

@@ -1,5 +1,6 @@
 // `glassbox bench`: prefill and decode tokens/s on synthetic token ids, like llama.cpp's
-// llama-bench (pp = one prompt of N tokens, tg = N single-token steps from an empty cache),
+// llama-bench (pp = one prompt of N tokens, tg = N single-token steps from an empty cache, or
+// with --depth D after a D-token context, timed from the first decode step: llama-bench -d D),
 // so the two can be run side by side on one GGUF file. Both run as requests through the engine
 // step that `serve` runs (scheduler, model runner, greedy sampling, events), stepped on this thread.
 #include <algorithm>
@@ -24,6 +25,7 @@ struct BenchOptions {
   int threads = 0;
   int reps = 3;
   int batch = 512;
+  int depth = 0;
   double bandwidth_gbs = 0;
   bool json = false;
   bool convert_q8 = false;
@@ -73,7 +75,7 @@ int run_bench(const BenchOptions& o) {
   }
   Model& m = **model;
   const ModelConfig& cfg = m.config();
-  const int32_t ctx = std::max(o.prompt_tokens, o.gen_tokens) + 1;
+  const int32_t ctx = std::max(o.depth + o.prompt_tokens, o.depth + o.gen_tokens) + 1;
   if (ctx > cfg.max_pos) {
     std::fprintf(stderr, "glassbox bench: %d tokens exceed the model's context of %d\n", ctx, cfg.max_pos);
     return 1;
@@ -90,7 +92,8 @@ int run_bench(const BenchOptions& o) {
   }
   std::mt19937 rng(42);
   std::uniform_int_distribution<int32_t> pick(0, cfg.vocab - 1);
-  std::vector<int32_t> prompt(o.prompt_tokens);
+  std::vector<int32_t> context(o.depth), prompt(o.prompt_tokens);
+  for (auto& t : context) t = pick(rng);
   for (auto& t : prompt) t = pick(rng);
 
   using clock = std::chrono::steady_clock;
@@ -99,26 +102,36 @@ int run_bench(const BenchOptions& o) {
     return 1;
   };
   uint64_t salt = 0;
-  // Runs one greedy request to its end on this thread; seconds from submit to the last token.
-  auto run = [&](std::vector<int32_t> ids, int32_t max_tokens, double* seconds) -> Status {
+  // Runs one greedy request to its end on this thread, stepping the engine. *seconds: from submit
+  // to the last token, or with from_first_token from the step that produced the first token (the
+  // prompt's) to the last: the decode steps alone.
+  auto run = [&](std::vector<int32_t> ids, int32_t max_tokens, bool from_first_token, uint64_t request_salt,
+                 double* seconds, int32_t* cached_prompt_tokens) -> Status {
     GenerationRequest r;
     r.id = "bench";
     r.prompt = std::move(ids);
     r.max_tokens = max_tokens;
     r.sampling.temperature = 0;
     r.ignore_eos = true;
-    r.cache_salt = ++salt;  // every round computes its prompt: no prefix-cache hits
+    r.cache_salt = request_salt;  // a new salt per round: no prefix-cache hits from earlier rounds
     auto channel = std::make_shared<RequestChannel>();
-    const auto t0 = clock::now();
+    auto t0 = clock::now();
     GB_RETURN_IF_ERROR((*engine)->submit(std::move(r), channel));
-    GB_RETURN_IF_ERROR((*engine)->run_until_idle());
-    *seconds = std::chrono::duration<double>(clock::now() - t0).count();
-    GenerationEvent ev;
     int32_t n = 0;
-    while (channel->pop(&ev, std::chrono::milliseconds(0))) {
-      n += static_cast<int32_t>(ev.tokens.size());
-      if (ev.finish == FinishReason::kError) return Status::error(ev.error);
+    for (bool finished = false; !finished;) {
+      GB_ASSIGN_OR_RETURN(bool worked, (*engine)->step());
+      const auto now = clock::now();
+      GenerationEvent ev;
+      while (channel->pop(&ev, std::chrono::milliseconds(0))) {
+        if (ev.finish == FinishReason::kError) return Status::error(ev.error);
+        if (n == 0 && !ev.tokens.empty() && from_first_token) t0 = now;
+        if (cached_prompt_tokens != nullptr && ev.prompt_tokens > 0) *cached_prompt_tokens = ev.cached_prompt_tokens;
+        n += static_cast<int32_t>(ev.tokens.size());
+        if (ev.finish != FinishReason::kNone) finished = true;
+      }
+      if (!worked && !finished) return Status::error("the engine stopped before the request finished");
     }
+    *seconds = std::chrono::duration<double>(clock::now() - t0).count();
     if (n != max_tokens)
       return Status::error("the engine produced " + std::to_string(n) + " of " + std::to_string(max_tokens) +
                            " tokens");
@@ -129,13 +142,32 @@ int run_bench(const BenchOptions& o) {
   for (int rep = -1; rep < o.reps; ++rep) {
     double dt = 0;
     if (o.prompt_tokens > 0) {
-      // The prompt in forwards of --batch tokens, then its one sampled token.
-      if (Status st = run(prompt, 1, &dt); !st) return fail(st.message());
+      // The prompt in forwards of --batch tokens, then its one sampled token. After --depth
+      // tokens of context: the context is run first, and the prompt's request (context +
+      // prompt, same salt) finds it in the prefix cache, so only the prompt is computed.
+      std::vector<int32_t> ids = context;
+      ids.insert(ids.end(), prompt.begin(), prompt.end());
+      const uint64_t request_salt = ++salt;
+      if (o.depth > 0) {
+        if (Status st = run(context, 1, false, request_salt, &dt, nullptr); !st) return fail(st.message());
+      }
+      int32_t cached = 0;
+      if (Status st = run(ids, 1, false, request_salt, &dt, &cached); !st) return fail(st.message());
+      if (cached != o.depth) {
+        return fail("the prompt after --depth " + std::to_string(o.depth) + " found " + std::to_string(cached) +
+                    " tokens in the prefix cache; --depth must be a multiple of the KV block size (16)");
+      }
       if (rep >= 0) pp.push_back(o.prompt_tokens / dt);
     }
     if (o.gen_tokens > 0) {
-      // A one-token prompt and gen_tokens - 1 decode steps: gen_tokens single-token forwards.
-      if (Status st = run({prompt.empty() ? 1 : prompt[0]}, o.gen_tokens, &dt); !st) return fail(st.message());
+      if (o.depth == 0) {
+        // A one-token prompt and gen_tokens - 1 decode steps: gen_tokens single-token forwards.
+        if (Status st = run({prompt.empty() ? 1 : prompt[0]}, o.gen_tokens, false, ++salt, &dt, nullptr); !st)
+          return fail(st.message());
+      } else {
+        // The context's prefill yields the first token; then gen_tokens decode steps, timed.
+        if (Status st = run(context, o.gen_tokens + 1, true, ++salt, &dt, nullptr); !st) return fail(st.message());
+      }
       if (rep >= 0) tg.push_back(o.gen_tokens / dt);
     }
   }
@@ -148,6 +180,7 @@ int run_bench(const BenchOptions& o) {
                         {"threads", m.pool().size()},
                         {"isa", std::string(ops::isa_name(ops::active_isa()))},
                         {"reps", o.reps},
+                        {"depth", o.depth},
                         {"decode_weight_bytes", bytes}};
     if (o.prompt_tokens > 0)
       j["pp"] = {{"n_tokens", o.prompt_tokens}, {"tps_median", pps.median}, {"tps_min", pps.min}, {"tps_max", pps.max}};
@@ -164,9 +197,15 @@ int run_bench(const BenchOptions& o) {
   std::printf("model: %s\n", m.describe().c_str());
   std::printf("threads: %d, kernels: %s, reps: %d (median [min, max])\n", m.pool().size(),
               std::string(ops::isa_name(ops::active_isa())).c_str(), o.reps);
-  if (o.prompt_tokens > 0)
-    std::printf("pp%-5d %9.2f t/s  [%.2f, %.2f]\n", o.prompt_tokens, pps.median, pps.min, pps.max);
-  if (o.gen_tokens > 0) std::printf("tg%-5d %9.2f t/s  [%.2f, %.2f]\n", o.gen_tokens, tgs.median, tgs.min, tgs.max);
+  const std::string at = o.depth > 0 ? " @ d" + std::to_string(o.depth) : "";
+  if (o.prompt_tokens > 0) {
+    const std::string name = "pp" + std::to_string(o.prompt_tokens) + at;
+    std::printf("%-14s %9.2f t/s  [%.2f, %.2f]\n", name.c_str(), pps.median, pps.min, pps.max);
+  }
+  if (o.gen_tokens > 0) {
+    const std::string name = "tg" + std::to_string(o.gen_tokens) + at;
+    std::printf("%-14s %9.2f t/s  [%.2f, %.2f]\n", name.c_str(), tgs.median, tgs.min, tgs.max);
+  }
   std::printf("weights read per decode token: %.1f MB\n", bytes / 1e6);
   if (limit > 0) {
     std::printf("decode limit at %.1f GB/s: %.2f t/s; measured %.0f%% of it\n", o.bandwidth_gbs, limit,
@@ -192,6 +231,11 @@ void register_bench(CLI::App& app, Action* action) {
   cmd->add_option("--batch,-b", opts->batch, "tokens per forward during prefill")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 16));
+  cmd->add_option("--depth,-d", opts->depth,
+                  "tokens of context before each test (like llama-bench -d): pp then times its prompt after a "
+                  "cached context of this many tokens (a multiple of 16), tg its decode steps after it")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 20));
   cmd->add_option("--bandwidth", opts->bandwidth_gbs,
                   "measured memory bandwidth in GB/s, to report decode as a fraction of its limit");
   cmd->add_flag("--json", opts->json, "print one JSON object");

@@ -15,6 +15,11 @@
 
 namespace gb::ops {
 
+// 128 KiB: decode at 4096 tokens of context, 2 threads, Zen 5 (bench_ops_attention --prefetch-kib):
+// bf16 KV 0.96 → 0.37 ms per layer, f32 1.60 → 0.82 (off → 128 KiB); 32 and 64 KiB in between,
+// 256 no better; prefill unchanged (PERFORMANCE.md, thirteenth pass).
+int64_t g_attn_prefetch_bytes = int64_t{128} << 10;
+
 namespace {
 
 float load_elem(const uint8_t* p, DType d) {

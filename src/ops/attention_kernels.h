@@ -17,6 +17,11 @@ static inline int64_t attn_padded_block(int64_t block_size) {
   return (block_size + kAttnKeyPad - 1) / kAttnKeyPad * kAttnKeyPad;
 }
 
+// How far ahead of the block being attended the SIMD kernels prefetch a KV head's keys and
+// values, in bytes of them (0: no software prefetch; bench_ops_attention --prefetch-kib sets it
+// for A/B runs).
+extern int64_t g_attn_prefetch_bytes;
+
 #if defined(__x86_64__)
 // kv_store: BF16 / F16 caches only (bitwise what the scalar rounding writes).
 namespace avx2 {

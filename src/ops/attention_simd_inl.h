@@ -25,6 +25,19 @@ inline const uint8_t* attn_vptr(const PagedKv& kv, int64_t b, int64_t h) {
   return static_cast<const uint8_t*>(kv.v) + (b * kv.n_kv_heads + h) * kv.block_size * kv.head_dim * eb;
 }
 
+// Software prefetch of one KV head's keys and values in block b (each `slice` bytes, contiguous).
+// A decode row's blocks are separate slices of the cache (KV heads interleaved, blocks wherever
+// the allocator put them), so the hardware prefetcher starts over at every block; fetching the
+// next blocks' slices while this one is computed keeps the memory system busy.
+inline void attn_prefetch_block(const PagedKv& kv, int64_t b, int64_t h, int64_t slice) {
+  const char* kp = reinterpret_cast<const char*>(attn_kptr(kv, b, h));
+  const char* vp = reinterpret_cast<const char*>(attn_vptr(kv, b, h));
+  for (int64_t o = 0; o < slice; o += 64) {
+    _mm_prefetch(kp + o, _MM_HINT_T0);
+    _mm_prefetch(vp + o, _MM_HINT_T0);
+  }
+}
+
 inline float attn_hsum8(__m256 x) {
   __m128 r = _mm256_extractf128_ps(x, 1);
   r = _mm_add_ps(r, _mm256_castps256_ps128(x));
@@ -387,10 +400,17 @@ inline void attend_tile_any(const AttendTile& t, const PagedKv& kv, float* scrat
     }
   }
   const int64_t max_ctx = t.pos0 + t.n_pos;
+  const int64_t n_blocks = (max_ctx + bs - 1) / bs;
+  const int64_t slice = bs * hd * (kv.dtype == DType::kF32 ? 4 : 2);
+  const int64_t ahead =
+      g_attn_prefetch_bytes > 0 ? attn_max(1, (g_attn_prefetch_bytes + 2 * slice - 1) / (2 * slice)) : 0;
+  for (int64_t j = 1; j < attn_min(ahead, n_blocks); ++j) attn_prefetch_block(kv, t.block_table[j], t.kv_head, slice);
   for (int64_t start = 0; start < max_ctx; start += bs) {
     const int64_t i_min = attn_max(0, start - t.pos0);  // positions that see this block
     const int64_t r0 = i_min * t.n_q;
     const int64_t b = t.block_table[start / bs];
+    if (ahead > 0 && start / bs + ahead < n_blocks)
+      attn_prefetch_block(kv, t.block_table[start / bs + ahead], t.kv_head, slice);
     attn_with_block(kv, b, t.kv_head, attn_min(bs, max_ctx - start), kscr, vscr,
                     [&](const auto& keys, const auto& vals) {
                       attn_qk_rows(qr, r0, R, keys, hd, nc, t.scale, S, bsp);

@@ -10,7 +10,11 @@
 #include <string>
 #include <vector>
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include "ops/attention.h"
+#include "ops/attention_kernels.h"
 #include "ops/cpu_features.h"
 #include "ops/dot.h"
 #include "support/test_support.h"
@@ -76,9 +80,10 @@ struct TileRun {
 };
 
 // Runs one tile (n_pos positions from pos0 × g query heads of kv head h); q rows are padded apart
-// (stride) to check the strides. sinks: per position, or empty for none.
+// (stride) to check the strides. sinks: per position, or empty for none. table: a copy of
+// c.table to read instead (null: c.table).
 TileRun run_tile(const TestCache& c, int64_t h, int64_t g, int64_t pos0, int64_t n_pos, uint32_t seed,
-                 const std::vector<uint8_t>& sinks = {}) {
+                 const std::vector<uint8_t>& sinks = {}, const int32_t* table = nullptr) {
   const int64_t hd = c.kv.head_dim;
   TileRun r;
   r.stride = g * hd + 3;
@@ -94,7 +99,7 @@ TileRun run_tile(const TestCache& c, int64_t h, int64_t g, int64_t pos0, int64_t
   t.n_q = g;
   t.pos0 = pos0;
   t.kv_head = h;
-  t.block_table = c.table.data();
+  t.block_table = table != nullptr ? table : c.table.data();
   t.scale = 1.0f / std::sqrt(static_cast<float>(hd));
   if (!sinks.empty()) {
     t.n_sink = sinks.data();
@@ -361,6 +366,49 @@ TEST(Attention, NarrowKvWithinDerivedBound) {
       }
     }
   }
+}
+
+// The SIMD kernels prefetch the KV blocks ahead of the one they attend (g_attn_prefetch_bytes):
+// at every distance, from one block to more than the context, the outputs and sink masses are
+// bitwise those without prefetch, and no block-table entry past the row's context is read (the
+// table ends at a page that may not be read, so such a read faults).
+TEST(Attention, PrefetchAheadChangesNoBitAndStaysInTheTable) {
+  const int64_t page = sysconf(_SC_PAGESIZE);
+  void* mem = mmap(nullptr, 2 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(mem, MAP_FAILED);
+  ASSERT_EQ(mprotect(static_cast<char*>(mem) + page, page, PROT_NONE), 0);
+  const int64_t saved = g_attn_prefetch_bytes;
+  int compared = 0;
+  for (Isa isa : {Isa::kAvx2, Isa::kAvx512}) {
+    if (!isa_supported(isa)) continue;
+    ScopedIsa scoped(isa);
+    for (DType dtype : {DType::kF32, DType::kBF16}) {
+      for (const Shape& s : {Shape{128, 16, 300}, Shape{64, 16, 33}, Shape{7, 5, 41}}) {
+        const TestCache c(2, s.bs, s.hd, dtype, s.n_ctx, 61);
+        // The table's last entry is the last int32 before the guard page.
+        int32_t* guarded = reinterpret_cast<int32_t*>(static_cast<char*>(mem) + page) - c.table.size();
+        std::copy(c.table.begin(), c.table.end(), guarded);
+        std::vector<uint8_t> sinks(4, 3);
+        // (pos0, n_pos): decode at the end of the context, a prefill tile that ends there.
+        for (auto [pos0, n_pos] : {std::pair<int64_t, int64_t>{s.n_ctx - 1, 1}, {s.n_ctx - 4, 4}}) {
+          g_attn_prefetch_bytes = 0;
+          const TileRun want = run_tile(c, 1, 2, pos0, n_pos, 62, sinks, guarded);
+          for (int64_t bytes : {int64_t{1}, int64_t{16} << 10, int64_t{128} << 10, int64_t{1} << 24}) {
+            SCOPED_TRACE(isa_str(isa) + " " + std::string(dtype_name(dtype)) + " hd " + std::to_string(s.hd) +
+                         " n_pos " + std::to_string(n_pos) + " prefetch " + std::to_string(bytes));
+            g_attn_prefetch_bytes = bytes;
+            const TileRun got = run_tile(c, 1, 2, pos0, n_pos, 62, sinks, guarded);
+            EXPECT_EQ(std::memcmp(got.out.data(), want.out.data(), got.out.size() * sizeof(float)), 0);
+            EXPECT_EQ(std::memcmp(got.mass.data(), want.mass.data(), got.mass.size() * sizeof(float)), 0);
+            ++compared;
+          }
+        }
+      }
+    }
+  }
+  g_attn_prefetch_bytes = saved;
+  munmap(mem, 2 * page);
+  if (compared == 0) GTEST_SKIP() << "CPU has no SIMD level";
 }
 
 TEST(Attention, KvStoreWritesTheSlotOfEveryHeadInEveryDtype) {
