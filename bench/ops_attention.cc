@@ -78,7 +78,7 @@ struct Case {
 
 struct Data {
   std::vector<float> k_old, v_old;  // old layout, f32
-  std::vector<uint8_t> k[3], v[3];  // new layout: f32, bf16, f16
+  std::vector<uint8_t> k[3], v[3];  // new layout: f32, bf16, f16; `layers` copies each
   std::vector<int32_t> table;
   std::vector<float> q, out;
   int64_t n_blocks = 0;
@@ -110,6 +110,12 @@ int main(int argc, char** argv) {
   app.add_option("--block-size", bs, "KV block size in tokens (the engine's default is 16)")
       ->check(CLI::Range(1, 256))
       ->capture_default_str();
+  int64_t cold_mib = 256;
+  app.add_option("--cold-mib", cold_mib,
+                 "decode cases: run over copies of the KV cache (one per layer) totalling at least this many MiB "
+                 "of f32, timed per layer, so the keys and values come from DRAM as in a model (0: one copy)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 16));
   std::vector<int> prefetch_kib;
   app.add_option("--prefetch-kib", prefetch_kib,
                  "software prefetch distances of the tile kernels to compare, KiB of keys + values ahead (0: off; "
@@ -128,9 +134,11 @@ int main(int argc, char** argv) {
                         {"d512", "decode ctx 512", 1, 512},
                         {"d4096", "decode ctx 4096", 1, 4096}};
   const DType dtypes[3] = {DType::kF32, DType::kBF16, DType::kF16};
-  std::printf("ISA %s; %lld q heads, %lld kv heads, head_dim %lld, block %lld; ms per call, median [min, max] of %d\n",
-              std::string(gb::ops::isa_name(gb::ops::active_isa())).c_str(), (long long)kHeads, (long long)kKvHeads,
-              (long long)kHd, (long long)bs, reps);
+  std::printf(
+      "ISA %s; %lld q heads, %lld kv heads, head_dim %lld, block %lld; ms per call (decode: per layer, "
+      "over layers of >= %lld MiB; old: one cache), median [min, max] of %d\n",
+      std::string(gb::ops::isa_name(gb::ops::active_isa())).c_str(), (long long)kHeads, (long long)kKvHeads,
+      (long long)kHd, (long long)bs, (long long)cold_mib, reps);
   for (int nt : threads) {
     gb::ThreadPool pool(nt);
     for (const Case& c : cases) {
@@ -148,12 +156,21 @@ int main(int argc, char** argv) {
       if (d.n_blocks % 7 == 0) {
         for (int64_t b = 0; b < d.n_blocks; ++b) d.table[b] = static_cast<int32_t>(b);
       }
-      gb::ops::PagedKv kv[3];
+      // Decode reads each layer's cache once per token, and a model's caches together are far
+      // larger than the last-level cache: the decode cases run over copies of the cache (layers)
+      // totalling at least --cold-mib of f32, so their keys and values come from DRAM.
+      const int64_t layer_bytes = elems * 4 * 2;
+      const int64_t layers =
+          c.n_tokens == 1 ? std::max<int64_t>(1, ((cold_mib << 20) + layer_bytes - 1) / layer_bytes) : 1;
+      std::vector<gb::ops::PagedKv> kv[3];
       for (int t = 0; t < 3; ++t) {
         const int64_t eb = dtypes[t] == DType::kF32 ? 4 : 2;
-        d.k[t].resize(elems * eb);
-        d.v[t].resize(elems * eb);
-        kv[t] = gb::ops::PagedKv{d.k[t].data(), d.v[t].data(), d.n_blocks, kKvHeads, bs, kHd, dtypes[t]};
+        d.k[t].resize(layers * elems * eb);
+        d.v[t].resize(layers * elems * eb);
+        for (int64_t l = 0; l < layers; ++l) {
+          kv[t].push_back(gb::ops::PagedKv{d.k[t].data() + l * elems * eb, d.v[t].data() + l * elems * eb, d.n_blocks,
+                                           kKvHeads, bs, kHd, dtypes[t]});
+        }
       }
       // The same keys/values in every layout (slot = block · bs + offset).
       std::vector<float> krow(kKvHeads * kHd), vrow(kKvHeads * kHd);
@@ -165,7 +182,14 @@ int main(int argc, char** argv) {
             vrow[h * kHd + i] = d.v_old[((b * kKvHeads + h) * bs + off) * kHd + i];
           }
         }
-        for (int t = 0; t < 3; ++t) gb::ops::kv_store(kv[t], slot, krow.data(), vrow.data());
+        for (int t = 0; t < 3; ++t) gb::ops::kv_store(kv[t][0], slot, krow.data(), vrow.data());
+      }
+      for (int t = 0; t < 3; ++t) {
+        const int64_t bytes = static_cast<int64_t>(d.k[t].size()) / layers;
+        for (int64_t l = 1; l < layers; ++l) {
+          std::memcpy(d.k[t].data() + l * bytes, d.k[t].data(), bytes);
+          std::memcpy(d.v[t].data() + l * bytes, d.v[t].data(), bytes);
+        }
       }
       const int64_t n = c.n_tokens, qd = kHeads * kHd, pos_first = c.ctx - n;
       d.q.resize(n * qd);
@@ -173,14 +197,14 @@ int main(int argc, char** argv) {
       d.out.resize(n * qd);
       const float scale = 1.0f / std::sqrt(static_cast<float>(kHd));
       const int64_t tile_pos = gb::ops::attend_tile_positions(kGroup);
-      const int64_t scratch_floats = gb::ops::attend_scratch_floats(kv[0], tile_pos * kGroup);
+      const int64_t scratch_floats = gb::ops::attend_scratch_floats(kv[0][0], tile_pos * kGroup);
       std::vector<float> scratch(static_cast<size_t>(nt) * scratch_floats);
 
       auto run_old = [&] {
         parallel(pool, n * kHeads, [&](int64_t b, int64_t e, int ti) {
           for (int64_t item = b; item < e; ++item) {
             const int64_t t = item / kHeads, h = item % kHeads;
-            old_attend_head(d.q.data() + t * qd + h * kHd, d.k_old.data(), d.v_old.data(), kv[0].head_dim, bs,
+            old_attend_head(d.q.data() + t * qd + h * kHd, d.k_old.data(), d.v_old.data(), kv[0][0].head_dim, bs,
                             h / kGroup, d.table.data(), pos_first + t + 1, scale, d.out.data() + t * qd + h * kHd,
                             scratch.data() + ti * scratch_floats);
           }
@@ -239,9 +263,10 @@ int main(int argc, char** argv) {
           if (cf.v == 0) {
             run_old();
           } else {
-            run_tile(kv[cf.v - 1]);
+            for (const gb::ops::PagedKv& layer : kv[cf.v - 1]) run_tile(layer);
           }
-          const double dt = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+          const double dt =
+              std::chrono::duration<double, std::milli>(Clock::now() - t0).count() / (cf.v == 0 ? 1 : layers);
           if (r >= 0) cf.ms.push_back(dt);
         }
       }
