@@ -12,11 +12,8 @@
 #include <string>
 #include <vector>
 
-#if defined(__x86_64__)
-#include <emmintrin.h>
-#endif
-
 #include "core/fp16.h"
+#include "core/read_bytes.h"
 #include "ops/cpu_features.h"
 #include "ops/matmul.h"
 #include "ops/matmul_kernels.h"
@@ -70,26 +67,6 @@ std::vector<uint8_t> make_weight(DType dt, int64_t rows, int64_t cols, uint32_t 
     }
   }
   return bytes;
-}
-
-// Sums the bytes as 64-bit words with two SSE2 accumulators: a read of memory at full speed.
-uint64_t read_bytes(const uint8_t* p, int64_t n) {
-#if defined(__x86_64__)
-  __m128i s0 = _mm_setzero_si128(), s1 = s0;
-  for (int64_t i = 0; i + 64 <= n; i += 64) {
-    s0 = _mm_add_epi64(s0, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + i)));
-    s1 = _mm_add_epi64(s1, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + i + 16)));
-    s0 = _mm_add_epi64(s0, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + i + 32)));
-    s1 = _mm_add_epi64(s1, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + i + 48)));
-  }
-  uint64_t out[2];
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm_add_epi64(s0, s1));
-  return out[0] + out[1];
-#else
-  uint64_t s = 0;
-  for (int64_t i = 0; i < n; ++i) s += p[i];
-  return s;
-#endif
 }
 
 struct Shape {
@@ -206,7 +183,7 @@ int main(int argc, char** argv) {
               if (configs[k].read) {
                 pool.run([&](int ti) {
                   const gb::Range r = gb::split_range(wbytes / 64, ti, nt);
-                  partial[ti] = read_bytes(data + r.begin * 64, (r.end - r.begin) * 64);
+                  partial[ti] = gb::read_bytes(data + r.begin * 64, (r.end - r.begin) * 64);
                 });
               } else {
                 gb::ops::matmul(pool, x.data(), n, w, y.data());

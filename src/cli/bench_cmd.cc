@@ -4,6 +4,7 @@
 // so the two can be run side by side on one GGUF file. Both run as requests through the engine
 // step that `serve` runs (scheduler, model runner, greedy sampling, events), stepped on this thread.
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -11,6 +12,7 @@
 
 #include "cli/commands.h"
 #include "cli/common_flags.h"
+#include "core/read_bytes.h"
 #include "engine/engine.h"
 #include "model/model.h"
 #include "ops/cpu_features.h"
@@ -27,6 +29,7 @@ struct BenchOptions {
   int batch = 512;
   int depth = 0;
   double bandwidth_gbs = 0;
+  bool read = false;
   bool json = false;
   bool convert_q8 = false;
   bool no_pack = false;
@@ -62,7 +65,33 @@ int64_t decode_weight_bytes(const ModelWeights& w) {
   return total;
 }
 
+// The bytes a decode step's matmuls read (the packed copy where there is one), in pieces of at
+// most 1 MiB, so a plain read of them splits evenly over the threads.
+std::vector<std::pair<const uint8_t*, int64_t>> decode_weight_pieces(const ModelWeights& w) {
+  std::vector<std::pair<const uint8_t*, int64_t>> pieces;
+  auto add = [&](const ops::Weight& m) {
+    const uint8_t* p = m.packed != nullptr ? m.packed : m.data;
+    const int64_t n = weight_bytes(m) / 64 * 64;
+    for (int64_t o = 0; p != nullptr && o < n; o += int64_t{1} << 20)
+      pieces.emplace_back(p + o, std::min<int64_t>(int64_t{1} << 20, n - o));
+  };
+  add(w.output);
+  for (const auto& l : w.layers) {
+    for (const ops::Weight* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down, &l.lin_qkv, &l.lin_z,
+                                 &l.lin_b, &l.lin_a, &l.lin_out}) {
+      add(*m);
+    }
+  }
+  return pieces;
+}
+
 int run_bench(const BenchOptions& o) {
+  if (o.read && (o.depth > 0 || o.gen_tokens == 0)) {
+    std::fprintf(stderr,
+                 "glassbox bench: --read compares decode's weight reads with a plain read of them; it needs "
+                 "decode (-n > 0) from an empty cache (no --depth: the KV cache's reads would come on top)\n");
+    return 1;
+  }
   LoadOptions lo;
   lo.n_threads = o.threads;
   lo.max_batch_tokens = o.batch;
@@ -137,7 +166,23 @@ int run_bench(const BenchOptions& o) {
                            " tokens");
     return Status::ok();
   };
-  std::vector<double> pp, tg;
+  // --read: after every decode round, the same weight bytes read plainly by the same threads
+  // (pieces claimed in order from a counter), so decode is compared with what the memory gave
+  // at that moment rather than with a bandwidth measured minutes apart on a shared host.
+  const auto pieces = o.read ? decode_weight_pieces(m.weights()) : decltype(decode_weight_pieces(m.weights())){};
+  std::vector<uint64_t> sink(m.pool().size());
+  auto read_weights = [&]() {
+    std::atomic<size_t> next{0};
+    const auto t0 = clock::now();
+    m.pool().run([&](int ti) {
+      for (size_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < pieces.size();)
+        sink[ti] += read_bytes(pieces[i].first, pieces[i].second);
+    });
+    return std::chrono::duration<double>(clock::now() - t0).count();
+  };
+  int64_t read_total = 0;
+  for (const auto& pc : pieces) read_total += pc.second;
+  std::vector<double> pp, tg, read_gbs, of_read;
   // One warm-up round (page faults, caches), then reps measured rounds.
   for (int rep = -1; rep < o.reps; ++rep) {
     double dt = 0;
@@ -169,9 +214,16 @@ int run_bench(const BenchOptions& o) {
         if (Status st = run(context, o.gen_tokens + 1, true, ++salt, &dt, nullptr); !st) return fail(st.message());
       }
       if (rep >= 0) tg.push_back(o.gen_tokens / dt);
+      if (o.read) {
+        const double gbs = read_total / read_weights() / 1e9;
+        if (rep >= 0) {
+          read_gbs.push_back(gbs);
+          of_read.push_back(tg.back() * decode_weight_bytes(m.weights()) / 1e9 / gbs);
+        }
+      }
     }
   }
-  const Stats pps = summarize(pp), tgs = summarize(tg);
+  const Stats pps = summarize(pp), tgs = summarize(tg), reads = summarize(read_gbs), ofs = summarize(of_read);
   const int64_t bytes = decode_weight_bytes(m.weights());
   const double limit = o.bandwidth_gbs > 0 ? o.bandwidth_gbs * 1e9 / static_cast<double>(bytes) : 0;
   if (o.json) {
@@ -186,6 +238,10 @@ int run_bench(const BenchOptions& o) {
       j["pp"] = {{"n_tokens", o.prompt_tokens}, {"tps_median", pps.median}, {"tps_min", pps.min}, {"tps_max", pps.max}};
     if (o.gen_tokens > 0)
       j["tg"] = {{"n_tokens", o.gen_tokens}, {"tps_median", tgs.median}, {"tps_min", tgs.min}, {"tps_max", tgs.max}};
+    if (!read_gbs.empty()) {
+      j["read"] = {{"gbs_median", reads.median},      {"gbs_min", reads.min},      {"gbs_max", reads.max},
+                   {"tg_of_read_median", ofs.median}, {"tg_of_read_min", ofs.min}, {"tg_of_read_max", ofs.max}};
+    }
     if (limit > 0) {
       j["bandwidth_gbs"] = o.bandwidth_gbs;
       j["tg_limit_tps"] = limit;
@@ -207,6 +263,12 @@ int run_bench(const BenchOptions& o) {
     std::printf("%-14s %9.2f t/s  [%.2f, %.2f]\n", name.c_str(), tgs.median, tgs.min, tgs.max);
   }
   std::printf("weights read per decode token: %.1f MB\n", bytes / 1e6);
+  if (!read_gbs.empty()) {
+    std::printf(
+        "plain read of those bytes after each decode round: %.1f GB/s [%.1f, %.1f]; decode weight GB/s as "
+        "a share of it, per round: %.0f%% [%.0f%%, %.0f%%]\n",
+        reads.median, reads.min, reads.max, 100 * ofs.median, 100 * ofs.min, 100 * ofs.max);
+  }
   if (limit > 0) {
     std::printf("decode limit at %.1f GB/s: %.2f t/s; measured %.0f%% of it\n", o.bandwidth_gbs, limit,
                 100.0 * tgs.median / limit);
@@ -238,6 +300,9 @@ void register_bench(CLI::App& app, Action* action) {
       ->check(CLI::Range(0, 1 << 20));
   cmd->add_option("--bandwidth", opts->bandwidth_gbs,
                   "measured memory bandwidth in GB/s, to report decode as a fraction of its limit");
+  cmd->add_flag("--read", opts->read,
+                "after every decode round, time a plain read of the same weight bytes with the same threads and "
+                "report decode as a share of it, round by round");
   cmd->add_flag("--json", opts->json, "print one JSON object");
   cmd->add_flag("--convert-q8", opts->convert_q8, "convert f32/f16/bf16 matrices to Q8_0 at load (faster decode)");
   cmd->add_flag("--no-pack", opts->no_pack,
