@@ -110,6 +110,21 @@ int run_bench(const BenchOptions& o) {
     return 1;
   }
   EngineConfig ec;
+  if (o.depth > 0 && o.prompt_tokens > 0) {
+    // pp at depth finds the context in the prefix cache: whole KV blocks, and a model that has one.
+    if (cfg.hybrid()) {
+      std::fprintf(stderr,
+                   "glassbox bench: pp after --depth needs the prefix cache, which a hybrid model does not keep (its "
+                   "recurrent state is not cached); run tg at depth with -p 0\n");
+      return 1;
+    }
+    if (o.depth % ec.block_size != 0) {
+      std::fprintf(stderr,
+                   "glassbox bench: pp after --depth %d: the depth must be a multiple of the KV block size (%d)\n",
+                   o.depth, ec.block_size);
+      return 1;
+    }
+  }
   ec.scheduler.max_num_seqs = 1;
   ec.scheduler.max_num_batched_tokens = o.batch;  // the prefill's tokens per forward
   ec.max_model_len = ctx;
@@ -200,7 +215,7 @@ int run_bench(const BenchOptions& o) {
       if (Status st = run(ids, 1, false, request_salt, &dt, &cached); !st) return fail(st.message());
       if (cached != o.depth) {
         return fail("the prompt after --depth " + std::to_string(o.depth) + " found " + std::to_string(cached) +
-                    " tokens in the prefix cache; --depth must be a multiple of the KV block size (16)");
+                    " of its tokens in the prefix cache");
       }
       if (rep >= 0) pp.push_back(o.prompt_tokens / dt);
     }
@@ -295,7 +310,8 @@ void register_bench(CLI::App& app, Action* action) {
       ->check(CLI::Range(1, 1 << 16));
   cmd->add_option("--depth,-d", opts->depth,
                   "tokens of context before each test (like llama-bench -d): pp then times its prompt after a "
-                  "cached context of this many tokens (a multiple of 16), tg its decode steps after it")
+                  "cached context of this many tokens (a multiple of the KV block size, 16; not on a hybrid model), tg "
+                  "its decode steps after it")
       ->capture_default_str()
       ->check(CLI::Range(0, 1 << 20));
   cmd->add_option("--bandwidth", opts->bandwidth_gbs,
