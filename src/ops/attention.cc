@@ -15,9 +15,9 @@
 
 namespace gb::ops {
 
-// 128 KiB: decode at 4096 tokens of context, 2 threads, Zen 5 (bench_ops_attention --prefetch-kib):
-// bf16 KV 0.96 → 0.37 ms per layer, f32 1.60 → 0.82 (off → 128 KiB); 32 and 64 KiB in between,
-// 256 no better; prefill unchanged (PERFORMANCE.md, thirteenth pass).
+// 128 KiB: decode at 4096 tokens of context from DRAM, 2 threads, Zen 5 (bench_ops_attention
+// --prefetch-kib): bf16 KV 1.03 → 0.73 ms per layer, f32 1.66 → 1.17 (off → 128 KiB); 256 KiB no
+// better, 512 worse; prefill unchanged (PERFORMANCE.md, thirteenth pass).
 int64_t g_attn_prefetch_bytes = int64_t{128} << 10;
 
 namespace {
