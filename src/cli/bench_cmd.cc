@@ -65,10 +65,12 @@ int64_t decode_weight_bytes(const ModelWeights& w) {
   return total;
 }
 
+using Pieces = std::vector<std::pair<const uint8_t*, int64_t>>;
+
 // The bytes a decode step's matmuls read (the packed copy where there is one), in pieces of at
 // most 1 MiB, so a plain read of them splits evenly over the threads.
-std::vector<std::pair<const uint8_t*, int64_t>> decode_weight_pieces(const ModelWeights& w) {
-  std::vector<std::pair<const uint8_t*, int64_t>> pieces;
+Pieces decode_weight_pieces(const ModelWeights& w) {
+  Pieces pieces;
   auto add = [&](const ops::Weight& m) {
     const uint8_t* p = m.packed != nullptr ? m.packed : m.data;
     const int64_t n = weight_bytes(m) / 64 * 64;
@@ -184,7 +186,7 @@ int run_bench(const BenchOptions& o) {
   // --read: after every decode round, the same weight bytes read plainly by the same threads
   // (pieces claimed in order from a counter), so decode is compared with what the memory gave
   // at that moment rather than with a bandwidth measured minutes apart on a shared host.
-  const auto pieces = o.read ? decode_weight_pieces(m.weights()) : decltype(decode_weight_pieces(m.weights())){};
+  const Pieces pieces = o.read ? decode_weight_pieces(m.weights()) : Pieces{};
   std::vector<uint64_t> sink(m.pool().size());
   auto read_weights = [&]() {
     std::atomic<size_t> next{0};
