@@ -1,63 +1,51 @@
-// Elementwise ops (portable; memory-bound and tiny next to the matmuls).
+// Elementwise ops: the portable vector loops, with AVX2 / AVX-512 copies of them (same bits).
 #include "ops/activation.h"
 
 #include <cmath>
 #include <cstdint>
 
+#include "ops/activation_kernels.h"
+#include "ops/cpu_features.h"
+
 namespace gb::ops {
 namespace {
 
 // Four floats: the baseline's vector registers (SSE2, NEON); wider types would be lowered to
-// scalar code in this portable file.
+// scalar code in this portable file. activation_avx2.cc / activation_avx512.cc run the same
+// loops 8 and 16 lanes wide, with the same bits.
 typedef float Vec __attribute__((vector_size(16)));
-constexpr int64_t kVec = sizeof(Vec) / sizeof(float);
 #include "ops/vexp_inl.h"
-
-// Elements [i, i + m) of p as a vector, m <= kVec; missing lanes 0.
-inline void load_part(Vec& v, const float* p, int64_t m) {
-  if (m == kVec) {
-    __builtin_memcpy(&v, p, sizeof v);
-    return;
-  }
-  float lane[kVec] = {};
-  for (int64_t j = 0; j < m; ++j) lane[j] = p[j];
-  __builtin_memcpy(&v, lane, sizeof v);
-}
-
-inline void store_part(float* p, const Vec& v, int64_t m) {
-  if (m == kVec) {
-    __builtin_memcpy(p, &v, sizeof v);
-    return;
-  }
-  float lane[kVec];
-  __builtin_memcpy(lane, &v, sizeof v);
-  for (int64_t j = 0; j < m; ++j) p[j] = lane[j];
-}
+// (after vexp_inl.h, which it uses)
+#include "ops/activation_simd_inl.h"
 
 }  // namespace
 
 // Every element, the tail included, goes through the same vector lanes, so an element's result
-// does not depend on n or on where a caller splits a row.
+// does not depend on n, on where a caller splits a row, or on the ISA.
 void exp_n(const float* x, int64_t n, float* out) {
-  Vec v, e;
-  for (int64_t i = 0; i < n; i += kVec) {
-    const int64_t m = n - i < kVec ? n - i : kVec;
-    load_part(v, x + i, m);
-    vexp(e, v);
-    store_part(out + i, e, m);
+#if defined(__x86_64__)
+  switch (active_isa()) {
+    case Isa::kAvx512Bf16:
+    case Isa::kAvx512: return avx512::exp_n(x, n, out);
+    case Isa::kAvx2: return avx2::exp_n(x, n, out);
+    case Isa::kScalar: break;
   }
+#endif
+  exp_n_any(x, n, out);
 }
 
+// SwiGLU on the decode step's serial path: 3072 exponentials a layer for a 0.6B model, ~4 µs in
+// four lanes (docs/PERFORMANCE.md, fourteenth pass).
 void silu_mul(const float* gate, const float* up, int64_t n, float* out) {
-  Vec g, u, e;
-  for (int64_t i = 0; i < n; i += kVec) {
-    const int64_t m = n - i < kVec ? n - i : kVec;
-    load_part(g, gate + i, m);
-    load_part(u, up + i, m);
-    vexp(e, -g);
-    g = g / (1.0f + e) * u;
-    store_part(out + i, g, m);
+#if defined(__x86_64__)
+  switch (active_isa()) {
+    case Isa::kAvx512Bf16:
+    case Isa::kAvx512: return avx512::silu_mul(gate, up, n, out);
+    case Isa::kAvx2: return avx2::silu_mul(gate, up, n, out);
+    case Isa::kScalar: break;
   }
+#endif
+  silu_mul_any(gate, up, n, out);
 }
 
 void silu_mul_ref(const float* gate, const float* up, int64_t n, float* out) {

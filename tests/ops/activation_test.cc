@@ -3,12 +3,15 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <vector>
 
 #include "ops/activation.h"
 #include "ops/attention.h"
+#include "ops/cpu_features.h"
 #include "ops/rms_norm.h"
 #include "ops/rope.h"
 #include "support/test_support.h"
@@ -75,6 +78,40 @@ TEST(SiluMul, AnElementDoesNotDependOnTheLengthOrSplit) {
   for (int64_t b = 0; b < n; b += 5)
     silu_mul(g.data() + b, u.data() + b, std::min<int64_t>(5, n - b), parts.data() + b);
   EXPECT_EQ(whole, parts);
+}
+
+// The AVX2 and AVX-512 copies of the loops run the portable code's lane operations, so every
+// element is bitwise what the 4-lane baseline gives: on odd lengths (every tail width) and on
+// the edges of exp's range, infinities, NaN and subnormal inputs.
+TEST(SiluMul, EveryIsaGivesThePortableBits) {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> g = random_vec(3001, 11, 12.0f), u = random_vec(3001, 12, 3.0f);
+  const std::vector<float> edge = {-1000.0f, 1000.0f, -87.4f, 88.4f,   inf,   -inf,   nan,
+                                   0.0f,     -0.0f,   1e-42f, -1e-42f, 30.0f, -30.0f, 88.37f};
+  for (size_t i = 0; i < edge.size(); ++i) g[7 * i] = edge[i];
+  // A bit pattern compare: NaNs included, -0 told from +0.
+  auto bits = [](const std::vector<float>& v) {
+    std::vector<uint32_t> b(v.size());
+    std::memcpy(b.data(), v.data(), v.size() * 4);
+    return b;
+  };
+  for (int64_t n : {1, 3, 7, 8, 15, 16, 17, 31, 33, 1001, 3001}) {
+    std::vector<float> want_silu(n), want_exp(n);
+    {
+      ScopedIsa scoped(Isa::kScalar);
+      silu_mul(g.data(), u.data(), n, want_silu.data());
+      exp_n(g.data(), n, want_exp.data());
+    }
+    for (Isa isa : {Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Bf16}) {
+      if (!isa_supported(isa)) continue;
+      ScopedIsa scoped(isa);
+      std::vector<float> got_silu(n), got_exp(n);
+      silu_mul(g.data(), u.data(), n, got_silu.data());
+      exp_n(g.data(), n, got_exp.data());
+      EXPECT_EQ(bits(got_silu), bits(want_silu)) << isa_name(isa) << " n " << n;
+      EXPECT_EQ(bits(got_exp), bits(want_exp)) << isa_name(isa) << " n " << n;
+    }
+  }
 }
 
 }  // namespace
