@@ -27,12 +27,7 @@ void paged_attention(const ModelConfig& c, int32_t il, Activations& a, ThreadPoo
   const int64_t n = batch.n_tokens(), hd = c.head_dim, n_heads = c.n_heads, group = n_heads / c.n_kv_heads;
   const int64_t qd = c.q_dim(), kvd = c.kv_dim();
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  // Every token's k/v go into the cache before any token attends, so a prompt's tokens see
-  // each other (causally) within this step.
   const ops::PagedKv kv = cache.layer(il);
-  parallel_for(pool, n, n * kvd * 2, [&](int64_t b, int64_t e, int) {
-    for (int64_t t = b; t < e; ++t) ops::kv_store(kv, batch.slots[t], a.k.data() + t * kvd, a.v.data() + t * kvd);
-  });
   // Attention sinks: the rows that want their mass on the first key positions (null: none).
   const StepTable* table = hooks != nullptr ? hooks->glass() : nullptr;
   const uint8_t* sink_rows = table != nullptr ? table->sink_rows(il) : nullptr;
@@ -47,11 +42,27 @@ void paged_attention(const ModelConfig& c, int32_t il, Activations& a, ThreadPoo
   const int64_t n_kv = c.n_kv_heads, tile_pos = ops::attend_tile_positions(group);
   const int64_t n_chunks = (n + tile_pos - 1) / tile_pos;
   const int64_t scratch_floats = cache.attend_scratch_floats(attention_tile_rows(c));
+  // Every token's k/v go into the cache before any token attends, so a prompt's tokens see each
+  // other (causally) within this step. When every sequence's rows lie in one chunk (a decode-only
+  // step: one row per sequence; or a step of at most one chunk), the item of (KV head h, chunk)
+  // is the only reader of what its rows store for head h, so it stores them itself, in parallel
+  // and off the step's serial path; otherwise (prompts spanning chunks) all stores come first.
+  const bool decode_only = n <= static_cast<int64_t>(batch.seqs.size());
+  const bool store_in_items = n_chunks == 1 || decode_only;
+  if (!store_in_items) {
+    parallel_for(pool, n, n * kvd * 2, [&](int64_t b, int64_t e, int) {
+      for (int64_t t = b; t < e; ++t) ops::kv_store(kv, batch.slots[t], a.k.data() + t * kvd, a.v.data() + t * kvd);
+    });
+  }
   auto run_item = [&](int64_t item, int ti) {
     float* scratch = a.scores.data() + static_cast<size_t>(ti) * scratch_floats;
     const int64_t h = item / n_chunks, k = item % n_chunks;
     const int64_t chunk = k % 2 == 0 ? k / 2 : n_chunks - 1 - k / 2;
     const int64_t t_end = std::min(n, (chunk + 1) * tile_pos);
+    if (store_in_items) {
+      for (int64_t t = chunk * tile_pos; t < t_end; ++t)
+        ops::kv_store(kv, batch.slots[t], a.k.data() + t * kvd, a.v.data() + t * kvd, h, h + 1);
+    }
     for (int64_t t0 = chunk * tile_pos; t0 < t_end;) {
       int64_t t1 = t0 + 1;
       while (t1 < t_end && batch.seq_index[t1] == batch.seq_index[t0] &&
@@ -85,7 +96,7 @@ void paged_attention(const ModelConfig& c, int32_t il, Activations& a, ThreadPoo
   // follows: dynamic claiming measured 5-19% faster for prefill and up to 20% slower for decode
   // at 4096 tokens of context (docs/PERFORMANCE.md, twelfth pass).
   const int64_t work = n * n_heads * (batch.positions[n - 1] + 1) * hd;
-  if (n_chunks > 1 && n > static_cast<int64_t>(batch.seqs.size())) {
+  if (!store_in_items) {
     parallel_items(pool, n_kv * n_chunks, work, run_item);
   } else {
     parallel_for(pool, n_kv * n_chunks, work, [&](int64_t b, int64_t e, int ti) {

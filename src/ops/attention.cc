@@ -138,22 +138,23 @@ float PagedKv::value(int64_t slot, int64_t h, int64_t i) const {
 
 bool kv_dtype_supported(DType t) { return t == DType::kF32 || t == DType::kBF16 || t == DType::kF16; }
 
-void kv_store(const PagedKv& kv, int64_t slot, const float* k_row, const float* v_row) {
-  // BF16 / F16 through the SIMD rounding where there is one (the scalar f16 rounding took 5.3 ns
-  // an element, ~15% of a 512-token prefill: docs/PERFORMANCE.md, twelfth pass).
+void kv_store(const PagedKv& kv, int64_t slot, const float* k_row, const float* v_row, int64_t h0, int64_t h1) {
+  if (h1 < 0) h1 = kv.n_kv_heads;
+    // BF16 / F16 through the SIMD rounding where there is one (the scalar f16 rounding took 5.3 ns
+    // an element, ~15% of a 512-token prefill: docs/PERFORMANCE.md, twelfth pass).
 #if defined(__x86_64__)
   if (kv.dtype != DType::kF32) {
     switch (active_isa()) {
       case Isa::kAvx512Bf16:
-      case Isa::kAvx512: return avx512::kv_store(kv, slot, k_row, v_row);
-      case Isa::kAvx2: return avx2::kv_store(kv, slot, k_row, v_row);
+      case Isa::kAvx512: return avx512::kv_store(kv, slot, k_row, v_row, h0, h1);
+      case Isa::kAvx2: return avx2::kv_store(kv, slot, k_row, v_row, h0, h1);
       case Isa::kScalar: break;
     }
   }
 #endif
   const int64_t block = slot / kv.block_size, off = slot % kv.block_size;
   const int64_t hd = kv.head_dim, bs = kv.block_size, eb = kv.elem_bytes();
-  for (int64_t h = 0; h < kv.n_kv_heads; ++h) {
+  for (int64_t h = h0; h < h1; ++h) {
     uint8_t* kb = kv.k_at(block, h);
     uint8_t* vb = kv.v_at(block, h) + off * hd * eb;
     const float* kr = k_row + h * hd;

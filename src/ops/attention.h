@@ -39,9 +39,10 @@ struct PagedKv {
 // True for the KV element types the kernels read: F32, BF16, F16.
 bool kv_dtype_supported(DType t);
 
-// Writes one token's k/v rows (all kv heads) into cache slot `slot`, rounded to the cache's dtype
-// (round to nearest even). k_row, v_row: [n_kv_heads, head_dim] f32.
-void kv_store(const PagedKv& kv, int64_t slot, const float* k_row, const float* v_row);
+// Writes one token's k/v rows into cache slot `slot`, rounded to the cache's dtype (round to
+// nearest even): KV heads [h0, h1), all of them by default (h1 < 0). k_row, v_row:
+// [n_kv_heads, head_dim] f32 (head h at h · head_dim).
+void kv_store(const PagedKv& kv, int64_t slot, const float* k_row, const float* v_row, int64_t h0 = 0, int64_t h1 = -1);
 
 // A tile of query rows: n_pos consecutive positions pos0, pos0 + 1, ... of one sequence × n_q
 // query heads sharing KV head kv_head. Row (i, j) attends over key positions [0, pos0 + i] (causal)

@@ -59,8 +59,8 @@ struct V {
 }  // namespace
 
 void attend_tile(const AttendTile& t, const PagedKv& kv, float* scratch) { attend_tile_any(t, kv, scratch); }
-void kv_store(const PagedKv& kv, int64_t slot, const float* k_row, const float* v_row) {
-  kv_store_any(kv, slot, k_row, v_row);
+void kv_store(const PagedKv& kv, int64_t slot, const float* k_row, const float* v_row, int64_t h0, int64_t h1) {
+  kv_store_any(kv, slot, k_row, v_row, h0, h1);
 }
 
 }  // namespace gb::ops::avx2

@@ -26,11 +26,11 @@ extern int64_t g_attn_prefetch_bytes;
 // kv_store: BF16 / F16 caches only (bitwise what the scalar rounding writes).
 namespace avx2 {
 void attend_tile(const AttendTile& t, const PagedKv& kv, float* scratch);
-void kv_store(const PagedKv& kv, int64_t slot, const float* k_row, const float* v_row);
+void kv_store(const PagedKv& kv, int64_t slot, const float* k_row, const float* v_row, int64_t h0, int64_t h1);
 }  // namespace avx2
 namespace avx512 {
 void attend_tile(const AttendTile& t, const PagedKv& kv, float* scratch);
-void kv_store(const PagedKv& kv, int64_t slot, const float* k_row, const float* v_row);
+void kv_store(const PagedKv& kv, int64_t slot, const float* k_row, const float* v_row, int64_t h0, int64_t h1);
 }  // namespace avx512
 #endif
 

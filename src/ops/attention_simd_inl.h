@@ -336,11 +336,13 @@ inline __m128i attn_narrow8(const float* x, DType d) {
   return _mm256_castsi256_si128(packed);
 }
 
-// ops::kv_store for BF16 / F16 caches: each head's rows narrowed 8 at a time; the values go in as
-// they are, the keys (transposed: dim i of slot j at i · block_size + j) one element at a time.
-inline void kv_store_any(const PagedKv& kv, int64_t slot, const float* k_row, const float* v_row) {
+// ops::kv_store for BF16 / F16 caches, heads [h0, h1): each head's rows narrowed 8 at a time; the
+// values go in as they are, the keys (transposed: dim i of slot j at i · block_size + j) one
+// element at a time.
+inline void kv_store_any(const PagedKv& kv, int64_t slot, const float* k_row, const float* v_row, int64_t h0,
+                         int64_t h1) {
   const int64_t block = slot / kv.block_size, off = slot % kv.block_size, hd = kv.head_dim, bs = kv.block_size;
-  for (int64_t h = 0; h < kv.n_kv_heads; ++h) {
+  for (int64_t h = h0; h < h1; ++h) {
     uint16_t* kb = reinterpret_cast<uint16_t*>(const_cast<uint8_t*>(attn_kptr(kv, block, h))) + off;
     uint16_t* vb = reinterpret_cast<uint16_t*>(const_cast<uint8_t*>(attn_vptr(kv, block, h))) + off * hd;
     const float* kr = k_row + h * hd;
