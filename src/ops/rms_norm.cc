@@ -7,31 +7,32 @@ namespace gb::ops {
 
 namespace {
 
-// Eight lanes of floats and of doubles: the baseline (SSE2) lowers each to two or four
-// registers, so the sum of squares runs as four independent add chains instead of one: a
-// decode step normalises ~5k elements per layer (the layer's two norms and Qwen3's per-head q/k
-// norms) on the step's serial path, and one chain of dependent double adds cost ~1 µs per 1024.
-typedef float F8 __attribute__((vector_size(32)));
-typedef double D8 __attribute__((vector_size(64)));
-
-// The sum of x[i]² (each square rounded to float, then widened), element i added into lane
-// i mod 8 in index order, the lanes summed pairwise: a fixed order, so the result depends on the
-// row alone. The tail's missing elements are zeros (adding +0 to a sum of squares changes no bit).
+// The sum of x[i]² (each square rounded to float, then widened), element i added into
+// accumulator i mod 8 in index order, the accumulators summed pairwise: a fixed order, so the
+// result depends on the row alone. Eight independent add chains instead of one: a decode step
+// normalises ~5k elements per layer (the layer's two norms and Qwen3's per-head q/k norms) on
+// its serial path, and one chain of dependent double adds cost ~1 µs per 1024. (Scalar
+// accumulators: the compiler keeps them in registers, where a double vector type was spilled.)
 double sum_squares(const float* x, int64_t width) {
-  D8 acc = {};
+  double s0 = 0, s1 = 0, s2 = 0, s3 = 0, s4 = 0, s5 = 0, s6 = 0, s7 = 0;
+  auto add8 = [&](const float* p) {
+    s0 += static_cast<double>(p[0] * p[0]);
+    s1 += static_cast<double>(p[1] * p[1]);
+    s2 += static_cast<double>(p[2] * p[2]);
+    s3 += static_cast<double>(p[3] * p[3]);
+    s4 += static_cast<double>(p[4] * p[4]);
+    s5 += static_cast<double>(p[5] * p[5]);
+    s6 += static_cast<double>(p[6] * p[6]);
+    s7 += static_cast<double>(p[7] * p[7]);
+  };
   int64_t i = 0;
-  F8 v;
-  for (; i + 8 <= width; i += 8) {
-    __builtin_memcpy(&v, x + i, sizeof v);
-    acc += __builtin_convertvector(v * v, D8);
+  for (; i + 8 <= width; i += 8) add8(x + i);
+  if (i < width) {  // the tail padded with zeros: adding +0 to a sum of squares changes no bit
+    float tail[8] = {};
+    for (int64_t j = 0; i + j < width; ++j) tail[j] = x[i + j];
+    add8(tail);
   }
-  if (i < width) {
-    float lane[8] = {};
-    for (int64_t j = 0; i + j < width; ++j) lane[j] = x[i + j];
-    __builtin_memcpy(&v, lane, sizeof v);
-    acc += __builtin_convertvector(v * v, D8);
-  }
-  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+  return ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7));
 }
 
 }  // namespace
