@@ -98,10 +98,11 @@ int main(int argc, char** argv) {
   app.add_option("--cold-mib", cold_mib,
                  "rotate through copies of the weight totalling at least this many MiB, so decode "
                  "reads DRAM as in a real model (0: one copy, cache-warm for small shapes)");
-  app.add_option("--variant", variants,
-                 "kernel variants (experiments), interleaved like ISAs: bit 0 no prefetch, bit 1 bf16 by "
-                 "zero-extension, bit 2 q4_k/q6_k through dequantize + f32 (the old path), bit 3 weights "
-                 "packed as at load (pack_weight), bit 4 packed Q4_0/Q8_0 decode in 256-bit vectors on AVX-512");
+  app.add_option(
+      "--variant", variants,
+      "kernel variants (experiments), interleaved like ISAs: bit 0 no prefetch, bit 1 bf16 by "
+      "zero-extension, bit 2 q4_k/q6_k through dequantize + f32 (the old path), bit 3 weights "
+      "packed as at load (pack_weight), bit 4 packed Q4_0/Q8_0/Q4_K/Q6_K decode in 256-bit vectors on AVX-512");
   app.add_flag("--read", read_baseline,
                "also time a plain read of the same weight bytes, interleaved, and report matmul "
                "GB/s as a fraction of it");

@@ -1123,13 +1123,36 @@ inline __m256i scale_pairs8(const uint8_t* p) {
   return _mm256_cvtepi8_epi16(inter);
 }
 
-template <DType D, int T>
+// Z (AVX-512 builds, a token tile of at most 2): the code vectors in 512 bits, as
+// rows8_packed_q_zmm does for Q4_0 / Q8_0. Groups q and q + 1 of a super-block's codes lie 32
+// bytes apart, so one 64-byte load holds both (q in the low half, q + 1 in the high one); one
+// vpermd places the token's matching code dwords, one vpdpbusd takes both, and the halves' int32
+// sums are added before the sub-block's scale: the same exact integers, so the same bits, with
+// half the loads, nibble splits and dot products.
+#if defined(__AVX512F__)
+// idx[k]: dword 2k of a 64-byte activation run in the low half, 2k + 1 in the high one.
+inline void kzmm_pair_index(__m512i* idx) {
+  for (int k = 0; k < 8; ++k)
+    idx[k] = _mm512_mask_blend_epi32(0xff00, _mm512_set1_epi32(2 * k), _mm512_set1_epi32(2 * k + 1));
+}
+// The two halves' int32 lanes added: per row, the sum over the pair of groups.
+inline __m256i kzmm_fold(__m512i v) {
+  return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
+}
+#endif
+
+template <DType D, int T, bool Z = false>
 inline void rows8_packed_k(const KernelArgs& a, int64_t t0, int64_t r0) {
   constexpr int64_t kGB = 8 * k_block_bytes(D);
   const int64_t cols = a.cols, nb = cols / kKBlock;
   const uint8_t* w = a.w + r0 * a.w_stride;
   const NextRowsPrefetch pf(a, r0, 8, nb);
   const __m256i m4 = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
+#if defined(__AVX512F__)
+  __m512i idx[8];
+  if constexpr (Z) kzmm_pair_index(idx);
+  const __m512i z4 = _mm512_set1_epi8(0x0f), z30 = _mm512_set1_epi8(0x30);
+#endif
   __m256 acc[T];
 #pragma GCC unroll 8
   for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
@@ -1158,17 +1181,40 @@ inline void rows8_packed_k(const KernelArgs& a, int64_t t0, int64_t r0) {
 #pragma GCC unroll 8
       for (int c = 0; c < 4; ++c) {  // 64 elements: sub-blocks 2c (low nibbles) and 2c + 1
         __m256i lo[T], hi[T];
-#pragma GCC unroll 8
-        for (int t = 0; t < T; ++t) lo[t] = hi[t] = _mm256_setzero_si256();
-#pragma GCC unroll 8
-        for (int q = 0; q < 8; ++q) {
-          const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 128 + 32 * (8 * c + q)));
-          const __m256i cl = _mm256_and_si256(raw, m4), ch = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+        if constexpr (Z) {
+#if defined(__AVX512F__)
+          __m512i zlo[T], zhi[T], xv[T];  // xv: the token's 64 codes of this c (low sub-block, then high)
 #pragma GCC unroll 8
           for (int t = 0; t < T; ++t) {
-            const int8_t* xq = a.kq + (t0 + t) * cols + b * kKBlock + 64 * c + 4 * q;
-            lo[t] = kdot(lo[t], cl, bcast4(xq));
-            hi[t] = kdot(hi[t], ch, bcast4(xq + 32));
+            zlo[t] = zhi[t] = _mm512_setzero_si512();
+            xv[t] = _mm512_loadu_si512(a.kq + (t0 + t) * cols + b * kKBlock + 64 * c);
+          }
+#pragma GCC unroll 8
+          for (int p = 0; p < 4; ++p) {  // groups 2p and 2p + 1
+            const __m512i raw = _mm512_loadu_si512(blk + 128 + 32 * (8 * c + 2 * p));
+            const __m512i cl = _mm512_and_si512(raw, z4), ch = _mm512_and_si512(_mm512_srli_epi16(raw, 4), z4);
+#pragma GCC unroll 8
+            for (int t = 0; t < T; ++t) {
+              zlo[t] = _mm512_dpbusd_epi32(zlo[t], cl, _mm512_permutexvar_epi32(idx[p], xv[t]));
+              zhi[t] = _mm512_dpbusd_epi32(zhi[t], ch, _mm512_permutexvar_epi32(idx[4 + p], xv[t]));
+            }
+          }
+#pragma GCC unroll 8
+          for (int t = 0; t < T; ++t) lo[t] = kzmm_fold(zlo[t]), hi[t] = kzmm_fold(zhi[t]);
+#endif
+        } else {
+#pragma GCC unroll 8
+          for (int t = 0; t < T; ++t) lo[t] = hi[t] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+          for (int q = 0; q < 8; ++q) {
+            const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 128 + 32 * (8 * c + q)));
+            const __m256i cl = _mm256_and_si256(raw, m4), ch = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+#pragma GCC unroll 8
+            for (int t = 0; t < T; ++t) {
+              const int8_t* xq = a.kq + (t0 + t) * cols + b * kKBlock + 64 * c + 4 * q;
+              lo[t] = kdot(lo[t], cl, bcast4(xq));
+              hi[t] = kdot(hi[t], ch, bcast4(xq + 32));
+            }
           }
         }
         static_assert(kRunGroups<D> >= 8);
@@ -1207,6 +1253,43 @@ inline void rows8_packed_k(const KernelArgs& a, int64_t t0, int64_t r0) {
           __m256i sc[4];  // sub-blocks 8h + 2g + qq
 #pragma GCC unroll 8
           for (int g = 0; g < 4; ++g) sc[g] = kscale_operand(scales8_i8(blk + 16 + 8 * (8 * h + 2 * g + qq)));
+          if constexpr (Z) {
+#if defined(__AVX512F__)
+            // Groups q = 4qq + 2p and q + 1 (one sub-block per g); element 128h + 32g + 4q + i's
+            // activation code is dword 8(g & 1) + q of the 64 bytes at 128h + 64(g >> 1).
+            __m512i zs[T][4], xv[T][2];
+#pragma GCC unroll 8
+            for (int t = 0; t < T; ++t) {
+              for (int g = 0; g < 4; ++g) zs[t][g] = _mm512_setzero_si512();
+              for (int k = 0; k < 2; ++k)
+                xv[t][k] = _mm512_loadu_si512(a.kq + (t0 + t) * cols + b * kKBlock + 128 * h + 64 * k);
+            }
+#pragma GCC unroll 8
+            for (int p = 0; p < 2; ++p) {
+              const int q = 4 * qq + 2 * p;
+              const __m512i hv = _mm512_loadu_si512(blk + 1168 + 32 * (8 * h + q));
+              const __m512i l0 = _mm512_loadu_si512(blk + 144 + 32 * (16 * h + q));
+              const __m512i l1 = _mm512_loadu_si512(blk + 144 + 32 * (16 * h + 8 + q));
+              __m512i cv[4];
+              cv[0] = _mm512_or_si512(_mm512_and_si512(l0, z4), _mm512_and_si512(_mm512_slli_epi16(hv, 4), z30));
+              cv[1] = _mm512_or_si512(_mm512_and_si512(l1, z4), _mm512_and_si512(_mm512_slli_epi16(hv, 2), z30));
+              cv[2] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l0, 4), z4), _mm512_and_si512(hv, z30));
+              cv[3] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l1, 4), z4),
+                                      _mm512_and_si512(_mm512_srli_epi16(hv, 2), z30));
+#pragma GCC unroll 8
+              for (int t = 0; t < T; ++t)
+#pragma GCC unroll 8
+                for (int g = 0; g < 4; ++g)
+                  zs[t][g] = _mm512_dpbusd_epi32(zs[t][g], cv[g],
+                                                 _mm512_permutexvar_epi32(idx[4 * (g & 1) + q / 2], xv[t][g >> 1]));
+            }
+#pragma GCC unroll 8
+            for (int g = 0; g < 4; ++g)
+#pragma GCC unroll 8
+              for (int t = 0; t < T; ++t) isum[t] = kscale(isum[t], kzmm_fold(zs[t][g]), sc[g]);
+#endif
+            continue;
+          }
           constexpr int kRun = kRunGroups<D> < 4 ? kRunGroups<D> : 4;
 #pragma GCC unroll 8
           for (int q0 = 4 * qq; q0 < 4 * qq + 4; q0 += kRun) {
@@ -1284,7 +1367,14 @@ inline void rows_kquant(const KernelArgs& a, int64_t r0, int64_t r1, uint8_t* sc
     rows_k_packed<D>(a, r0, r1, scratch);
   } else if (a.packed) {  // r0, r1 and the matrix's rows are multiples of 8
     for (int64_t rb = r0; rb < r1; rb += 8)
-      token_tiles(0, a.n, [&]<int T>(TokTile<T>, int64_t t) { rows8_packed_k<D, T>(a, t, rb); });
+      token_tiles(0, a.n, [&]<int T>(TokTile<T>, int64_t t) {
+#if defined(__AVX512F__)
+        // Up to 2 tokens: with 4, the 512-bit tiles' accumulators would not fit the registers.
+        if constexpr (T <= 2)
+          if (!(g_kernel_variant & 16)) return rows8_packed_k<D, T, true>(a, t, rb);
+#endif
+        rows8_packed_k<D, T>(a, t, rb);
+      });
   } else {
     rows_k_small<D>(a, r0, r1);
   }
