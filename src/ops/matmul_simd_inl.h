@@ -1141,6 +1141,25 @@ inline __m256i kzmm_fold(__m512i v) {
 }
 #endif
 
+// Q6_K's four code vectors (6 bits, 0..63) of a packed step from its two vectors of low nibbles
+// and its vector of high bit pairs, in 256 or 512 bits (U: the unsigned 64-bit lane view, for
+// logical shifts). The shifts' lane width does not matter: every byte is masked after its shift,
+// which keeps only bits that came from that same byte.
+typedef unsigned long long KLanes256 __attribute__((vector_size(32)));
+typedef unsigned long long KLanes512 __attribute__((vector_size(64)));
+template <class U, class I>
+inline void q6k_codes(I l0_, I l1_, I hv_, I* cv) {
+  static_assert(sizeof(U) == sizeof(I));
+  U l0, l1, hv;
+  __builtin_memcpy(&l0, &l0_, sizeof l0);
+  __builtin_memcpy(&l1, &l1_, sizeof l1);
+  __builtin_memcpy(&hv, &hv_, sizeof hv);
+  const U m4 = U{} + 0x0f0f0f0f0f0f0f0fULL, m30 = U{} + 0x3030303030303030ULL;
+  const U c[4] = {(l0 & m4) | ((hv << 4) & m30), (l1 & m4) | ((hv << 2) & m30), ((l0 >> 4) & m4) | (hv & m30),
+                  ((l1 >> 4) & m4) | ((hv >> 2) & m30)};
+  __builtin_memcpy(cv, c, sizeof c);
+}
+
 template <DType D, int T, bool Z = false>
 inline void rows8_packed_k(const KernelArgs& a, int64_t t0, int64_t r0) {
   constexpr int64_t kGB = 8 * k_block_bytes(D);
@@ -1151,7 +1170,7 @@ inline void rows8_packed_k(const KernelArgs& a, int64_t t0, int64_t r0) {
 #if defined(__AVX512F__)
   __m512i idx[8];
   if constexpr (Z) kzmm_pair_index(idx);
-  const __m512i z4 = _mm512_set1_epi8(0x0f), z30 = _mm512_set1_epi8(0x30);
+  const __m512i z4 = _mm512_set1_epi8(0x0f);
 #endif
   __m256 acc[T];
 #pragma GCC unroll 8
@@ -1271,11 +1290,7 @@ inline void rows8_packed_k(const KernelArgs& a, int64_t t0, int64_t r0) {
               const __m512i l0 = _mm512_loadu_si512(blk + 144 + 32 * (16 * h + q));
               const __m512i l1 = _mm512_loadu_si512(blk + 144 + 32 * (16 * h + 8 + q));
               __m512i cv[4];
-              cv[0] = _mm512_or_si512(_mm512_and_si512(l0, z4), _mm512_and_si512(_mm512_slli_epi16(hv, 4), z30));
-              cv[1] = _mm512_or_si512(_mm512_and_si512(l1, z4), _mm512_and_si512(_mm512_slli_epi16(hv, 2), z30));
-              cv[2] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l0, 4), z4), _mm512_and_si512(hv, z30));
-              cv[3] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l1, 4), z4),
-                                      _mm512_and_si512(_mm512_srli_epi16(hv, 2), z30));
+              q6k_codes<KLanes512>(l0, l1, hv, cv);
 #pragma GCC unroll 8
               for (int t = 0; t < T; ++t)
 #pragma GCC unroll 8
@@ -1305,11 +1320,7 @@ inline void rows8_packed_k(const KernelArgs& a, int64_t t0, int64_t r0) {
               const __m256i l1 =
                   _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 144 + 32 * (16 * h + 8 + q)));
               __m256i cv[4];
-              cv[0] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(hv, 4), m30));
-              cv[1] = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(hv, 2), m30));
-              cv[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(hv, m30));
-              cv[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
-                                      _mm256_and_si256(_mm256_srli_epi16(hv, 2), m30));
+              q6k_codes<KLanes256>(l0, l1, hv, cv);
 #pragma GCC unroll 8
               for (int t = 0; t < T; ++t) {
                 const int8_t* xq = a.kq + (t0 + t) * cols + b * kKBlock + 128 * h + 4 * q;
