@@ -139,9 +139,9 @@ float PagedKv::value(int64_t slot, int64_t h, int64_t i) const {
 bool kv_dtype_supported(DType t) { return t == DType::kF32 || t == DType::kBF16 || t == DType::kF16; }
 
 void kv_store(const PagedKv& kv, int64_t slot, const float* k_row, const float* v_row, int64_t h0, int64_t h1) {
+  // BF16 / F16 through the SIMD rounding where there is one (the scalar f16 rounding took 5.3 ns
+  // an element, ~15% of a 512-token prefill: docs/PERFORMANCE.md, twelfth pass).
   if (h1 < 0) h1 = kv.n_kv_heads;
-    // BF16 / F16 through the SIMD rounding where there is one (the scalar f16 rounding took 5.3 ns
-    // an element, ~15% of a 512-token prefill: docs/PERFORMANCE.md, twelfth pass).
 #if defined(__x86_64__)
   if (kv.dtype != DType::kF32) {
     switch (active_isa()) {

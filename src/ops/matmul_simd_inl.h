@@ -615,6 +615,11 @@ inline void rows8_packed_q(const KernelArgs& a, int64_t t0, int64_t r0) {
 // integer and f32 step is rows8_packed_q's. Half the dot products and broadcasts per block:
 // Q4_0 decode is compute-bound on Zen 5 at 2 threads (bench_ops_matmul, cache-resident, below
 // the DRAM read) — PERFORMANCE.md, twelfth pass.
+// The two halves' int32 lanes added: per row, the sum over the two groups of a 512-bit dot product.
+inline __m256i kzmm_fold(__m512i v) {
+  return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
+}
+
 template <DType D, int T>
 inline void rows8_packed_q_zmm(const KernelArgs& a, int64_t t0, int64_t r0) {
   const int64_t cols = a.cols, nb = cols / kQBlock;
@@ -654,7 +659,7 @@ inline void rows8_packed_q_zmm(const KernelArgs& a, int64_t t0, int64_t r0) {
           _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.xq + (t0 + t) * cols + b * kQBlock)));
       __m512i is2 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), v[0], _mm512_permutexvar_epi32(idx[0], x));
       for (int k = 1; k < 4; ++k) is2 = _mm512_dpbusd_epi32(is2, v[k], _mm512_permutexvar_epi32(idx[k], x));
-      __m256i is = _mm256_add_epi32(_mm512_castsi512_si256(is2), _mm512_extracti64x4_epi64(is2, 1));
+      __m256i is = kzmm_fold(is2);
       if constexpr (kShift >= 0) is = _mm256_sub_epi32(is, _mm256_set1_epi32(a.xs[tb] << kShift));
       acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(a.xd[tb])), _mm256_cvtepi32_ps(is), acc[t]);
     }
@@ -1134,10 +1139,6 @@ inline __m256i scale_pairs8(const uint8_t* p) {
 inline void kzmm_pair_index(__m512i* idx) {
   for (int k = 0; k < 8; ++k)
     idx[k] = _mm512_mask_blend_epi32(0xff00, _mm512_set1_epi32(2 * k), _mm512_set1_epi32(2 * k + 1));
-}
-// The two halves' int32 lanes added: per row, the sum over the pair of groups.
-inline __m256i kzmm_fold(__m512i v) {
-  return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
 }
 #endif
 
