@@ -39,7 +39,7 @@ Result<std::unique_ptr<KvCache>> KvCache::create(const ModelConfig& config, int3
     c->conv_floats_ = config.lin_conv_state_floats();
     c->slot_floats_ = c->conv_floats_ + config.lin_delta_state_floats();
     c->state_floats_ = static_cast<size_t>(c->slot_floats_) * n_lin * n_state_slots;
-    c->state_.reset(new (std::nothrow) float[c->state_floats_]());
+    c->state_ = HugePages::allocate(c->state_floats_ * sizeof(float));  // zeroed
     if (c->state_ == nullptr) {
       return Status::error("KV cache: cannot allocate " + std::to_string(c->state_floats_ * sizeof(float) >> 20) +
                            " MiB of recurrent state for " + std::to_string(n_state_slots) + " sequences");
@@ -49,17 +49,20 @@ Result<std::unique_ptr<KvCache>> KvCache::create(const ModelConfig& config, int3
   for (LayerKind k : config.layer_kinds) c->attn_index_.push_back(k == LayerKind::kAttention ? n_attn++ : -1);
   c->layer_elems_ = int64_t{n_blocks} * block_size * config.n_kv_heads * config.head_dim;
   c->n_elems_ = static_cast<size_t>(c->layer_elems_) * 2 * n_attn;
-  // Uninitialised: attention only reads slots written in an earlier or the same step, so a
-  // short-lived user (the CLI) pays only for the pages it touches; the engine calls prefault().
-  c->data_.reset(new (std::nothrow) uint8_t[c->n_elems_ * c->elem_bytes()]);
-  if (c->data_ == nullptr) {
+  // Huge pages: a decode row reads one head's slice of each of its blocks, slices n_kv_heads
+  // apart, so with 4 KiB pages nearly every slice is a TLB miss. Faulted in as touched, so a
+  // short-lived user (the CLI) pays only for what it uses; the engine calls prefault().
+  c->data_ = c->n_elems_ > 0 ? HugePages::allocate(c->n_elems_ * c->elem_bytes()) : nullptr;
+  if (c->n_elems_ > 0 && c->data_ == nullptr) {
     return Status::error("KV cache: cannot allocate " + std::to_string(c->n_elems_ * c->elem_bytes() >> 20) +
                          " MiB for " + std::to_string(n_blocks) + " blocks");
   }
   return c;
 }
 
-void KvCache::prefault() { std::fill_n(data_.get(), n_elems_ * elem_bytes(), uint8_t{0}); }
+void KvCache::prefault() {
+  if (data_ != nullptr) std::fill_n(data_->data(), n_elems_ * elem_bytes(), uint8_t{0});
+}
 
 void KvCache::reset_state(int32_t slot) {
   for (int32_t il = 0; il < static_cast<int32_t>(lin_index_.size()); ++il) {
@@ -73,7 +76,7 @@ void KvCache::reset_state(int32_t slot) {
 ops::PagedKv KvCache::layer(int32_t il) const {
   const int64_t a = attn_index_[il];
   const int64_t layer_bytes = layer_elems_ * static_cast<int64_t>(elem_bytes());
-  uint8_t* base = data_.get() + a * 2 * layer_bytes;
+  uint8_t* base = data_->data() + a * 2 * layer_bytes;
   return {base, base + layer_bytes, n_blocks_, n_kv_heads_, block_size_, head_dim_, dtype_};
 }
 

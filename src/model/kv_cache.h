@@ -9,6 +9,7 @@
 #include <memory>
 #include <vector>
 
+#include "core/huge_pages.h"
 #include "core/status.h"
 #include "model/config.h"
 #include "ops/attention.h"
@@ -57,7 +58,7 @@ class KvCache {
           DType dtype);
   size_t elem_bytes() const { return dtype_ == DType::kF32 ? 4 : 2; }
   float* state_at(int32_t il, int32_t slot) const {
-    return state_.get() + (int64_t{lin_index_[il]} * n_state_slots_ + slot) * slot_floats_;
+    return reinterpret_cast<float*>(state_->data()) + (int64_t{lin_index_[il]} * n_state_slots_ + slot) * slot_floats_;
   }
   int32_t n_blocks_;
   int32_t block_size_;
@@ -67,15 +68,15 @@ class KvCache {
   int64_t layer_elems_ = 0;          // elements of K (or V) for one layer
   std::vector<int32_t> attn_index_;  // [n_layers] index among attention layers, -1 for other kinds
   size_t n_elems_ = 0;
-  std::unique_ptr<uint8_t[]> data_;  // [n_attention_layers, 2 (K, V), n_blocks, n_kv_heads, block] in dtype_
+  std::unique_ptr<HugePages> data_;  // [n_attention_layers, 2 (K, V), n_blocks, n_kv_heads, block] in dtype_
                                      // (a block of one head: see ops::PagedKv)
   int32_t n_state_slots_ = 0;
   std::vector<int32_t> lin_index_;  // [n_layers] index among linear-attention layers, -1 for other kinds
   int64_t conv_floats_ = 0;         // per slot and layer: conv window
   int64_t slot_floats_ = 0;         // per slot and layer: conv window + delta state
   size_t state_floats_ = 0;
-  std::unique_ptr<float[]> state_;  // [n_linear_layers, n_state_slots, slot_floats] f32
-  std::vector<int32_t> state_len_;  // [n_state_slots]
+  std::unique_ptr<HugePages> state_;  // [n_linear_layers, n_state_slots, slot_floats] f32
+  std::vector<int32_t> state_len_;    // [n_state_slots]
 };
 
 }  // namespace gb
