@@ -13,10 +13,12 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "core/huge_pages.h"
 #include "core/thread_pool.h"
 #include "model/parallel.h"
 #include "ops/attention.h"
@@ -77,8 +79,9 @@ struct Case {
 };
 
 struct Data {
-  std::vector<float> k_old, v_old;  // old layout, f32
-  std::vector<uint8_t> k[3], v[3];  // new layout: f32, bf16, f16; `layers` copies each
+  std::vector<float> k_old, v_old;            // old layout, f32
+  std::unique_ptr<gb::HugePages> k[3], v[3];  // new layout: f32, bf16, f16; `layers` copies each, in
+                                              // huge pages as KvCache has them
   std::vector<int32_t> table;
   std::vector<float> q, out;
   int64_t n_blocks = 0;
@@ -165,10 +168,15 @@ int main(int argc, char** argv) {
       std::vector<gb::ops::PagedKv> kv[3];
       for (int t = 0; t < 3; ++t) {
         const int64_t eb = dtypes[t] == DType::kF32 ? 4 : 2;
-        d.k[t].resize(layers * elems * eb);
-        d.v[t].resize(layers * elems * eb);
+        d.k[t] = gb::HugePages::allocate(layers * elems * eb);
+        d.v[t] = gb::HugePages::allocate(layers * elems * eb);
+        if (d.k[t] == nullptr || d.v[t] == nullptr) {
+          std::fprintf(stderr, "cannot allocate %lld MiB of KV copies (lower --cold-mib)\n",
+                       static_cast<long long>(2 * layers * elems * eb >> 20));
+          return 1;
+        }
         for (int64_t l = 0; l < layers; ++l) {
-          kv[t].push_back(gb::ops::PagedKv{d.k[t].data() + l * elems * eb, d.v[t].data() + l * elems * eb, d.n_blocks,
+          kv[t].push_back(gb::ops::PagedKv{d.k[t]->data() + l * elems * eb, d.v[t]->data() + l * elems * eb, d.n_blocks,
                                            kKvHeads, bs, kHd, dtypes[t]});
         }
       }
@@ -185,10 +193,10 @@ int main(int argc, char** argv) {
         for (int t = 0; t < 3; ++t) gb::ops::kv_store(kv[t][0], slot, krow.data(), vrow.data());
       }
       for (int t = 0; t < 3; ++t) {
-        const int64_t bytes = static_cast<int64_t>(d.k[t].size()) / layers;
+        const int64_t bytes = elems * (dtypes[t] == DType::kF32 ? 4 : 2);
         for (int64_t l = 1; l < layers; ++l) {
-          std::memcpy(d.k[t].data() + l * bytes, d.k[t].data(), bytes);
-          std::memcpy(d.v[t].data() + l * bytes, d.v[t].data(), bytes);
+          std::memcpy(d.k[t]->data() + l * bytes, d.k[t]->data(), bytes);
+          std::memcpy(d.v[t]->data() + l * bytes, d.v[t]->data(), bytes);
         }
       }
       const int64_t n = c.n_tokens, qd = kHeads * kHd, pos_first = c.ctx - n;
