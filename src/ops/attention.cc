@@ -15,10 +15,11 @@
 
 namespace gb::ops {
 
-// 128 KiB: decode at 4096 tokens of context from DRAM, 2 threads, Zen 5 (bench_ops_attention
-// --prefetch-kib): bf16 KV 1.03 → 0.73 ms per layer, f32 1.66 → 1.17 (off → 128 KiB); 256 KiB no
-// better, 512 worse; prefill unchanged (PERFORMANCE.md, thirteenth pass).
-int64_t g_attn_prefetch_bytes = int64_t{128} << 10;
+// 32 KiB: decode from DRAM, Zen 5 (bench_ops_attention --prefetch-kib): at 4096 tokens of
+// context, 2 threads, bf16 KV 1.03 → 0.73 ms per layer, f32 1.66 → 1.17 (off → 128 KiB, thirteenth
+// pass); with the cache in huge pages 32 KiB is as fast at 4096 and 3–11% faster than 128 at 512
+// tokens, AVX2 and AVX-512 alike (fifteenth pass); 512 KiB worse; prefill unchanged.
+int64_t g_attn_prefetch_bytes = int64_t{32} << 10;
 
 namespace {
 
