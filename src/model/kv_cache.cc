@@ -62,6 +62,7 @@ Result<std::unique_ptr<KvCache>> KvCache::create(const ModelConfig& config, int3
 
 void KvCache::prefault() {
   if (data_ != nullptr) std::fill_n(data_->data(), n_elems_ * elem_bytes(), uint8_t{0});
+  if (state_ != nullptr) std::fill_n(state_->data(), state_floats_ * sizeof(float), uint8_t{0});
 }
 
 void KvCache::reset_state(int32_t slot) {

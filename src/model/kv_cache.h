@@ -25,8 +25,9 @@ class KvCache {
   static Result<std::unique_ptr<KvCache>> create(const ModelConfig& config, int32_t n_blocks, int32_t block_size = 16,
                                                  int32_t n_state_slots = 8, DType dtype = DType::kF32);
 
-  // Zero-fills the cache, faulting in every page: a server reserves its memory at start (an
-  // out-of-memory there, not under load later) and no step pays first-touch page faults.
+  // Zero-fills the cache and the recurrent states, faulting in every page: a server reserves its
+  // memory at start (an out-of-memory there, not under load later) and no step pays first-touch
+  // page faults.
   void prefault();
 
   // The K/V arrays of layer il (an attention layer).
