@@ -1,7 +1,8 @@
 // Anonymous memory backed by transparent huge pages (2 MiB) where the kernel grants them: for
 // the bytes every decode step streams (model weights, their packed copies, the KV cache). With
 // 4 KiB pages the TLB misses cost about a quarter of the read bandwidth (26 vs 35.5 GB/s measured
-// on Zen 4, 2 threads). THP in "madvise" mode (Debian's default) needs the MADV_HUGEPAGE this asks for.
+// on Zen 4, 2 threads). THP in "madvise" mode (Debian's default) needs the MADV_HUGEPAGE this
+// asks for.
 #pragma once
 
 #include <cstddef>
