@@ -154,8 +154,11 @@ struct KernelSet {
 // Switches for A/B benchmarks only (bench/ops_matmul --variant); 0 = the shipped kernels.
 // Bit 0: no software prefetch. Bit 1: BF16 widened by zero-extension instead of even/odd.
 // Bit 2: Q4_K / Q6_K rows dequantized to f32 and run through the F32 kernel (the pre-integer
-// path, for before/after figures). Results are the same either way except bits 1 and 2
-// (another f32 summation order for BF16; exact f32 activations for K-quants).
+// path, for before/after figures). Bit 3 is the benchmark's own (weights packed as at load).
+// Bit 4: packed quantized decode in 256-bit vectors on AVX-512. Bit 5: packed Q4_0 / Q8_0
+// without rows16_q (8 rows in place, panels from kPanelMinTokens). Results are the same either
+// way except bits 1 and 2 (another f32 summation order for BF16; exact f32 activations for
+// K-quants).
 extern int g_kernel_variant;
 
 namespace scalar {

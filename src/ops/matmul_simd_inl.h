@@ -666,6 +666,89 @@ inline void rows8_packed_q_zmm(const KernelArgs& a, int64_t t0, int64_t r0) {
   }
   for (int t = 0; t < T; ++t) _mm256_storeu_ps(a.y + (t0 + t) * a.y_stride + r0, acc[t]);
 }
+
+// Two packed groups at once (rows r0 .. r0 + 15, T tokens from t0): a 512-bit vector holds one
+// code vector of each group (rows r0..r0+7 in the low half, r0+8..r0+15 in the high one), so
+// every lane wants the same 4 token codes, which vpdpbusd takes as a broadcast memory operand:
+// no permute and no fold per block, 16 rows' sums in the 16 lanes. The integers and f32 steps
+// per row are rows8_packed_q's. Only the first token tile of a group (t0 == 0) prefetches the
+// next rows; later tiles find the group in cache.
+template <DType D, int T>
+inline void rows16_packed_q_zmm(const KernelArgs& a, int64_t t0, int64_t r0) {
+  const int64_t cols = a.cols, nb = cols / kQBlock;
+  constexpr int64_t kGB = 8 * block_bytes<D>();
+  constexpr int kShift = panel_shift<D>();
+  constexpr int kVecs = D == DType::kQ8_0 ? 8 : 4;  // 32-byte code vectors per group block
+  const uint8_t* wa = a.w + r0 * a.w_stride;
+  const uint8_t* wb = wa + 8 * a.w_stride;
+  const NextRowsPrefetch pf(a, t0 == 0 ? r0 : a.rows, 16, nb);  // past the last row: none
+  __m512 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    pf.step(wa, b);
+    const uint8_t* ba = wa + b * kGB;
+    const uint8_t* bb = wb + b * kGB;
+    // v[g]: codes 4g..4g+3 of the 16 rows (Q4_0 nibbles; Q8_0 + 128).
+    __m512i v[8];
+    for (int k = 0; k < kVecs; ++k) {
+      const __m512i raw = _mm512_inserti64x4(
+          _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(ba + 16 + 32 * k))),
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bb + 16 + 32 * k)), 1);
+      if constexpr (D == DType::kQ8_0) {
+        v[k] = _mm512_xor_si512(raw, _mm512_set1_epi8(-128));
+      } else {
+        v[k] = _mm512_and_si512(raw, _mm512_set1_epi8(0x0f));
+        v[k + 4] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), _mm512_set1_epi8(0x0f));
+      }
+    }
+    const __m512 dw = _mm512_cvtph_ps(
+        _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(ba))),
+                                _mm_loadu_si128(reinterpret_cast<const __m128i*>(bb)), 1));
+    for (int t = 0; t < T; ++t) {
+      const int64_t tb = (t0 + t) * nb + b;
+      const int8_t* xq = a.xq + (t0 + t) * cols + b * kQBlock;
+      __m512i is[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
+      for (int g = 0; g < 8; ++g) {
+        int32_t x4;
+        __builtin_memcpy(&x4, xq + 4 * g, 4);
+        is[g & 1] = _mm512_dpbusd_epi32(is[g & 1], v[g], _mm512_set1_epi32(x4));
+      }
+      __m512i s = _mm512_add_epi32(is[0], is[1]);
+      if constexpr (kShift >= 0) s = _mm512_sub_epi32(s, _mm512_set1_epi32(a.xs[tb] << kShift));
+      acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(a.xd[tb])), _mm512_cvtepi32_ps(s), acc[t]);
+    }
+  }
+  for (int t = 0; t < T; ++t) _mm512_storeu_ps(a.y + (t0 + t) * a.y_stride + r0, acc[t]);
+}
+
+// Packed Q4_0 / Q8_0 through rows16_packed_q_zmm, for every token count from rows16_min_tokens
+// on (no panels): per 64 rows, the tokens in tiles of 8 (then 4, 3, 2, 1), each tile over the 4
+// groups of 16 rows, so the 64 rows' codes stay in L1/L2 while all tokens pass, as the panels
+// did, without building them; a last group of 8 rows (rows ≡ 8 mod 16) goes to
+// rows8_packed_q_zmm. Measured on Zen 5, 2 threads, weights from DRAM (PERFORMANCE.md,
+// sixteenth pass): Q4_0 from 4 tokens and Q8_0 from 8 on faster than the 8-row kernel and the
+// panels at every count up to 512; Q8_0 at 4–7 tokens and both types at 1–3 slower (16 rows
+// read as two streams 8 rows apart; single-token decode is bound by the read, which the 8-row
+// kernel's one stream follows best).
+template <DType D>
+inline constexpr int64_t rows16_min_tokens() {
+  return D == DType::kQ4_0 ? 4 : kPanelMinTokens;
+}
+
+template <DType D>
+inline void rows16_q(const KernelArgs& a, int64_t r0, int64_t r1) {
+  for (int64_t rb = r0; rb < r1; rb += 64) {
+    const int64_t re = min64(r1, rb + 64);
+    const auto groups = [&]<int T>(TokTile<T>, int64_t t) {
+      int64_t r = rb;
+      for (; r + 16 <= re; r += 16) rows16_packed_q_zmm<D, T>(a, t, r);
+      if (r < re) rows8_packed_q_zmm<D, T>(a, t, r);
+    };
+    int64_t t = 0;
+    for (; t + 8 <= a.n; t += 8) groups(TokTile<8>{}, t);
+    token_tiles(t, a.n, groups);
+  }
+}
 #endif
 
 // A panel (pack_panel's layout) from a packed group: no transpose, the codes are in place.
@@ -690,6 +773,9 @@ inline void panel_from_packed(const KernelArgs& a, int64_t r0, uint8_t* out) {
 template <DType D>
 inline void rows_q(const KernelArgs& a, int64_t r0, int64_t r1, uint8_t* scratch) {
   if (a.packed) {  // r0, r1 and the matrix's rows are multiples of 8
+#if defined(__AVX512F__)
+    if (!(g_kernel_variant & (16 | 32)) && a.n >= rows16_min_tokens<D>()) return rows16_q<D>(a, r0, r1);
+#endif
     if (scratch != nullptr && a.n >= kPanelMinTokens) {
       const int64_t pan_stride = a.cols / kQBlock * kPanelBlock;
       rows_packed<kPanelTokens, 2>(
