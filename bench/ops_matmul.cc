@@ -103,7 +103,7 @@ int main(int argc, char** argv) {
       "kernel variants (experiments), interleaved like ISAs: bit 0 no prefetch, bit 1 bf16 by "
       "zero-extension, bit 2 q4_k/q6_k through dequantize + f32 (the old path), bit 3 weights "
       "packed as at load (pack_weight), bit 4 packed Q4_0/Q8_0/Q4_K/Q6_K decode in 256-bit vectors on AVX-512, "
-      "bit 5 packed Q4_0/Q8_0 without the 16-row kernel (8 rows in place, panels from 8 tokens)");
+      "bit 5 packed Q4_0/Q8_0/Q4_K/Q6_K without the 16-row kernels (8 rows in place, then panels)");
   app.add_flag("--read", read_baseline,
                "also time a plain read of the same weight bytes, interleaved, and report matmul "
                "GB/s as a fraction of it");

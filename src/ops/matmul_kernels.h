@@ -155,8 +155,8 @@ struct KernelSet {
 // Bit 0: no software prefetch. Bit 1: BF16 widened by zero-extension instead of even/odd.
 // Bit 2: Q4_K / Q6_K rows dequantized to f32 and run through the F32 kernel (the pre-integer
 // path, for before/after figures). Bit 3 is the benchmark's own (weights packed as at load).
-// Bit 4: packed quantized decode in 256-bit vectors on AVX-512. Bit 5: packed Q4_0 / Q8_0
-// without rows16_q (8 rows in place, panels from kPanelMinTokens). Results are the same either
+// Bit 4: packed quantized decode in 256-bit vectors on AVX-512. Bit 5: packed quantized types
+// without the 16-row kernels rows16_q / rows16_k (8 rows in place, then panels). Results are the same either
 // way except bits 1 and 2 (another f32 summation order for BF16; exact f32 activations for
 // K-quants).
 extern int g_kernel_variant;

@@ -1449,6 +1449,178 @@ inline void rows8_packed_k(const KernelArgs& a, int64_t t0, int64_t r0) {
   for (int t = 0; t < T; ++t) _mm256_storeu_ps(a.y + (t0 + t) * a.y_stride + r0, acc[t]);
 }
 
+#if defined(__AVX512F__)
+// 32 (or 16, 8) bytes at a and at b as one 512-bit (256-, 128-bit) vector, a in the low half.
+inline __m512i join256(const uint8_t* a, const uint8_t* b) {
+  return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a))),
+                            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b)), 1);
+}
+inline __m256i join128(const uint8_t* a, const uint8_t* b) {
+  return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a))),
+                                 _mm_loadu_si128(reinterpret_cast<const __m128i*>(b)), 1);
+}
+inline __m128i join64(const uint8_t* a, const uint8_t* b) {
+  return _mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(a)),
+                            _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b)));
+}
+inline __m512i set1_x4(const int8_t* p) {
+  int32_t x4;
+  __builtin_memcpy(&x4, p, 4);
+  return _mm512_set1_epi32(x4);
+}
+
+// Q4_K / Q6_K, two packed groups at once (rows r0 .. r0 + 15, T tokens from t0), as
+// rows16_packed_q_zmm does for Q4_0 / Q8_0: each 512-bit code vector joins the same 32-byte
+// vector of both groups, the token's 4 codes are a broadcast operand of vpdpbusd, and the
+// sub-block scales, mins and d of the 16 rows fill 16 lanes. The integers and f32 steps per row
+// are rows8_packed_k's (so the same bits). First token tile only (t0 == 0) prefetches.
+template <DType D, int T>
+inline void rows16_packed_k_zmm(const KernelArgs& a, int64_t t0, int64_t r0) {
+  constexpr int64_t kGB = 8 * k_block_bytes(D);
+  const int64_t cols = a.cols, nb = cols / kKBlock;
+  const uint8_t* wa = a.w + r0 * a.w_stride;
+  const uint8_t* wb = wa + 8 * a.w_stride;
+  const NextRowsPrefetch pf(a, t0 == 0 ? r0 : a.rows, 16, nb);  // past the last row: none
+  const __m512i z4 = _mm512_set1_epi8(0x0f);
+  __m512 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    pf.step(wa, b);
+    const uint8_t* ba = wa + b * kGB;
+    const uint8_t* bb = wb + b * kGB;
+    const __m512 dw = _mm512_cvtph_ps(join128(ba, bb));
+    __m512i isum[T];
+    for (int t = 0; t < T; ++t) isum[t] = _mm512_setzero_si512();
+    if constexpr (D == DType::kQ4_K) {
+      // Each group's 6-bit scales and mins as in rows8_packed_k: sc[s][j] at scb[g][8s + j].
+      alignas(32) uint8_t scb[2][64], mnb[2][64];
+      const __m256i m4 = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30), m63 = _mm256_set1_epi8(63);
+      for (int g = 0; g < 2; ++g) {
+        const uint8_t* blk = g == 0 ? ba : bb;
+        const __m256i y0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32));
+        const __m256i y1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 64));
+        const __m256i y2 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 96));
+        _mm256_store_si256(reinterpret_cast<__m256i*>(scb[g]), _mm256_and_si256(y0, m63));
+        _mm256_store_si256(reinterpret_cast<__m256i*>(mnb[g]), _mm256_and_si256(y1, m63));
+        _mm256_store_si256(reinterpret_cast<__m256i*>(scb[g] + 32),
+                           _mm256_or_si256(_mm256_and_si256(y2, m4), _mm256_and_si256(_mm256_srli_epi16(y0, 2), m30)));
+        _mm256_store_si256(reinterpret_cast<__m256i*>(mnb[g] + 32),
+                           _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(y2, 4), m4),
+                                           _mm256_and_si256(_mm256_srli_epi16(y1, 2), m30)));
+      }
+      for (int c = 0; c < 4; ++c) {  // 64 elements: sub-blocks 2c (low nibbles) and 2c + 1
+        __m512i lo[T], hi[T];
+        for (int t = 0; t < T; ++t) lo[t] = hi[t] = _mm512_setzero_si512();
+        for (int q = 0; q < 8; ++q) {
+          const __m512i raw = join256(ba + 128 + 32 * (8 * c + q), bb + 128 + 32 * (8 * c + q));
+          const __m512i cl = _mm512_and_si512(raw, z4), ch = _mm512_and_si512(_mm512_srli_epi16(raw, 4), z4);
+          for (int t = 0; t < T; ++t) {
+            const int8_t* xq = a.kq + (t0 + t) * cols + b * kKBlock + 64 * c + 4 * q;
+            lo[t] = _mm512_dpbusd_epi32(lo[t], cl, set1_x4(xq));
+            hi[t] = _mm512_dpbusd_epi32(hi[t], ch, set1_x4(xq + 32));
+          }
+        }
+        const __m512i s0 = _mm512_cvtepu8_epi32(join64(scb[0] + 16 * c, scb[1] + 16 * c));
+        const __m512i s1 = _mm512_cvtepu8_epi32(join64(scb[0] + 16 * c + 8, scb[1] + 16 * c + 8));
+        for (int t = 0; t < T; ++t)
+          isum[t] =
+              _mm512_add_epi32(_mm512_add_epi32(isum[t], _mm512_mullo_epi32(lo[t], s0)), _mm512_mullo_epi32(hi[t], s1));
+      }
+      const __m512 dm = _mm512_cvtph_ps(join128(ba + 16, bb + 16));
+      __m512i mpairs[4];
+      for (int p = 0; p < 4; ++p)
+        mpairs[p] =
+            _mm512_inserti64x4(_mm512_castsi256_si512(scale_pairs8(mnb[0] + 16 * p)), scale_pairs8(mnb[1] + 16 * p), 1);
+      for (int t = 0; t < T; ++t) {
+        const int32_t* b32 = a.kb32 + (t0 + t) * (cols / 32) + b * 8;
+        __m512i msum = _mm512_setzero_si512();
+        for (int p = 0; p < 4; ++p) {
+          const uint32_t bs2 =
+              (static_cast<uint32_t>(b32[2 * p]) & 0xffffu) | (static_cast<uint32_t>(b32[2 * p + 1]) << 16);
+          msum = _mm512_add_epi32(msum, _mm512_madd_epi16(mpairs[p], _mm512_set1_epi32(static_cast<int32_t>(bs2))));
+        }
+        const __m512 dx = _mm512_set1_ps(a.kd[(t0 + t) * nb + b]);
+        acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(dw, dx), _mm512_cvtepi32_ps(isum[t]), acc[t]);
+        acc[t] = _mm512_fnmadd_ps(_mm512_mul_ps(dm, dx), _mm512_cvtepi32_ps(msum), acc[t]);
+      }
+    } else {
+      // Element 128h + 32g + 4q + i of each row: as in rows8_packed_k; sub-block 8h + 2g + q/4.
+      for (int h = 0; h < 2; ++h) {
+        for (int qq = 0; qq < 2; ++qq) {
+          __m512i sc[4];
+          for (int g = 0; g < 4; ++g) {
+            const int64_t o = 16 + 8 * (8 * h + 2 * g + qq);
+            sc[g] = _mm512_cvtepi8_epi32(join64(ba + o, bb + o));
+          }
+          __m512i s4[T][4];
+          for (int t = 0; t < T; ++t)
+            for (int g = 0; g < 4; ++g) s4[t][g] = _mm512_setzero_si512();
+          for (int q = 4 * qq; q < 4 * qq + 4; ++q) {
+            __m512i cv[4];
+            q6k_codes<KLanes512>(join256(ba + 144 + 32 * (16 * h + q), bb + 144 + 32 * (16 * h + q)),
+                                 join256(ba + 144 + 32 * (16 * h + 8 + q), bb + 144 + 32 * (16 * h + 8 + q)),
+                                 join256(ba + 1168 + 32 * (8 * h + q), bb + 1168 + 32 * (8 * h + q)), cv);
+            for (int t = 0; t < T; ++t) {
+              const int8_t* xq = a.kq + (t0 + t) * cols + b * kKBlock + 128 * h + 4 * q;
+              for (int g = 0; g < 4; ++g) s4[t][g] = _mm512_dpbusd_epi32(s4[t][g], cv[g], set1_x4(xq + 32 * g));
+            }
+          }
+          for (int g = 0; g < 4; ++g)
+            for (int t = 0; t < T; ++t) isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(s4[t][g], sc[g]));
+        }
+      }
+      // The codes' −32 as in rows8_packed_k: isum −= 32·Σ_s sc_s·bsum_s.
+      __m512i off[T];
+      for (int t = 0; t < T; ++t) off[t] = _mm512_setzero_si512();
+      for (int p = 0; p < 8; ++p) {
+        const __m512i pairs = _mm512_inserti64x4(_mm512_castsi256_si512(scale_pairs8(ba + 16 + 16 * p)),
+                                                 scale_pairs8(bb + 16 + 16 * p), 1);
+        for (int t = 0; t < T; ++t) {
+          int32_t bs2;
+          __builtin_memcpy(&bs2, a.kb + (t0 + t) * (cols / 16) + b * 16 + 2 * p, 4);
+          off[t] = _mm512_add_epi32(off[t], _mm512_madd_epi16(pairs, _mm512_set1_epi32(bs2)));
+        }
+      }
+      for (int t = 0; t < T; ++t) {
+        const __m512 dx = _mm512_set1_ps(a.kd[(t0 + t) * nb + b]);
+        const __m512i sum = _mm512_sub_epi32(isum[t], _mm512_slli_epi32(off[t], 5));
+        acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(dw, dx), _mm512_cvtepi32_ps(sum), acc[t]);
+      }
+    }
+  }
+  for (int t = 0; t < T; ++t) _mm512_storeu_ps(a.y + (t0 + t) * a.y_stride + r0, acc[t]);
+}
+
+// Packed Q4_K / Q6_K through rows16_packed_k_zmm, blocked as rows16_q. Measured on Zen 5, 2
+// threads, weights from DRAM, against the 8-row kernel and the panels (PERFORMANCE.md,
+// sixteenth pass): Q4_K from 4 tokens on 1.2–1.9× at every count up to 512; Q6_K (tiles of 2
+// tokens: 4 sums per token fill the registers) 1.1–1.2× at 8–32 tokens, even at 4 and 64, far
+// behind the panels at 512 and behind the 8-row kernel at 1–2.
+template <DType D>
+inline bool rows16_k_takes(int64_t n) {
+  return D == DType::kQ4_K ? n >= 4 : n >= kPanelMinTokens && n < kPackedKPanelMinTokens;
+}
+
+template <DType D>
+inline void rows16_k(const KernelArgs& a, int64_t r0, int64_t r1) {
+  for (int64_t rb = r0; rb < r1; rb += 64) {
+    const int64_t re = min64(r1, rb + 64);
+    const auto groups = [&]<int T>(TokTile<T>, int64_t t) {
+      int64_t r = rb;
+      for (; r + 16 <= re; r += 16) rows16_packed_k_zmm<D, T>(a, t, r);
+      if (r < re) rows8_packed_k<D, T>(a, t, r);
+    };
+    if constexpr (D == DType::kQ4_K) {
+      token_tiles(0, a.n, groups);
+    } else {  // Q6_K's 4 sums per token: 2 tokens fill the registers
+      int64_t t = 0;
+      for (; t + 2 <= a.n; t += 2) groups(TokTile<2>{}, t);
+      if (t < a.n) groups(TokTile<1>{}, t);
+    }
+  }
+}
+#endif
+
 template <DType D>
 inline void rows_k_packed(const KernelArgs& a, int64_t r0, int64_t r1, uint8_t* scratch) {
   const int64_t pan_stride = a.cols / kKBlock * KPanel<D>::kBytes;
@@ -1461,6 +1633,9 @@ inline void rows_k_packed(const KernelArgs& a, int64_t r0, int64_t r1, uint8_t* 
 
 template <DType D>
 inline void rows_kquant(const KernelArgs& a, int64_t r0, int64_t r1, uint8_t* scratch) {
+#if defined(__AVX512F__)
+  if (a.packed && !(g_kernel_variant & (16 | 32)) && rows16_k_takes<D>(a.n)) return rows16_k<D>(a, r0, r1);
+#endif
   if (scratch != nullptr && a.n >= (a.packed ? kPackedKPanelMinTokens : kPanelMinTokens)) {
     rows_k_packed<D>(a, r0, r1, scratch);
   } else if (a.packed) {  // r0, r1 and the matrix's rows are multiples of 8
