@@ -38,14 +38,17 @@ struct Weight {
 //    exact integer dot product isum of weight and activation codes, and acc = fma(d_w·d_x,
 //    f32(isum), acc) over the blocks in order. Every ISA level computes exactly this (bitwise
 //    equal to scalar), in place for few tokens and on weights repacked into 8-row panels (a
-//    vpdpbusd / maddubs GEMM) from kPanelMinTokens tokens on. (Not ggml's bits: it sums 8 lanes.)
+//    vpdpbusd / maddubs GEMM) from kPanelMinTokens tokens on — at AVX-512 on weights packed at
+//    load, in place 16 rows per vector at every count from 4 (Q4_0) / 8 (Q8_0) tokens. (Not
+//    ggml's bits: it sums 8 lanes.)
 //  - Q4_K / Q6_K: like llama.cpp's CPU backend, each activation row is first rounded to Q8_K
 //    (quantize_activations_q8k: blocks of 256, f32 d, int8 codes, code sums per 16 and 32), then
 //    per super-block the exact int32 isum = Σ sub-block scale·Σ code·x (Q6_K: code - 32) and
 //    Q4_K's msum = Σ sub-block min·Σ x, and acc = fma(d_w·d_x, f32(isum), acc), Q4_K also
 //    acc = fma(-(dmin_w·d_x), f32(msum), acc), over the super-blocks in order (scalar::rows_k in
 //    matmul.cc is the definition): scalar, AVX2 and AVX-512 give the same bits, in place for few
-//    tokens and through 8-row panels from kPanelMinTokens on.
+//    tokens and through 8-row panels from kPanelMinTokens on (weights packed at load: from
+//    kPackedKPanelMinTokens; at AVX-512 Q4_K in place at every count).
 // A token's result does not depend on n, on the other tokens or on the thread count (bitwise),
 // only on the ISA level (quantized types: not even on that). The exception: BF16 at
 // kAvx512Bf16 without packed weights (Weight::packed null: rows not a multiple of 16, odd cols),
