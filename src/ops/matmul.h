@@ -48,7 +48,8 @@ struct Weight {
 //    acc = fma(-(dmin_w·d_x), f32(msum), acc), over the super-blocks in order (scalar::rows_k in
 //    matmul.cc is the definition): scalar, AVX2 and AVX-512 give the same bits, in place for few
 //    tokens and through 8-row panels from kPanelMinTokens on (weights packed at load: from
-//    kPackedKPanelMinTokens; at AVX-512 Q4_K in place at every count).
+//    kPackedKPanelMinTokens; at AVX-512 16 rows per vector in place from 4 tokens, Q4_K at
+//    every count, Q6_K up to 127).
 // A token's result does not depend on n, on the other tokens or on the thread count (bitwise),
 // only on the ISA level (quantized types: not even on that). The exception: BF16 at
 // kAvx512Bf16 without packed weights (Weight::packed null: rows not a multiple of 16, odd cols),

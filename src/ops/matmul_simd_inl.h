@@ -1591,14 +1591,14 @@ inline void rows16_packed_k_zmm(const KernelArgs& a, int64_t t0, int64_t r0) {
   for (int t = 0; t < T; ++t) _mm512_storeu_ps(a.y + (t0 + t) * a.y_stride + r0, acc[t]);
 }
 
-// Packed Q4_K / Q6_K through rows16_packed_k_zmm, blocked as rows16_q. Measured on Zen 5, 2
-// threads, weights from DRAM, against the 8-row kernel and the panels (PERFORMANCE.md,
-// sixteenth pass): Q4_K from 4 tokens on 1.2–1.9× at every count up to 512; Q6_K (tiles of 2
-// tokens: 4 sums per token fill the registers) 1.1–1.2× at 8–32 tokens, even at 4 and 64, far
-// behind the panels at 512 and behind the 8-row kernel at 1–2.
+// Packed Q4_K / Q6_K through rows16_packed_k_zmm, blocked as rows16_q (tiles of 4 tokens).
+// Measured on Zen 5, 2 threads, weights from DRAM, against the 8-row kernel and the panels
+// (PERFORMANCE.md, sixteenth pass): Q4_K from 4 tokens on 1.2–1.9× at every count up to 512;
+// Q6_K 1.05–1.25× at 4–128 tokens, behind the panels from 256 (its 4 sums per token and tile
+// spill registers) and behind the 8-row kernel at 1–2 tokens.
 template <DType D>
 inline bool rows16_k_takes(int64_t n) {
-  return D == DType::kQ4_K ? n >= 4 : n >= kPanelMinTokens && n < kPackedKPanelMinTokens;
+  return n >= 4 && (D == DType::kQ4_K || n < 128);
 }
 
 template <DType D>
@@ -1610,13 +1610,7 @@ inline void rows16_k(const KernelArgs& a, int64_t r0, int64_t r1) {
       for (; r + 16 <= re; r += 16) rows16_packed_k_zmm<D, T>(a, t, r);
       if (r < re) rows8_packed_k<D, T>(a, t, r);
     };
-    if constexpr (D == DType::kQ4_K) {
-      token_tiles(0, a.n, groups);
-    } else {  // Q6_K's 4 sums per token: 2 tokens fill the registers
-      int64_t t = 0;
-      for (; t + 2 <= a.n; t += 2) groups(TokTile<2>{}, t);
-      if (t < a.n) groups(TokTile<1>{}, t);
-    }
+    token_tiles(0, a.n, groups);
   }
 }
 #endif
