@@ -667,6 +667,25 @@ inline void rows8_packed_q_zmm(const KernelArgs& a, int64_t t0, int64_t r0) {
   for (int t = 0; t < T; ++t) _mm256_storeu_ps(a.y + (t0 + t) * a.y_stride + r0, acc[t]);
 }
 
+// 32 (or 16, 8) bytes at a and at b as one 512-bit (256-, 128-bit) vector, a in the low half.
+inline __m512i join256(const uint8_t* a, const uint8_t* b) {
+  return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a))),
+                            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b)), 1);
+}
+inline __m256i join128(const uint8_t* a, const uint8_t* b) {
+  return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a))),
+                                 _mm_loadu_si128(reinterpret_cast<const __m128i*>(b)), 1);
+}
+inline __m128i join64(const uint8_t* a, const uint8_t* b) {
+  return _mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(a)),
+                            _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b)));
+}
+inline __m512i set1_x4(const int8_t* p) {
+  int32_t x4;
+  __builtin_memcpy(&x4, p, 4);
+  return _mm512_set1_epi32(x4);
+}
+
 // Two packed groups at once (rows r0 .. r0 + 15, T tokens from t0): a 512-bit vector holds one
 // code vector of each group (rows r0..r0+7 in the low half, r0+8..r0+15 in the high one), so
 // every lane wants the same 4 token codes, which vpdpbusd takes as a broadcast memory operand:
@@ -691,9 +710,7 @@ inline void rows16_packed_q_zmm(const KernelArgs& a, int64_t t0, int64_t r0) {
     // v[g]: codes 4g..4g+3 of the 16 rows (Q4_0 nibbles; Q8_0 + 128).
     __m512i v[8];
     for (int k = 0; k < kVecs; ++k) {
-      const __m512i raw = _mm512_inserti64x4(
-          _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(ba + 16 + 32 * k))),
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bb + 16 + 32 * k)), 1);
+      const __m512i raw = join256(ba + 16 + 32 * k, bb + 16 + 32 * k);
       if constexpr (D == DType::kQ8_0) {
         v[k] = _mm512_xor_si512(raw, _mm512_set1_epi8(-128));
       } else {
@@ -701,18 +718,12 @@ inline void rows16_packed_q_zmm(const KernelArgs& a, int64_t t0, int64_t r0) {
         v[k + 4] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), _mm512_set1_epi8(0x0f));
       }
     }
-    const __m512 dw = _mm512_cvtph_ps(
-        _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(ba))),
-                                _mm_loadu_si128(reinterpret_cast<const __m128i*>(bb)), 1));
+    const __m512 dw = _mm512_cvtph_ps(join128(ba, bb));
     for (int t = 0; t < T; ++t) {
       const int64_t tb = (t0 + t) * nb + b;
       const int8_t* xq = a.xq + (t0 + t) * cols + b * kQBlock;
       __m512i is[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
-      for (int g = 0; g < 8; ++g) {
-        int32_t x4;
-        __builtin_memcpy(&x4, xq + 4 * g, 4);
-        is[g & 1] = _mm512_dpbusd_epi32(is[g & 1], v[g], _mm512_set1_epi32(x4));
-      }
+      for (int g = 0; g < 8; ++g) is[g & 1] = _mm512_dpbusd_epi32(is[g & 1], v[g], set1_x4(xq + 4 * g));
       __m512i s = _mm512_add_epi32(is[0], is[1]);
       if constexpr (kShift >= 0) s = _mm512_sub_epi32(s, _mm512_set1_epi32(a.xs[tb] << kShift));
       acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(a.xd[tb])), _mm512_cvtepi32_ps(s), acc[t]);
@@ -735,19 +746,30 @@ inline constexpr int64_t rows16_min_tokens() {
   return D == DType::kQ4_0 ? 4 : kPanelMinTokens;
 }
 
-template <DType D>
-inline void rows16_q(const KernelArgs& a, int64_t r0, int64_t r1) {
+// The 16-row drivers' blocking: per 64 rows, the tokens in tiles (of 8 first when kT8, then 4,
+// 3, 2, 1), each tile over the 64 rows: tile16(TokTile<T>, t, r) for each pair of groups, then
+// tile8 for a last group of 8 (rows ≡ 8 mod 16).
+template <bool kT8, typename Tile16, typename Tile8>
+inline void rows16_blocked(const KernelArgs& a, int64_t r0, int64_t r1, const Tile16& tile16, const Tile8& tile8) {
   for (int64_t rb = r0; rb < r1; rb += 64) {
     const int64_t re = min64(r1, rb + 64);
-    const auto groups = [&]<int T>(TokTile<T>, int64_t t) {
+    const auto groups = [&]<int T>(TokTile<T> tt, int64_t t) {
       int64_t r = rb;
-      for (; r + 16 <= re; r += 16) rows16_packed_q_zmm<D, T>(a, t, r);
-      if (r < re) rows8_packed_q_zmm<D, T>(a, t, r);
+      for (; r + 16 <= re; r += 16) tile16(tt, t, r);
+      if (r < re) tile8(tt, t, r);
     };
     int64_t t = 0;
-    for (; t + 8 <= a.n; t += 8) groups(TokTile<8>{}, t);
+    if constexpr (kT8)
+      for (; t + 8 <= a.n; t += 8) groups(TokTile<8>{}, t);
     token_tiles(t, a.n, groups);
   }
+}
+
+template <DType D>
+inline void rows16_q(const KernelArgs& a, int64_t r0, int64_t r1) {
+  rows16_blocked<true>(
+      a, r0, r1, [&]<int T>(TokTile<T>, int64_t t, int64_t r) { rows16_packed_q_zmm<D, T>(a, t, r); },
+      [&]<int T>(TokTile<T>, int64_t t, int64_t r) { rows8_packed_q_zmm<D, T>(a, t, r); });
 }
 #endif
 
@@ -1450,25 +1472,6 @@ inline void rows8_packed_k(const KernelArgs& a, int64_t t0, int64_t r0) {
 }
 
 #if defined(__AVX512F__)
-// 32 (or 16, 8) bytes at a and at b as one 512-bit (256-, 128-bit) vector, a in the low half.
-inline __m512i join256(const uint8_t* a, const uint8_t* b) {
-  return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a))),
-                            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b)), 1);
-}
-inline __m256i join128(const uint8_t* a, const uint8_t* b) {
-  return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a))),
-                                 _mm_loadu_si128(reinterpret_cast<const __m128i*>(b)), 1);
-}
-inline __m128i join64(const uint8_t* a, const uint8_t* b) {
-  return _mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(a)),
-                            _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b)));
-}
-inline __m512i set1_x4(const int8_t* p) {
-  int32_t x4;
-  __builtin_memcpy(&x4, p, 4);
-  return _mm512_set1_epi32(x4);
-}
-
 // Q4_K / Q6_K, two packed groups at once (rows r0 .. r0 + 15, T tokens from t0), as
 // rows16_packed_q_zmm does for Q4_0 / Q8_0: each 512-bit code vector joins the same 32-byte
 // vector of both groups, the token's 4 codes are a broadcast operand of vpdpbusd, and the
@@ -1603,15 +1606,9 @@ inline bool rows16_k_takes(int64_t n) {
 
 template <DType D>
 inline void rows16_k(const KernelArgs& a, int64_t r0, int64_t r1) {
-  for (int64_t rb = r0; rb < r1; rb += 64) {
-    const int64_t re = min64(r1, rb + 64);
-    const auto groups = [&]<int T>(TokTile<T>, int64_t t) {
-      int64_t r = rb;
-      for (; r + 16 <= re; r += 16) rows16_packed_k_zmm<D, T>(a, t, r);
-      if (r < re) rows8_packed_k<D, T>(a, t, r);
-    };
-    token_tiles(0, a.n, groups);
-  }
+  rows16_blocked<false>(
+      a, r0, r1, [&]<int T>(TokTile<T>, int64_t t, int64_t r) { rows16_packed_k_zmm<D, T>(a, t, r); },
+      [&]<int T>(TokTile<T>, int64_t t, int64_t r) { rows8_packed_k<D, T>(a, t, r); });
 }
 #endif
 
