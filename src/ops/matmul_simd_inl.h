@@ -1032,6 +1032,12 @@ inline __m256i kscale_operand(__m256i sc32) {
 inline int32_t kscale_operand(int32_t sc) {
   return V::kVnni ? sc : static_cast<int32_t>((static_cast<uint32_t>(sc) & 0xffffu) * 0x10001u);
 }
+// Q4_K's activation code sums of sub-blocks 2p and 2p + 1 (each within int16: |Σ| ≤ 32·127) as
+// one int16 pair, the operand the mins term's vpmaddwd takes against (min, min) pairs.
+inline int32_t bsum32_pair(const int32_t* b32, int p) {
+  return static_cast<int32_t>((static_cast<uint32_t>(b32[2 * p]) & 0xffffu) |
+                              (static_cast<uint32_t>(b32[2 * p + 1]) << 16));
+}
 
 // Prefill-shaped work: panels of 8 rows as for Q8_0 / Q4_0, one panel block per super-block
 // (panel_block_bytes): 64 groups of 4 codes at byte 32·g (row j's codes 4g..4g+3 at 4j..4j+3,
@@ -1179,8 +1185,7 @@ inline void panel_tile_k(const KernelArgs& a, const uint8_t* pan, int64_t pan_st
       int32_t bp[P::kSubs / 2];
       if constexpr (D == DType::kQ4_K) {
         const int32_t* b32 = a.kb32 + tt * (cols / 32) + b * 8;
-        for (int i = 0; i < 4; ++i)
-          bp[i] = static_cast<int32_t>(static_cast<uint16_t>(b32[2 * i]) | static_cast<uint32_t>(b32[2 * i + 1]) << 16);
+        for (int i = 0; i < 4; ++i) bp[i] = bsum32_pair(b32, i);
       } else {
         __builtin_memcpy(bp, a.kb + tt * (cols / 16) + b * 16, 32);
       }
@@ -1361,11 +1366,8 @@ inline void rows8_packed_k(const KernelArgs& a, int64_t t0, int64_t r0) {
         const int32_t* b32 = a.kb32 + (t0 + t) * (cols / 32) + b * 8;
         __m256i msum = _mm256_setzero_si256();
 #pragma GCC unroll 8
-        for (int p = 0; p < 4; ++p) {
-          const uint32_t bs2 =
-              (static_cast<uint32_t>(b32[2 * p]) & 0xffffu) | (static_cast<uint32_t>(b32[2 * p + 1]) << 16);
-          msum = _mm256_add_epi32(msum, _mm256_madd_epi16(mpairs[p], _mm256_set1_epi32(static_cast<int32_t>(bs2))));
-        }
+        for (int p = 0; p < 4; ++p)
+          msum = _mm256_add_epi32(msum, _mm256_madd_epi16(mpairs[p], _mm256_set1_epi32(bsum32_pair(b32, p))));
         const __m256 dx = _mm256_set1_ps(a.kd[(t0 + t) * nb + b]);
         acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(dw, dx), _mm256_cvtepi32_ps(isum[t]), acc[t]);
         acc[t] = _mm256_fnmadd_ps(_mm256_mul_ps(dm, dx), _mm256_cvtepi32_ps(msum), acc[t]);
@@ -1537,11 +1539,8 @@ inline void rows16_packed_k_zmm(const KernelArgs& a, int64_t t0, int64_t r0) {
       for (int t = 0; t < T; ++t) {
         const int32_t* b32 = a.kb32 + (t0 + t) * (cols / 32) + b * 8;
         __m512i msum = _mm512_setzero_si512();
-        for (int p = 0; p < 4; ++p) {
-          const uint32_t bs2 =
-              (static_cast<uint32_t>(b32[2 * p]) & 0xffffu) | (static_cast<uint32_t>(b32[2 * p + 1]) << 16);
-          msum = _mm512_add_epi32(msum, _mm512_madd_epi16(mpairs[p], _mm512_set1_epi32(static_cast<int32_t>(bs2))));
-        }
+        for (int p = 0; p < 4; ++p)
+          msum = _mm512_add_epi32(msum, _mm512_madd_epi16(mpairs[p], _mm512_set1_epi32(bsum32_pair(b32, p))));
         const __m512 dx = _mm512_set1_ps(a.kd[(t0 + t) * nb + b]);
         acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(dw, dx), _mm512_cvtepi32_ps(isum[t]), acc[t]);
         acc[t] = _mm512_fnmadd_ps(_mm512_mul_ps(dm, dx), _mm512_cvtepi32_ps(msum), acc[t]);
