@@ -1232,6 +1232,22 @@ inline __m256i scales8_i8(const uint8_t* p) {
 inline __m256i scales8_u8(const uint8_t* p) {
   return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
 }
+// A packed Q4_K group block's 6-bit scales and mins of its 8 rows (ggml's get_scale_min_k4 on
+// byte planes): sub-block s's scale of row j to scb[8s + j], its min to mnb[8s + j].
+inline void q4k_scales_mins8(const uint8_t* blk, uint8_t* scb, uint8_t* mnb) {
+  const __m256i m4 = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30), m63 = _mm256_set1_epi8(63);
+  const __m256i y0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32));
+  const __m256i y1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 64));
+  const __m256i y2 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 96));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(scb), _mm256_and_si256(y0, m63));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(mnb), _mm256_and_si256(y1, m63));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(scb + 32),
+                      _mm256_or_si256(_mm256_and_si256(y2, m4), _mm256_and_si256(_mm256_srli_epi16(y0, 2), m30)));
+  _mm256_storeu_si256(
+      reinterpret_cast<__m256i*>(mnb + 32),
+      _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(y2, 4), m4), _mm256_and_si256(_mm256_srli_epi16(y1, 2), m30)));
+}
+
 // Two planes of the 8 rows' 8-bit factors at p (sub-blocks s, s + 1) as int16 pairs: lane j =
 // (f_s of row j, f_s+1 of row j), the form _mm256_madd_epi16 takes. Sign-extended: Q6_K's int8
 // scales, and Q4_K's uint8 mins (≤ 63, so the sign bit is clear).
@@ -1280,7 +1296,7 @@ inline void rows8_packed_k(const KernelArgs& a, int64_t t0, int64_t r0) {
   const int64_t cols = a.cols, nb = cols / kKBlock;
   const uint8_t* w = a.w + r0 * a.w_stride;
   const NextRowsPrefetch pf(a, r0, 8, nb);
-  const __m256i m4 = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
+  const __m256i m4 = _mm256_set1_epi8(0x0f);
 #if defined(__AVX512F__)
   __m512i idx[8];
   if constexpr (Z) kzmm_pair_index(idx);
@@ -1299,18 +1315,8 @@ inline void rows8_packed_k(const KernelArgs& a, int64_t t0, int64_t r0) {
     if constexpr (D == DType::kQ4_K) {
       // The 6-bit scales and mins of the 8 rows (ggml's get_scale_min_k4 on byte planes):
       // sc[s][j] at scb[8s + j], min at mnb[8s + j].
-      const __m256i y0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32));
-      const __m256i y1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 64));
-      const __m256i y2 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 96));
-      const __m256i m63 = _mm256_set1_epi8(63);
       alignas(32) uint8_t scb[64], mnb[64];
-      _mm256_store_si256(reinterpret_cast<__m256i*>(scb), _mm256_and_si256(y0, m63));
-      _mm256_store_si256(reinterpret_cast<__m256i*>(mnb), _mm256_and_si256(y1, m63));
-      _mm256_store_si256(reinterpret_cast<__m256i*>(scb + 32),
-                         _mm256_or_si256(_mm256_and_si256(y2, m4), _mm256_and_si256(_mm256_srli_epi16(y0, 2), m30)));
-      _mm256_store_si256(reinterpret_cast<__m256i*>(mnb + 32),
-                         _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(y2, 4), m4),
-                                         _mm256_and_si256(_mm256_srli_epi16(y1, 2), m30)));
+      q4k_scales_mins8(blk, scb, mnb);
 #pragma GCC unroll 8
       for (int c = 0; c < 4; ++c) {  // 64 elements: sub-blocks 2c (low nibbles) and 2c + 1
         __m256i lo[T], hi[T];
@@ -1499,20 +1505,8 @@ inline void rows16_packed_k_zmm(const KernelArgs& a, int64_t t0, int64_t r0) {
     if constexpr (D == DType::kQ4_K) {
       // Each group's 6-bit scales and mins as in rows8_packed_k: sc[s][j] at scb[g][8s + j].
       alignas(32) uint8_t scb[2][64], mnb[2][64];
-      const __m256i m4 = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30), m63 = _mm256_set1_epi8(63);
-      for (int g = 0; g < 2; ++g) {
-        const uint8_t* blk = g == 0 ? ba : bb;
-        const __m256i y0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32));
-        const __m256i y1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 64));
-        const __m256i y2 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 96));
-        _mm256_store_si256(reinterpret_cast<__m256i*>(scb[g]), _mm256_and_si256(y0, m63));
-        _mm256_store_si256(reinterpret_cast<__m256i*>(mnb[g]), _mm256_and_si256(y1, m63));
-        _mm256_store_si256(reinterpret_cast<__m256i*>(scb[g] + 32),
-                           _mm256_or_si256(_mm256_and_si256(y2, m4), _mm256_and_si256(_mm256_srli_epi16(y0, 2), m30)));
-        _mm256_store_si256(reinterpret_cast<__m256i*>(mnb[g] + 32),
-                           _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(y2, 4), m4),
-                                           _mm256_and_si256(_mm256_srli_epi16(y1, 2), m30)));
-      }
+      q4k_scales_mins8(ba, scb[0], mnb[0]);
+      q4k_scales_mins8(bb, scb[1], mnb[1]);
       for (int c = 0; c < 4; ++c) {  // 64 elements: sub-blocks 2c (low nibbles) and 2c + 1
         __m512i lo[T], hi[T];
         for (int t = 0; t < T; ++t) lo[t] = hi[t] = _mm512_setzero_si512();
@@ -1596,8 +1590,8 @@ inline void rows16_packed_k_zmm(const KernelArgs& a, int64_t t0, int64_t r0) {
 // Packed Q4_K / Q6_K through rows16_packed_k_zmm, blocked as rows16_q (tiles of 4 tokens).
 // Measured on Zen 5, 2 threads, weights from DRAM, against the 8-row kernel and the panels
 // (PERFORMANCE.md, sixteenth pass): Q4_K from 4 tokens on 1.2–1.9× at every count up to 512;
-// Q6_K 1.05–1.25× at 4–128 tokens, behind the panels from 256 (its 4 sums per token and tile
-// spill registers) and behind the 8-row kernel at 1–2 tokens.
+// Q6_K 1.07× at 4 tokens, 1.3–1.45× at 16–64, behind the panels from 256 (its 4 sums per token
+// and tile spill registers) and behind the 8-row kernel at 1–2 tokens.
 template <DType D>
 inline bool rows16_k_takes(int64_t n) {
   return n >= 4 && (D == DType::kQ4_K || n < 128);
