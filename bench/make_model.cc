@@ -232,8 +232,8 @@ int main(int argc, char** argv) {
   app.add_option("--shape", shape, "qwen3-0.6b (default) or qwen3.5-0.8b; --layers/--hidden/--ffn override");
 
   app.add_option("--types", types,
-                 "GGUF types to write (comma-separated: bf16, q8_0, q4_0, f32, q4_k, q6_k, q4_k_m = llama.cpp's "
-                 "Q4_K_M mix)");
+                 "GGUF types to write (comma-separated: bf16, q8_0, q4_0, f32, q4_k, q5_k, q6_k, q4_k_m / "
+                 "q5_k_m = llama.cpp's Q4_K_M / Q5_K_M mixes)");
   app.add_option("--layers", s.layers, "number of layers");
   app.add_option("--hidden", s.hidden, "hidden size");
   app.add_option("--ffn", s.ffn, "intermediate size");
@@ -349,12 +349,13 @@ int main(int argc, char** argv) {
   std::stringstream ss(types);
   for (std::string type; std::getline(ss, type, ',');) {
     gb::DType dt;
-    const bool q4_k_m = type == "q4_k_m";
+    const bool q4_k_m = type == "q4_k_m", q5_k_m = type == "q5_k_m", k_m = q4_k_m || q5_k_m;
     if (type == "bf16") dt = gb::DType::kBF16;
     else if (type == "q8_0") dt = gb::DType::kQ8_0;
     else if (type == "q4_0") dt = gb::DType::kQ4_0;
     else if (type == "f32") dt = gb::DType::kF32;
     else if (type == "q4_k" || q4_k_m) dt = gb::DType::kQ4_K;
+    else if (type == "q5_k" || q5_k_m) dt = gb::DType::kQ5_K;
     else if (type == "q6_k") dt = gb::DType::kQ6_K;
     else {
       std::fprintf(stderr, "unknown type %s\n", type.c_str());
@@ -366,6 +367,7 @@ int main(int argc, char** argv) {
                                : dt == gb::DType::kQ8_0 ? 7
                                : dt == gb::DType::kQ4_0 ? 2
                                : dt == gb::DType::kQ4_K ? 15
+                               : dt == gb::DType::kQ5_K ? 17
                                : dt == gb::DType::kQ6_K ? 18
                                                         : 0;
     const std::string a = s.qwen35 ? "qwen35" : "qwen3";
@@ -396,10 +398,10 @@ int main(int argc, char** argv) {
     g.set("general.quantization_version", 2u);
     for (const auto& [k, v] : tokenizer_meta.items()) g.set(k, v);
     std::vector<std::vector<uint8_t>> bufs(ts.size());
-    // Q4_K_M as llama.cpp's llama_tensor_get_type picks it: Q6_K for the output matrix (here the
-    // tied token embedding), for attn_v and ffn_down on the layers use_more_bits picks (the first
-    // and last eighth, and every third one between), Q4_K elsewhere. (Qwen3.5's attn_qkv, Q5_K in
-    // llama.cpp's mix, stays Q4_K: Glassbox has no Q5_K.)
+    // Q4_K_M / Q5_K_M as llama.cpp's llama_tensor_get_type picks them: Q6_K for the output matrix
+    // (here the tied token embedding), for attn_v and ffn_down on the layers use_more_bits picks
+    // (the first and last eighth, and every third one between), Qwen3.5's fused attn_qkv one step
+    // up (Q5_K / Q6_K), Q4_K / Q5_K elsewhere.
     auto use_more_bits = [](int64_t i, int64_t n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; };
     int64_t n_attn_v = 0, n_ffn_down = 0, i_attn_v = 0, i_ffn_down = 0;
     for (const Tensor& t : ts) {
@@ -413,15 +415,17 @@ int main(int argc, char** argv) {
       // Norms stay F32, as llama-quantize leaves 1-D tensors.
       gb::DType tdt = t.shape.size() == 1 || t.keep_f32 ? gb::DType::kF32 : dt;
       const int64_t cols = t.shape.back(), rows = static_cast<int64_t>(t.values.size()) / cols;
-      if (q4_k_m && tdt == gb::DType::kQ4_K) {
+      if (k_m && tdt == dt) {
         if (t.gguf_name == "token_embd.weight" || t.gguf_name == "output.weight") tdt = gb::DType::kQ6_K;
+        if (t.gguf_name.find("attn_qkv.weight") != std::string::npos)
+          tdt = q4_k_m ? gb::DType::kQ5_K : gb::DType::kQ6_K;
         if (t.gguf_name.find("attn_v.weight") != std::string::npos && use_more_bits(i_attn_v++, n_attn_v))
           tdt = gb::DType::kQ6_K;
         if (t.gguf_name.find("ffn_down") != std::string::npos && use_more_bits(i_ffn_down++, n_ffn_down))
           tdt = gb::DType::kQ6_K;
       }
       // Super-blocks need rows of 256k elements; llama.cpp falls back to another type too.
-      if ((tdt == gb::DType::kQ4_K || tdt == gb::DType::kQ6_K) && cols % 256 != 0) {
+      if (gb::dtype_info(tdt).block_elems == 256 && cols % 256 != 0) {
         tdt = gb::DType::kQ8_0;
         ++n_k_fallback;
       }

@@ -59,45 +59,72 @@ void put_f16(uint8_t* p, float v) {
 
 }  // namespace
 
+namespace {
+
+// Q4_K and Q5_K (ggml's block_q4_K / block_q5_K): per sub-block of 32 a 6-bit scale and min,
+// codes 0..max_code with x ≈ d·sc·code − dmin·mn. Writes d, dmin and the packed scales at blk and
+// the codes to q[256].
+void quantize_superblock_min_k(const float* xb, int max_code, uint8_t* blk, uint8_t* q) {
+  float scale[8], minv[8], max_scale = 0.0f, max_min = 0.0f;
+  for (int s = 0; s < 8; ++s) {
+    float lo = 0.0f, hi = xb[32 * s];
+    for (int i = 0; i < 32; ++i) {
+      lo = std::min(lo, xb[32 * s + i]);
+      hi = std::max(hi, xb[32 * s + i]);
+    }
+    scale[s] = (hi - lo) / static_cast<float>(max_code);
+    minv[s] = -lo;
+    max_scale = std::max(max_scale, scale[s]);
+    max_min = std::max(max_min, minv[s]);
+  }
+  const float d = f16_round(max_scale / 63.0f), dmin = f16_round(max_min / 63.0f);
+  put_f16(blk, d);
+  put_f16(blk + 2, dmin);
+  uint8_t sc[8], mn[8];
+  for (int s = 0; s < 8; ++s) {
+    sc[s] = d > 0.0f ? static_cast<uint8_t>(std::clamp(nearest(scale[s] / d), 0, 63)) : 0;
+    mn[s] = dmin > 0.0f ? static_cast<uint8_t>(std::clamp(nearest(minv[s] / dmin), 0, 63)) : 0;
+  }
+  uint8_t* packed = blk + 4;  // ggml's get_scale_min_k4 layout
+  for (int j = 0; j < 4; ++j) {
+    packed[j] = static_cast<uint8_t>(sc[j] | (sc[j + 4] >> 4) << 6);
+    packed[j + 4] = static_cast<uint8_t>(mn[j] | (mn[j + 4] >> 4) << 6);
+    packed[j + 8] = static_cast<uint8_t>((sc[j + 4] & 0xf) | (mn[j + 4] & 0xf) << 4);
+  }
+  for (int s = 0; s < 8; ++s) {
+    const float ds = d * sc[s], dm = dmin * mn[s];
+    for (int i = 0; i < 32; ++i)
+      q[32 * s + i] =
+          ds > 0.0f ? static_cast<uint8_t>(std::clamp(nearest((xb[32 * s + i] + dm) / ds), 0, max_code)) : 0;
+  }
+}
+
+}  // namespace
+
 void quantize_row_q4_K(const float* x, int64_t n, uint8_t* out) {
   for (int64_t b = 0; b < n / 256; ++b) {
-    const float* xb = x + b * 256;
     uint8_t* blk = out + b * 144;
-    float scale[8], minv[8], max_scale = 0.0f, max_min = 0.0f;
-    for (int s = 0; s < 8; ++s) {
-      float lo = 0.0f, hi = xb[32 * s];
-      for (int i = 0; i < 32; ++i) {
-        lo = std::min(lo, xb[32 * s + i]);
-        hi = std::max(hi, xb[32 * s + i]);
-      }
-      scale[s] = (hi - lo) / 15.0f;
-      minv[s] = -lo;
-      max_scale = std::max(max_scale, scale[s]);
-      max_min = std::max(max_min, minv[s]);
-    }
-    const float d = f16_round(max_scale / 63.0f), dmin = f16_round(max_min / 63.0f);
-    put_f16(blk, d);
-    put_f16(blk + 2, dmin);
-    uint8_t sc[8], mn[8];
-    for (int s = 0; s < 8; ++s) {
-      sc[s] = d > 0.0f ? static_cast<uint8_t>(std::clamp(nearest(scale[s] / d), 0, 63)) : 0;
-      mn[s] = dmin > 0.0f ? static_cast<uint8_t>(std::clamp(nearest(minv[s] / dmin), 0, 63)) : 0;
-    }
-    uint8_t* packed = blk + 4;  // ggml's get_scale_min_k4 layout
-    for (int j = 0; j < 4; ++j) {
-      packed[j] = static_cast<uint8_t>(sc[j] | (sc[j + 4] >> 4) << 6);
-      packed[j + 4] = static_cast<uint8_t>(mn[j] | (mn[j + 4] >> 4) << 6);
-      packed[j + 8] = static_cast<uint8_t>((sc[j + 4] & 0xf) | (mn[j + 4] & 0xf) << 4);
-    }
     uint8_t q[256];
-    for (int s = 0; s < 8; ++s) {
-      const float ds = d * sc[s], dm = dmin * mn[s];
-      for (int i = 0; i < 32; ++i)
-        q[32 * s + i] = ds > 0.0f ? static_cast<uint8_t>(std::clamp(nearest((xb[32 * s + i] + dm) / ds), 0, 15)) : 0;
-    }
+    quantize_superblock_min_k(x + b * 256, 15, blk, q);
     uint8_t* qs = blk + 16;  // group g: sub-block 2g in the low nibbles, 2g + 1 in the high ones
     for (int g = 0; g < 4; ++g)
       for (int l = 0; l < 32; ++l) qs[32 * g + l] = static_cast<uint8_t>(q[64 * g + l] | q[64 * g + 32 + l] << 4);
+  }
+}
+
+void quantize_row_q5_K(const float* x, int64_t n, uint8_t* out) {
+  for (int64_t b = 0; b < n / 256; ++b) {
+    uint8_t* blk = out + b * 176;
+    uint8_t q[256];
+    quantize_superblock_min_k(x + b * 256, 31, blk, q);
+    // Low 4 bits as Q4_K's nibbles (at 48); bit 4 of element 32s + l is bit s of qh[l] (at 16).
+    uint8_t* qh = blk + 16;
+    uint8_t* qs = blk + 48;
+    std::memset(qh, 0, 32);
+    for (int g = 0; g < 4; ++g)
+      for (int l = 0; l < 32; ++l)
+        qs[32 * g + l] = static_cast<uint8_t>((q[64 * g + l] & 0xf) | (q[64 * g + 32 + l] & 0xf) << 4);
+    for (int i = 0; i < 256; ++i) qh[i % 32] |= static_cast<uint8_t>((q[i] >> 4) << (i / 32));
   }
 }
 
@@ -163,9 +190,12 @@ Status convert_row(const float* x, int64_t n, DType dtype, uint8_t* out) {
       (dtype == DType::kQ8_0 ? quantize_row_q8_0 : quantize_row_q4_0)(x, n, out);
       return Status::ok();
     case DType::kQ4_K:
+    case DType::kQ5_K:
     case DType::kQ6_K:
       if (n % 256 != 0) return Status::error("row length " + std::to_string(n) + " is not a multiple of 256");
-      (dtype == DType::kQ4_K ? quantize_row_q4_K : quantize_row_q6_K)(x, n, out);
+      (dtype == DType::kQ4_K   ? quantize_row_q4_K
+       : dtype == DType::kQ5_K ? quantize_row_q5_K
+                               : quantize_row_q6_K)(x, n, out);
       return Status::ok();
     default: return Status::error("cannot convert to " + std::string(dtype_name(dtype)));
   }

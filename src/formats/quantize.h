@@ -22,14 +22,18 @@ void quantize_row_q4_0(const float* x, int64_t n, uint8_t* out);
 // d = max scale/63 and dmin = max(-min)/63 (fp16), the 6-bit scales and mins rounded to nearest
 // against the fp16 d / dmin, then each code = clamp(round((x + dmin·m)/(d·sc)), 0, 15).
 void quantize_row_q4_K(const float* x, int64_t n, uint8_t* out);
+// x [n] f32 -> n/256 GGML block_q5_K super-blocks (176 bytes each); n % 256 == 0. The Q4_K
+// encoder above with 5-bit codes: scale = (max x - min)/31, codes clamped to 0..31, the low 4
+// bits as Q4_K's nibbles and bit 4 of element 32s + l in bit s of qh[l].
+void quantize_row_q5_K(const float* x, int64_t n, uint8_t* out);
 // x [n] f32 -> n/256 GGML block_q6_K super-blocks (210 bytes each); n % 256 == 0. Like
 // llama-quantize's reference without its weighted scale search: per sub-block of 16, scale =
 // max/-32 (max = the value of largest magnitude), the 8-bit scales = round(-128/max scale · scale)
 // (at most 127) with d = fp16 of their step, codes = clamp(round(x/(d·sc)), -32, 31) + 32.
 void quantize_row_q6_K(const float* x, int64_t n, uint8_t* out);
 
-// Converts one f32 row to dtype (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K); out holds
-// row_bytes(dtype, n).
+// Converts one f32 row to dtype (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K); out
+// holds row_bytes(dtype, n).
 Status convert_row(const float* x, int64_t n, DType dtype, uint8_t* out);
 
 }  // namespace gb

@@ -63,6 +63,26 @@ void dequantize_q4_k(const uint8_t* blk, float* out) {
   }
 }
 
+// block_q5_K: f16 d, f16 dmin, Q4_K's 12 scale/min bytes, 32 bytes of high bits (qh), 128 bytes of
+// nibbles laid out as Q4_K's; element 32s + l adds 16 when bit s of qh[l] is set.
+void dequantize_q5_k(const uint8_t* blk, float* out) {
+  const float d = load_f16(blk);
+  const float dmin = load_f16(blk + 2);
+  const uint8_t* scales = blk + 4;
+  const uint8_t* qh = blk + 16;
+  const uint8_t* q = blk + 48;
+  for (int j = 0; j < 4; ++j) {
+    uint8_t sc, m;
+    q4k_scale_min(2 * j, scales, &sc, &m);
+    const float d1 = d * sc, m1 = dmin * m;
+    q4k_scale_min(2 * j + 1, scales, &sc, &m);
+    const float d2 = d * sc, m2 = dmin * m;
+    for (int l = 0; l < 32; ++l) *out++ = d1 * ((q[l] & 0xf) | ((qh[l] >> (2 * j)) & 1) << 4) - m1;
+    for (int l = 0; l < 32; ++l) *out++ = d2 * ((q[l] >> 4) | ((qh[l] >> (2 * j + 1)) & 1) << 4) - m2;
+    q += 32;
+  }
+}
+
 // block_q6_K: 128 bytes low nibbles (ql), 64 bytes high 2-bit pairs (qh), 16 int8 scales,
 // f16 d. Value = d · scale[sub-block of 16] · (q6 - 32).
 void dequantize_q6_k(const uint8_t* blk, float* out) {
@@ -109,14 +129,23 @@ int32_t block_isum(DType t, const uint8_t* blk, const int8_t* xq) {
   return s;
 }
 
-bool is_kquant(DType t) { return t == DType::kQ4_K || t == DType::kQ6_K; }
-
 // Element i (0..255) of a Q4_K super-block as its unsigned 4-bit code: 64-element group i/64
 // holds sub-block 2j in the low nibbles of its 32 bytes and sub-block 2j+1 in the high ones.
 int q4k_code(const uint8_t* blk, int i) {
   const uint8_t byte = blk[16 + 32 * (i / 64) + i % 32];
   return (i / 32) % 2 ? byte >> 4 : byte & 0xf;
 }
+
+// Element i of a Q5_K super-block as its unsigned 5-bit code: Q4_K's nibble (at byte 48) and bit
+// i/32 of qh[i % 32].
+int q5k_code(const uint8_t* blk, int i) {
+  const uint8_t byte = blk[48 + 32 * (i / 64) + i % 32];
+  const int lo = (i / 32) % 2 ? byte >> 4 : byte & 0xf;
+  return lo | ((blk[16 + i % 32] >> (i / 32)) & 1) << 4;
+}
+
+// The unsigned code of element i of a Q4_K or Q5_K super-block.
+int min_k_code(DType t, const uint8_t* blk, int i) { return t == DType::kQ4_K ? q4k_code(blk, i) : q5k_code(blk, i); }
 
 // Element i of a Q6_K super-block as its unsigned 6-bit code (value = d·sc[i/16]·(code - 32)).
 int q6k_code(const uint8_t* blk, int i) {
@@ -127,16 +156,17 @@ int q6k_code(const uint8_t* blk, int i) {
 }
 
 // One super-block's exact integer sums against Q8_K codes xq[256]: isum = Σ_sub-block scale ·
-// Σ code·x (Q6_K: code - 32); msum (Q4_K) = Σ_sub-block min · (sum of its 32 activation codes),
-// 0 for Q6_K. |isum| < 2^31: Q4_K ≤ 8·63·32·15·127, Q6_K ≤ 16·128·16·32·127.
+// Σ code·x (Q6_K: code - 32); msum (Q4_K, Q5_K) = Σ_sub-block min · (sum of its 32 activation
+// codes), 0 for Q6_K. |isum| < 2^31: Q4_K ≤ 8·63·32·15·127, Q5_K ≤ 8·63·32·31·127, Q6_K ≤
+// 16·128·16·32·127.
 void kquant_sums(DType t, const uint8_t* blk, const int8_t* xq, const int32_t* b32, int32_t* isum, int32_t* msum) {
   int32_t is = 0, ms = 0;
-  if (t == DType::kQ4_K) {
+  if (kquant_has_mins(t)) {
     for (int j = 0; j < 8; ++j) {
       uint8_t sc, mn;
       q4k_scale_min(j, blk + 4, &sc, &mn);
       int32_t dot = 0;
-      for (int i = 32 * j; i < 32 * j + 32; ++i) dot += q4k_code(blk, i) * static_cast<int32_t>(xq[i]);
+      for (int i = 32 * j; i < 32 * j + 32; ++i) dot += min_k_code(t, blk, i) * static_cast<int32_t>(xq[i]);
       is += sc * dot;
       ms += mn * b32[j];
     }
@@ -244,7 +274,7 @@ void quantize(const float* x, int64_t cols, float* d, int8_t* q, int32_t* s) {
 }
 
 void dequant_k(DType dtype, const uint8_t* row, int64_t cols, float* out) {
-  dequant_k_row<dequantize_q4_k, dequantize_q6_k>(dtype, row, cols, out);
+  dequant_k_row<dequantize_q4_k, dequantize_q5_k, dequantize_q6_k>(dtype, row, cols, out);
 }
 
 // ggml's quantize_row_q8_K_ref: per block of 256, max = the first value of largest magnitude,
@@ -288,11 +318,11 @@ void quantize_k(const float* x, int64_t cols, float* d, int8_t* q, int16_t* b16,
 
 // The definition of the K-quant numerics (matmul_simd_inl.h computes the same bits): per
 // (token, row) one f32 accumulator over the super-blocks in order, acc = fma(d_w·d_x, f32(isum),
-// acc) and, for Q4_K, acc = fma(-(dmin_w·d_x), f32(msum), acc).
+// acc) and, for Q4_K / Q5_K, acc = fma(-(dmin_w·d_x), f32(msum), acc).
 static void rows_k(const KernelArgs& a, int64_t r0, int64_t r1) {
   const int64_t cols = a.cols, nb = cols / kKBlock;
   const int64_t bb = dtype_info(a.dtype).block_bytes;
-  const bool q4 = a.dtype == DType::kQ4_K;
+  const bool q4 = kquant_has_mins(a.dtype);
   for (int64_t r = r0; r < r1; ++r) {
     const uint8_t* row = a.w + r * a.w_stride;
     for (int64_t t = 0; t < a.n; ++t) {
@@ -392,7 +422,10 @@ void dequantize_row(const Weight& w, int64_t r, float* out) {
       }
       return;
     case DType::kQ4_K:
-    case DType::kQ6_K: dequant_k_row<dequantize_q4_k, dequantize_q6_k>(w.dtype, row, w.cols, out); return;
+    case DType::kQ5_K:
+    case DType::kQ6_K:
+      dequant_k_row<dequantize_q4_k, dequantize_q5_k, dequantize_q6_k>(w.dtype, row, w.cols, out);
+      return;
     default:
       std::memset(out, 0, w.cols * sizeof(float));  // unsupported types are rejected at load time
       return;
@@ -433,13 +466,13 @@ void matmul_ref_quantized_acts(const float* x, int64_t n, const Weight& w, float
           const int8_t* xq = &kq[t * cols + b * kKBlock];
           const float dx = kd[t * nb + b];
           int64_t isum = 0, msum = 0;
-          if (w.dtype == DType::kQ4_K) {
+          if (kquant_has_mins(w.dtype)) {
             for (int j = 0; j < 8; ++j) {
               uint8_t sc, mn;
               q4k_scale_min(j, blk + 4, &sc, &mn);
               int64_t dot = 0, xs = 0;
               for (int i = 32 * j; i < 32 * j + 32; ++i) {
-                dot += q4k_code(blk, i) * xq[i];
+                dot += min_k_code(w.dtype, blk, i) * xq[i];
                 xs += xq[i];
               }
               isum += sc * dot;
@@ -525,7 +558,7 @@ bool packable(const Weight& w) {
   if (is_quantized_q8_path(w.dtype)) return w.cols % kQBlock == 0;
   if (w.dtype == DType::kBF16)
     return w.rows % 16 == 0 && w.cols % 2 == 0 && kernel_set(active_isa()).round_bf16 != nullptr;
-  return is_kquant(w.dtype) && w.cols % kKBlock == 0;
+  return (w.dtype == DType::kQ4_K || w.dtype == DType::kQ6_K) && w.cols % kKBlock == 0;  // Q5_K: in place
 }
 
 void pack_weight(const Weight& w, uint8_t* out) {
@@ -552,7 +585,7 @@ void pack_weight(const Weight& w, uint8_t* out) {
   }
 }
 
-bool matmul_supported(DType dtype) { return is_kernel_dtype(dtype) || dtype == DType::kQ4_K || dtype == DType::kQ6_K; }
+bool matmul_supported(DType dtype) { return is_kernel_dtype(dtype) || is_kquant(dtype); }
 
 namespace {
 

@@ -178,12 +178,14 @@ inline void q4k_scale_min(int j, const uint8_t* q, int* d, int* m) {
 }
 
 // y = (d·sc)·q - dmin·m per element, as two roundings (mul, then sub) like the scalar code.
-void dequant_q4_k_block(const uint8_t* blk, float* out) {
+// Q4_K (kFiveBits false) and Q5_K (codes' bit 4 from qh: bit 2j / 2j + 1 of qh[l] for group j).
+template <bool kFiveBits>
+void dequant_min_k_block(const uint8_t* blk, float* out) {
   const float d = _cvtsh_ss(static_cast<uint16_t>(blk[0] | blk[1] << 8));
   const float dmin = _cvtsh_ss(static_cast<uint16_t>(blk[2] | blk[3] << 8));
   const uint8_t* scales = blk + 4;
-  const uint8_t* q = blk + 16;
-  const __m256i low = _mm256_set1_epi8(0x0f);
+  const uint8_t* q = blk + (kFiveBits ? 48 : 16);
+  const __m256i low = _mm256_set1_epi8(0x0f), one = _mm256_set1_epi8(1);
   alignas(32) uint8_t nib[64];
   for (int j = 0; j < 4; ++j) {
     int sc, m;
@@ -192,8 +194,14 @@ void dequant_q4_k_block(const uint8_t* blk, float* out) {
     q4k_scale_min(2 * j + 1, scales, &sc, &m);
     const __m256 d2 = _mm256_set1_ps(d * static_cast<float>(sc)), m2 = _mm256_set1_ps(dmin * static_cast<float>(m));
     const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 32 * j));
-    _mm256_store_si256(reinterpret_cast<__m256i*>(nib), _mm256_and_si256(v, low));
-    _mm256_store_si256(reinterpret_cast<__m256i*>(nib + 32), _mm256_and_si256(_mm256_srli_epi16(v, 4), low));
+    __m256i lo = _mm256_and_si256(v, low), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
+    if constexpr (kFiveBits) {
+      const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16));
+      lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * j), one), 4));
+      hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * j + 1), one), 4));
+    }
+    _mm256_store_si256(reinterpret_cast<__m256i*>(nib), lo);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(nib + 32), hi);
     float* o = out + 64 * j;
     for (int k = 0; k < 4; ++k) {
       _mm256_storeu_ps(o + 8 * k, _mm256_sub_ps(_mm256_mul_ps(d1, u8_to_f32(nib + 8 * k)), m1));
@@ -244,7 +252,7 @@ void dequant_q6_k_block(const uint8_t* blk, float* out) {
 }  // namespace
 
 void dequant_k(DType dtype, const uint8_t* row, int64_t cols, float* out) {
-  dequant_k_row<dequant_q4_k_block, dequant_q6_k_block>(dtype, row, cols, out);
+  dequant_k_row<dequant_min_k_block<false>, dequant_min_k_block<true>, dequant_q6_k_block>(dtype, row, cols, out);
 }
 
 }  // namespace gb::ops::avx2

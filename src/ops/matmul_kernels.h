@@ -11,7 +11,13 @@
 namespace gb::ops {
 
 inline constexpr int64_t kQBlock = 32;   // elements per Q8_0 / Q4_0 block
-inline constexpr int64_t kKBlock = 256;  // elements per Q4_K / Q6_K / Q8_K super-block
+inline constexpr int64_t kKBlock = 256;  // elements per Q4_K / Q5_K / Q6_K / Q8_K super-block
+
+// The K-quants with integer kernels against Q8_K activations.
+inline constexpr bool is_kquant(DType t) { return t == DType::kQ4_K || t == DType::kQ5_K || t == DType::kQ6_K; }
+// Q4_K and Q5_K: ggml's 6-bit scales and mins per sub-block of 32 (value = d·sc·code − dmin·mn,
+// codes unsigned: Q4_K 0..15, Q5_K 0..31); Q6_K: int8 scales per 16, value = d·sc·(code − 32).
+inline constexpr bool kquant_has_mins(DType t) { return t == DType::kQ4_K || t == DType::kQ5_K; }
 
 // One matmul call as the kernels see it: compute y[t, r] for every token t < n and a range of
 // weight rows r.
@@ -29,21 +35,21 @@ struct KernelArgs {
   int64_t n = 0;
   const uint8_t* w = nullptr;  // [rows, w_stride bytes] weights in `dtype`, row-major or `packed`
   bool packed = false;         // w is in pack_weight's layout (groups of 8 rows, 8·w_stride bytes each)
-  DType dtype = DType::kF32;   // F32, F16, BF16, Q8_0, Q4_0, Q4_K or Q6_K
+  DType dtype = DType::kF32;   // F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K or Q6_K
   int64_t rows = 0;            // rows of w: kernels prefetch ahead but never past the last row
   int64_t cols = 0;
   int64_t w_stride = 0;  // bytes per weight row
   float* y = nullptr;    // [n, y_stride] f32 outputs; column r holds weight row r
   int64_t y_stride = 0;
-  // Q4_K / Q6_K weights: the activations rounded to Q8_K (ggml's quantize_row_q8_K, see QuantizeKKernel).
+  // K-quant weights: the activations rounded to Q8_K (ggml's quantize_row_q8_K, see QuantizeKKernel).
   const float* kd = nullptr;      // [n, cols/256] f32 scale d of each super-block (negative when its
                                   // largest-magnitude value is positive: ggml's d = 1/(-127/max))
   const int8_t* kq = nullptr;     // [n, cols] int8 codes in [-127, 127]
   const int16_t* kb = nullptr;    // [n, cols/16] sums of 16 consecutive codes (ggml's bsums)
-  const int32_t* kb32 = nullptr;  // [n, cols/32] sums of 32 consecutive codes (Q4_K's mins term)
+  const int32_t* kb32 = nullptr;  // [n, cols/32] sums of 32 consecutive codes (the mins term)
 };
 
-// Quantized weights (Q8_0 / Q4_0 / Q4_K / Q6_K) with at least kPanelMinTokens tokens: weights
+// Quantized weights (Q8_0 / Q4_0 / the K-quants) with at least kPanelMinTokens tokens: weights
 // repacked per call into panels of 8 rows (panel_block_bytes per block of the dtype), kPackRows
 // rows at a time, in the calling thread's scratch (panel_scratch_bytes); fewer tokens read the
 // weights in place.
@@ -60,12 +66,11 @@ inline constexpr int64_t kPanelBlockQ4K = 2048 + 256 + 128 + 64;
 inline constexpr int64_t kPanelBlockQ6K = 2048 + 512 + 256 + 32;
 inline constexpr int64_t kPackRows = 64;
 inline constexpr int64_t panel_block_bytes(DType d) {
-  return d == DType::kQ4_K ? kPanelBlockQ4K : d == DType::kQ6_K ? kPanelBlockQ6K : kPanelBlock;
+  return kquant_has_mins(d) ? kPanelBlockQ4K : d == DType::kQ6_K ? kPanelBlockQ6K : kPanelBlock;
 }
 inline constexpr int64_t panel_scratch_bytes(DType d, int64_t cols) {
   if (d == DType::kBF16) return kPackRows * ((cols + 1) / 2) * 4;  // 16-row panels of column pairs
-  const bool k = d == DType::kQ4_K || d == DType::kQ6_K;
-  return kPackRows / 8 * (cols / (k ? kKBlock : kQBlock)) * panel_block_bytes(d);
+  return kPackRows / 8 * (cols / (is_kquant(d) ? kKBlock : kQBlock)) * panel_block_bytes(d);
 }
 
 // pack_weight's layout (KernelArgs::packed): rows in groups of 8, each group's bytes contiguous
@@ -116,20 +121,20 @@ using QuantizeKernel = void (*)(const float* x, int64_t cols, float* d, int8_t* 
 // (see KernelArgs::kd ...); cols % 256 == 0.
 using QuantizeKKernel = void (*)(const float* x, int64_t cols, float* d, int8_t* q, int16_t* b16, int32_t* b32);
 
-// Dequantizes one row of Q4_K / Q6_K super-blocks: row [cols/256 blocks] -> out [cols] f32,
+// Dequantizes one row of K-quant super-blocks: row [cols/256 blocks] -> out [cols] f32,
 // bitwise equal to dequantize_row (same f32 operations in the same order as ggml's).
 using DequantKernel = void (*)(DType dtype, const uint8_t* row, int64_t cols, float* out);
 
-// One Q4_K / Q6_K super-block of 256 elements -> out [256] f32.
+// One K-quant super-block of 256 elements -> out [256] f32.
 using SuperBlockFn = void (*)(const uint8_t* blk, float* out);
 
 // A row of super-blocks -> out [cols] f32 with one ISA's block functions: the loop behind every
 // DequantKernel and the reference dequantize_row.
-template <SuperBlockFn kQ4K, SuperBlockFn kQ6K>
+template <SuperBlockFn kQ4K, SuperBlockFn kQ5K, SuperBlockFn kQ6K>
 inline void dequant_k_row(DType dtype, const uint8_t* row, int64_t cols, float* out) {
-  const bool q4 = dtype == DType::kQ4_K;
-  const int64_t block_bytes = q4 ? 144 : 210;  // GGML block_q4_K / block_q6_K
-  for (int64_t b = 0; b < cols / 256; ++b) (q4 ? kQ4K : kQ6K)(row + b * block_bytes, out + b * 256);
+  const SuperBlockFn f = dtype == DType::kQ4_K ? kQ4K : dtype == DType::kQ5_K ? kQ5K : kQ6K;
+  const int64_t block_bytes = dtype_info(dtype).block_bytes;
+  for (int64_t b = 0; b < cols / 256; ++b) f(row + b * block_bytes, out + b * 256);
 }
 
 // Row stride of KernelArgs::xb: whole column pairs.
@@ -153,7 +158,7 @@ struct KernelSet {
 
 // Switches for A/B benchmarks only (bench/ops_matmul --variant); 0 = the shipped kernels.
 // Bit 0: no software prefetch. Bit 1: BF16 widened by zero-extension instead of even/odd.
-// Bit 2: Q4_K / Q6_K rows dequantized to f32 and run through the F32 kernel (the pre-integer
+// Bit 2: K-quant rows dequantized to f32 and run through the F32 kernel (the pre-integer
 // path, for before/after figures). Bit 3 is the benchmark's own (weights packed as at load).
 // Bit 4: packed quantized decode in 256-bit vectors on AVX-512. Bit 5: packed quantized types
 // without the 16-row kernels rows16_q / rows16_k (8 rows in place, then panels). Results are the same either

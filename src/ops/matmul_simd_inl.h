@@ -821,22 +821,23 @@ inline void rows_q(const KernelArgs& a, int64_t r0, int64_t r1, uint8_t* scratch
   }
 }
 
-// ---- K-quant family (Q4_K / Q6_K) against Q8_K-rounded activations ----
+// ---- K-quant family (Q4_K / Q5_K / Q6_K) against Q8_K-rounded activations ----
 //
 // The numerics are defined by scalar::rows_k (matmul.cc): per super-block of 256 the exact int32
-// isum = Σ_sub-block scale·Σ code·x (Q6_K's -32 offset as -32·Σ scale·bsum16) and, for Q4_K,
-// msum = Σ_sub-block min·bsum32; then one f32 accumulator per (token, row) over the super-blocks
-// in order: acc = fma(d_w·d_x, f32(isum), acc), Q4_K also acc = fma(-(dmin_w·d_x), f32(msum), acc).
+// isum = Σ_sub-block scale·Σ code·x (Q6_K's -32 offset as -32·Σ scale·bsum16) and, for Q4_K /
+// Q5_K, msum = Σ_sub-block min·bsum32; then one f32 accumulator per (token, row) over the
+// super-blocks in order: acc = fma(d_w·d_x, f32(isum), acc), Q4_K / Q5_K also acc =
+// fma(-(dmin_w·d_x), f32(msum), acc).
 // How a kernel forms the integers does not matter (they are exact), so the in-place kernel
 // (lanes per row, then an 8-row reduction) and the panel kernel (rows in lanes) give the same
 // bits, at every ISA level and whatever n, tile or thread computes a pair.
 
-inline constexpr int64_t k_block_bytes(DType d) { return d == DType::kQ4_K ? 144 : 210; }
+inline constexpr int64_t k_block_bytes(DType d) { return dtype_info(d).block_bytes; }
 
 // One row's super-block as madd operands.
 struct KScales {
-  __m256i sc[8];  // chunk k: 16 int16 scales (Q4_K: all sc_k; Q6_K: 8 × sc[2k], then 8 × sc[2k+1])
-  __m256i extra;  // Q4_K: min_m as int32 in lane m; Q6_K: the 16 scales as int16 (offset term)
+  __m256i sc[8];  // chunk k: 16 int16 scales (Q4_K / Q5_K: all sc_k; Q6_K: 8 × sc[2k], then 8 × sc[2k+1])
+  __m256i extra;  // Q4_K / Q5_K: min_m as int32 in lane m; Q6_K: the 16 scales as int16 (offset term)
 };
 
 // Q4_K's 6-bit scales and mins (ggml's get_scale_min_k4), four at a time per 32-bit word, as
@@ -878,10 +879,17 @@ inline void k_scales_q6(const uint8_t* blk, KScales* s) {
 template <DType D>
 inline __m256i k_codes(const uint8_t* blk, int k) {
   const __m256i m4 = _mm256_set1_epi8(0x0f);
-  if constexpr (D == DType::kQ4_K) {
-    __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16 + 32 * (k / 2)));
+  if constexpr (kquant_has_mins(D)) {
+    constexpr int kNibbles = D == DType::kQ4_K ? 16 : 48;
+    __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kNibbles + 32 * (k / 2)));
     if (k % 2) v = _mm256_srli_epi16(v, 4);
-    return _mm256_and_si256(v, m4);
+    v = _mm256_and_si256(v, m4);
+    if constexpr (D == DType::kQ5_K) {  // bit k of qh[l] is bit 4 of code l
+      const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16));
+      const __m256i hb = _mm256_and_si256(_mm256_srli_epi16(qh, k), _mm256_set1_epi8(1));
+      v = _mm256_or_si256(v, _mm256_slli_epi16(hb, 4));
+    }
+    return v;
   } else {
     const int h = k / 4, g = k % 4;
     __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 64 * h + 32 * (g & 1)));
@@ -896,16 +904,16 @@ inline __m256i k_codes(const uint8_t* blk, int k) {
 // Byte offset of the f16 d in a super-block.
 template <DType D>
 inline constexpr int64_t k_d_offset() {
-  return D == DType::kQ4_K ? 0 : 208;
+  return kquant_has_mins(D) ? 0 : 208;
 }
 
 // One row's super-block b against T tokens from t0, in place: lanes whose sum is isum (in[t])
-// and, for Q4_K, lanes whose sum is msum (mn[t]).
+// and, for Q4_K / Q5_K, lanes whose sum is msum (mn[t]).
 template <DType D, int T>
 inline void k_row_lanes(const KernelArgs& a, const uint8_t* blk, int64_t t0, int64_t b, __m256i* in, __m256i* mn) {
   const int64_t cols = a.cols;
   KScales ks;
-  if constexpr (D == DType::kQ4_K) {
+  if constexpr (kquant_has_mins(D)) {
     k_scales_q4(blk, &ks);
   } else {
     k_scales_q6(blk, &ks);
@@ -922,7 +930,7 @@ inline void k_row_lanes(const KernelArgs& a, const uint8_t* blk, int64_t t0, int
     }
   }
   for (int t = 0; t < T; ++t) {
-    if constexpr (D == DType::kQ4_K) {
+    if constexpr (kquant_has_mins(D)) {
       // min_m (high half 0) times the int16-ranged code sum of sub-block m.
       const __m256i bs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.kb32 + (t0 + t) * (cols / 32) + b * 8));
       in[t] = s[t];
@@ -956,7 +964,7 @@ inline void rows8_k(const KernelArgs& a, int64_t t0, int64_t r0) {
       __m256i p[8];
       for (int r = 0; r < 8; ++r) p[r] = in[r][t];
       acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(dw, dx), _mm256_cvtepi32_ps(reduce8(p)), acc[t]);
-      if constexpr (D == DType::kQ4_K) {
+      if constexpr (kquant_has_mins(D)) {
         for (int r = 0; r < 8; ++r) p[r] = mn[r][t];
         const __m256 dm = load_scales8(blk + 2, a.w_stride);
         acc[t] = _mm256_fnmadd_ps(_mm256_mul_ps(dm, dx), _mm256_cvtepi32_ps(reduce8(p)), acc[t]);
@@ -981,7 +989,7 @@ inline void row1_k(const KernelArgs& a, int64_t t0, int64_t r) {
     for (int t = 0; t < T; ++t) {
       const float dx = a.kd[(t0 + t) * nb + b];
       acc[t] = __builtin_fmaf(load_f16_scalar(blk + k_d_offset<D>()) * dx, static_cast<float>(hsum_i32(in[t])), acc[t]);
-      if constexpr (D == DType::kQ4_K)
+      if constexpr (kquant_has_mins(D))
         acc[t] = __builtin_fmaf(-(load_f16_scalar(blk + 2) * dx), static_cast<float>(hsum_i32(mn[t])), acc[t]);
     }
   }
@@ -998,13 +1006,15 @@ inline void rows_k_small(const KernelArgs& a, int64_t r0, int64_t r1) {
 // Sub-block sums of K-quant codes (unsigned) times activation codes, per row lane, then times
 // the sub-block's scale. VNNI: vpdpbusd into int32, one vpmulld by the int32 scales. AVX2: the
 // int16 pair sums of maddubs added in int16 — at most kRunGroups<D> groups of 4 codes, the most
-// whose sum cannot leave int16 (Q4_K 8 · 2·15·127 = 30480, Q6_K 2 · 2·63·127 = 32004) — then one
+// whose sum cannot leave int16 (Q4_K 8 · 2·15·127 = 30480, Q5_K 4 · 2·31·127 = 31496, Q6_K 2 ·
+// 2·63·127 = 32004) — then one
 // madd by (scale, scale) int16 pairs, which also adds each pair into int32. Exact either way, so
 // the bits do not depend on the ISA. Measured on Zen 5 (AVX2, up, n = 512, 1 thread): the panel
 // tile Q4_K 25.2 → 19.7 ms, Q6_K 26.1 → 20.8 ms against maddubs + madd(1) + vpmulld.
 template <DType D>
 inline constexpr int kRunGroups = V::kVnni            ? 64
                                   : D == DType::kQ4_K ? 8
+                                  : D == DType::kQ5_K ? 4
                                                       : 2;
 inline __m256i kdot(__m256i acc, __m256i w, __m256i x) {
   if constexpr (V::kVnni) {
@@ -1041,14 +1051,14 @@ inline int32_t bsum32_pair(const int32_t* b32, int p) {
 
 // Prefill-shaped work: panels of 8 rows as for Q8_0 / Q4_0, one panel block per super-block
 // (panel_block_bytes): 64 groups of 4 codes at byte 32·g (row j's codes 4g..4g+3 at 4j..4j+3,
-// unsigned: Q4_K 0..15, Q6_K 0..63), then per sub-block the 8 rows' scales as int32 (AVX2: (scale, scale) int16 pairs;
-// Q4_K: 8 sub-blocks of 32; Q6_K: 16 of 16), then per pair of sub-blocks the 8 rows' (min, min) (Q4_K) or (scale,
-// scale) (Q6_K) as int16 pairs, then d (and Q4_K's dmin) as 8 f32. A token's 4 codes broadcast against a group give the
-// 8 rows' partial sums in one vpdpbusd; per sub-block one multiply by the scales; the mins and Q6_K's offset are int16
-// pair products with the code sums.
+// unsigned: Q4_K 0..15, Q5_K 0..31, Q6_K 0..63), then per sub-block the 8 rows' scales as int32 (AVX2: (scale, scale)
+// int16 pairs; Q4_K / Q5_K: 8 sub-blocks of 32; Q6_K: 16 of 16), then per pair of sub-blocks the 8 rows' (min, min)
+// (Q4_K / Q5_K) or (scale, scale) (Q6_K) as int16 pairs, then d (and the mins' dmin) as 8 f32. A token's 4 codes
+// broadcast against a group give the 8 rows' partial sums in one vpdpbusd; per sub-block one multiply by the scales;
+// the mins and Q6_K's offset are int16 pair products with the code sums.
 template <DType D>
 struct KPanel {
-  static constexpr int kSubs = D == DType::kQ4_K ? 8 : 16;                        // sub-blocks per super-block
+  static constexpr int kSubs = kquant_has_mins(D) ? 8 : 16;                       // sub-blocks per super-block
   static constexpr int kGroups = 64 / kSubs;                                      // groups of 4 codes per sub-block
   static constexpr int kRun = kRunGroups<D> < kGroups ? kRunGroups<D> : kGroups;  // groups per kscale
   static constexpr int64_t kScales = 2048;
@@ -1056,7 +1066,7 @@ struct KPanel {
   static constexpr int64_t kD = kPairs + 32 * (kSubs / 2);
   static constexpr int64_t kDmin = kD + 32;
   static constexpr int64_t kBytes = panel_block_bytes(D);
-  static_assert(kBytes == kD + (D == DType::kQ4_K ? 64 : 32));
+  static_assert(kBytes == kD + (kquant_has_mins(D) ? 64 : 32));
 };
 
 // Rows [r0, r0 + m), m ≤ 8, into one panel (rows past m: zero codes, scales and d).
@@ -1075,7 +1085,7 @@ inline void pack_panel_k_block(const uint8_t* blk, int64_t stride, int64_t m, ui
   for (int j = 0; j < 8; ++j) {
     const uint8_t* bj = blk + j * stride;
     const bool real = j < m;
-    if constexpr (D == DType::kQ4_K) {
+    if constexpr (kquant_has_mins(D)) {
       alignas(16) uint8_t sm[16];
       _mm_store_si128(reinterpret_cast<__m128i*>(sm), q4k_scales_mins(bj));
       for (int s = 0; s < 8; ++s) {
@@ -1105,7 +1115,7 @@ inline void pack_panel_k_block(const uint8_t* blk, int64_t stride, int64_t m, ui
       __builtin_memcpy(o + P::kPairs + 32 * i + 4 * j + 2, &pairs[2 * i + 1][j], 2);
     }
   __builtin_memcpy(o + P::kD, d, 32);
-  if constexpr (D == DType::kQ4_K) __builtin_memcpy(o + P::kDmin, dmin, 32);
+  if constexpr (kquant_has_mins(D)) __builtin_memcpy(o + P::kDmin, dmin, 32);
 }
 
 // Rows [r0, r0 + m), m ≤ 8, into one panel (rows past m: zero codes, scales and d): from the
@@ -1181,9 +1191,9 @@ inline void panel_tile_k(const KernelArgs& a, const uint8_t* pan, int64_t pan_st
     for (int t = 0; t < T; ++t) {
       const int64_t tt = t0 + t;
       const __m256 dx = _mm256_set1_ps(a.kd[tt * nb + b]);
-      // Code sums as int16 pairs: Q4_K (bsum32[2i], bsum32[2i+1]); Q6_K (bsum16[2i], bsum16[2i+1]).
+      // Code sums as int16 pairs: Q4_K / Q5_K (bsum32[2i], bsum32[2i+1]); Q6_K (bsum16[2i], bsum16[2i+1]).
       int32_t bp[P::kSubs / 2];
-      if constexpr (D == DType::kQ4_K) {
+      if constexpr (kquant_has_mins(D)) {
         const int32_t* b32 = a.kb32 + tt * (cols / 32) + b * 8;
         for (int i = 0; i < 4; ++i) bp[i] = bsum32_pair(b32, i);
       } else {
@@ -1197,7 +1207,7 @@ inline void panel_tile_k(const KernelArgs& a, const uint8_t* pan, int64_t pan_st
               ex, _mm256_madd_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(pp + P::kPairs + 32 * i)),
                                     _mm256_set1_epi32(bp[i])));
         const __m256 dw = _mm256_loadu_ps(reinterpret_cast<const float*>(pp + P::kD));
-        if constexpr (D == DType::kQ4_K) {
+        if constexpr (kquant_has_mins(D)) {
           const __m256 dm = _mm256_loadu_ps(reinterpret_cast<const float*>(pp + P::kDmin));
           acc[t][p] = _mm256_fmadd_ps(_mm256_mul_ps(dw, dx), _mm256_cvtepi32_ps(is[t][p]), acc[t][p]);
           acc[t][p] = _mm256_fnmadd_ps(_mm256_mul_ps(dm, dx), _mm256_cvtepi32_ps(ex), acc[t][p]);
@@ -1617,24 +1627,28 @@ inline void rows_k_packed(const KernelArgs& a, int64_t r0, int64_t r1, uint8_t* 
 
 template <DType D>
 inline void rows_kquant(const KernelArgs& a, int64_t r0, int64_t r1, uint8_t* scratch) {
+  constexpr bool kPacks = D != DType::kQ5_K;  // pack_weight has no Q5_K layout: its rows stay in place
 #if defined(__AVX512F__)
-  if (a.packed && !(g_kernel_variant & (16 | 32)) && rows16_k_takes<D>(a.n)) return rows16_k<D>(a, r0, r1);
+  if constexpr (kPacks)
+    if (a.packed && !(g_kernel_variant & (16 | 32)) && rows16_k_takes<D>(a.n)) return rows16_k<D>(a, r0, r1);
 #endif
-  if (scratch != nullptr && a.n >= (a.packed ? kPackedKPanelMinTokens : kPanelMinTokens)) {
-    rows_k_packed<D>(a, r0, r1, scratch);
-  } else if (a.packed) {  // r0, r1 and the matrix's rows are multiples of 8
-    for (int64_t rb = r0; rb < r1; rb += 8)
-      token_tiles(0, a.n, [&]<int T>(TokTile<T>, int64_t t) {
+  if (scratch != nullptr && a.n >= (a.packed ? kPackedKPanelMinTokens : kPanelMinTokens))
+    return rows_k_packed<D>(a, r0, r1, scratch);
+  if constexpr (kPacks) {
+    if (a.packed) {  // r0, r1 and the matrix's rows are multiples of 8
+      for (int64_t rb = r0; rb < r1; rb += 8)
+        token_tiles(0, a.n, [&]<int T>(TokTile<T>, int64_t t) {
 #if defined(__AVX512F__)
-        // Up to 2 tokens: with 4, the 512-bit tiles' accumulators would not fit the registers.
-        if constexpr (T <= 2)
-          if (!(g_kernel_variant & 16)) return rows8_packed_k<D, T, true>(a, t, rb);
+          // Up to 2 tokens: with 4, the 512-bit tiles' accumulators would not fit the registers.
+          if constexpr (T <= 2)
+            if (!(g_kernel_variant & 16)) return rows8_packed_k<D, T, true>(a, t, rb);
 #endif
-        rows8_packed_k<D, T>(a, t, rb);
-      });
-  } else {
-    rows_k_small<D>(a, r0, r1);
+          rows8_packed_k<D, T>(a, t, rb);
+        });
+      return;
+    }
   }
+  rows_k_small<D>(a, r0, r1);
 }
 
 inline void rows_any(const KernelArgs& a, int64_t r0, int64_t r1, uint8_t* scratch) {
@@ -1645,6 +1659,7 @@ inline void rows_any(const KernelArgs& a, int64_t r0, int64_t r1, uint8_t* scrat
     case DType::kQ8_0: rows_q<DType::kQ8_0>(a, r0, r1, scratch); return;
     case DType::kQ4_0: rows_q<DType::kQ4_0>(a, r0, r1, scratch); return;
     case DType::kQ4_K: rows_kquant<DType::kQ4_K>(a, r0, r1, scratch); return;
+    case DType::kQ5_K: rows_kquant<DType::kQ5_K>(a, r0, r1, scratch); return;
     case DType::kQ6_K: rows_kquant<DType::kQ6_K>(a, r0, r1, scratch); return;
     default: return;  // the dispatcher never passes other dtypes
   }

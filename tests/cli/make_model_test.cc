@@ -74,68 +74,82 @@ std::vector<float> prompt_logits(const std::string& path, const std::vector<int3
   return std::vector<float>(feed.logits().begin(), feed.logits().end());
 }
 
-// --types q4_k_m writes llama.cpp's Q4_K_M mix, which Glassbox loads and runs (the integer
-// K-quant kernels) close to the bf16 file of the same weights.
-TEST(MakeModel, Q4KMMixLoadsAndTracksTheBf16File) {
+// --types q4_k_m / q5_k_m write llama.cpp's Q4_K_M / Q5_K_M mixes, which Glassbox loads and runs
+// (the integer K-quant kernels) close to the bf16 file of the same weights, Q5_K_M closer.
+TEST(MakeModel, KQuantMixesLoadAndTrackTheBf16File) {
   const std::string cwd = test::temp_dir();
-  const std::string out = cwd + "/q4km";
+  const std::string out = cwd + "/kmix";
   std::string log;
-  ASSERT_EQ(run_make_model(cwd, "--out '" + out + "' --layers 8 --hidden 256 --ffn 512 --types bf16,q4_k_m", &log), 0)
+  ASSERT_EQ(
+      run_make_model(cwd, "--out '" + out + "' --layers 8 --hidden 256 --ffn 512 --types bf16,q4_k_m,q5_k_m", &log), 0)
       << log;
-  auto g = read_gguf(out + "/gguf/model-q4_k_m.gguf");
-  ASSERT_TRUE(g.is_ok()) << g.message();
-  EXPECT_EQ(*g->find("general.file_type"), 15);  // LLAMA_FTYPE_MOSTLY_Q4_K_M
-  auto type_of = [&](const std::string& name) {
-    const TensorView* t = g->find_tensor(name);
-    return t == nullptr ? std::string("missing") : std::string(dtype_name(t->dtype));
-  };
-  EXPECT_EQ(type_of("token_embd.weight"), "q6_k");  // tied: the output matrix
-  EXPECT_EQ(type_of("output_norm.weight"), "f32");
-  // use_more_bits(i, 8): the first and last eighth (layers 0, 7) and (i - 1) % 3 == 2 (3, 6).
-  for (int l = 0; l < 8; ++l) {
-    const std::string p = "blk." + std::to_string(l) + ".";
-    const std::string more = l == 0 || l == 3 || l == 6 || l == 7 ? "q6_k" : "q4_k";
-    EXPECT_EQ(type_of(p + "attn_v.weight"), more) << "layer " << l;
-    EXPECT_EQ(type_of(p + "ffn_down.weight"), more) << "layer " << l;
-    EXPECT_EQ(type_of(p + "attn_q.weight"), "q4_k") << "layer " << l;
-    EXPECT_EQ(type_of(p + "ffn_up.weight"), "q4_k") << "layer " << l;
-    EXPECT_EQ(type_of(p + "attn_norm.weight"), "f32") << "layer " << l;
-  }
   const std::vector<int32_t> ids = {9707, 1879, 11, 419, 374, 264, 1273, 13};
   const auto bf16 = prompt_logits(out + "/gguf/model-bf16.gguf", ids);
-  const auto q = prompt_logits(out + "/gguf/model-q4_k_m.gguf", ids);
-  // The same file through the dequantize-to-f32 path (exact activations): the integer kernels'
-  // own error, Q8_K activation rounding, without the weights' 4-bit rounding.
-  ops::g_kernel_variant = 4;
-  const auto deq = prompt_logits(out + "/gguf/model-q4_k_m.gguf", ids);
-  ops::g_kernel_variant = 0;
-  ASSERT_FALSE(q.empty());
-  ASSERT_EQ(bf16.size(), q.size());
-  ASSERT_EQ(deq.size(), q.size());
-  auto compare = [&](const std::vector<float>& ref, double* rel, double* corr) {
-    double se = 0, ss = 0, dot = 0, qq = 0;
-    for (size_t i = 0; i < ref.size(); ++i) {
-      se += (q[i] - ref[i]) * (q[i] - ref[i]);
-      ss += ref[i] * ref[i];
-      dot += q[i] * ref[i];
-      qq += q[i] * q[i];
-    }
-    *rel = std::sqrt(se / ss), *corr = dot / std::sqrt(ss * qq);
+  ASSERT_FALSE(bf16.empty());
+  struct Mix {
+    const char* type;
+    const char* base;  // the mix's type for most matrices
+    int file_type;     // LLAMA_FTYPE_MOSTLY_Q4_K_M / Q5_K_M
+    double rel_bf16 = 0;
   };
-  for (float v : q) ASSERT_TRUE(std::isfinite(v));
-  double rel_deq, corr_deq, rel_bf16, corr_bf16;
-  compare(deq, &rel_deq, &corr_deq);
-  compare(bf16, &rel_bf16, &corr_bf16);
-  std::printf("q4_k_m logits, relative RMS difference: %.4f vs its dequantized f32 run, %.4f vs bf16\n", rel_deq,
-              rel_bf16);
-  // Q8_K activations (RMS rounding ≈ 0.3% of a block's amax per value) through 8 layers: about
-  // 1% of the logits' RMS; a wrong kernel (sign, scale, nibble order) moves them by ~100%.
-  EXPECT_LT(rel_deq, 0.03);
-  EXPECT_GT(rel_deq, 0.0) << "the integer path should round the activations";
-  // 4-bit weights (RMS error ≈ 6% of a weight with these uniform random weights) compound
-  // through the layers to ~14% of the logits' RMS; still strongly correlated with bf16.
-  EXPECT_LT(rel_bf16, 0.2);
-  EXPECT_GT(corr_bf16, 0.98);
+  Mix mixes[] = {{"q4_k_m", "q4_k", 15}, {"q5_k_m", "q5_k", 17}};
+  for (Mix& m : mixes) {
+    SCOPED_TRACE(m.type);
+    const std::string path = out + "/gguf/model-" + m.type + ".gguf";
+    auto g = read_gguf(path);
+    ASSERT_TRUE(g.is_ok()) << g.message();
+    EXPECT_EQ(*g->find("general.file_type"), m.file_type);
+    auto type_of = [&](const std::string& name) {
+      const TensorView* t = g->find_tensor(name);
+      return t == nullptr ? std::string("missing") : std::string(dtype_name(t->dtype));
+    };
+    EXPECT_EQ(type_of("token_embd.weight"), "q6_k");  // tied: the output matrix
+    EXPECT_EQ(type_of("output_norm.weight"), "f32");
+    // use_more_bits(i, 8): the first and last eighth (layers 0, 7) and (i - 1) % 3 == 2 (3, 6).
+    for (int l = 0; l < 8; ++l) {
+      const std::string p = "blk." + std::to_string(l) + ".";
+      const std::string more = l == 0 || l == 3 || l == 6 || l == 7 ? "q6_k" : m.base;
+      EXPECT_EQ(type_of(p + "attn_v.weight"), more) << "layer " << l;
+      EXPECT_EQ(type_of(p + "ffn_down.weight"), more) << "layer " << l;
+      EXPECT_EQ(type_of(p + "attn_q.weight"), m.base) << "layer " << l;
+      EXPECT_EQ(type_of(p + "ffn_up.weight"), m.base) << "layer " << l;
+      EXPECT_EQ(type_of(p + "attn_norm.weight"), "f32") << "layer " << l;
+    }
+    const auto q = prompt_logits(path, ids);
+    // The same file through the dequantize-to-f32 path (exact activations): the integer kernels'
+    // own error, Q8_K activation rounding, without the weights' rounding.
+    ops::g_kernel_variant = 4;
+    const auto deq = prompt_logits(path, ids);
+    ops::g_kernel_variant = 0;
+    ASSERT_EQ(bf16.size(), q.size());
+    ASSERT_EQ(deq.size(), q.size());
+    auto compare = [&](const std::vector<float>& ref, double* rel, double* corr) {
+      double se = 0, ss = 0, dot = 0, qq = 0;
+      for (size_t i = 0; i < ref.size(); ++i) {
+        se += (q[i] - ref[i]) * (q[i] - ref[i]);
+        ss += ref[i] * ref[i];
+        dot += q[i] * ref[i];
+        qq += q[i] * q[i];
+      }
+      *rel = std::sqrt(se / ss), *corr = dot / std::sqrt(ss * qq);
+    };
+    for (float v : q) ASSERT_TRUE(std::isfinite(v));
+    double rel_deq, corr_deq, corr_bf16;
+    compare(deq, &rel_deq, &corr_deq);
+    compare(bf16, &m.rel_bf16, &corr_bf16);
+    std::printf("%s logits, relative RMS difference: %.4f vs its dequantized f32 run, %.4f vs bf16\n", m.type, rel_deq,
+                m.rel_bf16);
+    // Q8_K activations (RMS rounding ≈ 0.3% of a block's amax per value) through 8 layers: about
+    // 1% of the logits' RMS; a wrong kernel (sign, scale, nibble order, fifth bit) moves them by ~100%.
+    EXPECT_LT(rel_deq, 0.03);
+    EXPECT_GT(rel_deq, 0.0) << "the integer path should round the activations";
+    // 4-bit weights (RMS error ≈ 6% of a weight with these uniform random weights) compound
+    // through the layers to ~14% of the logits' RMS; still strongly correlated with bf16.
+    EXPECT_LT(m.rel_bf16, 0.2);
+    EXPECT_GT(corr_bf16, 0.98);
+  }
+  // A fifth bit halves the weights' rounding step: Q5_K_M tracks bf16 clearly better.
+  EXPECT_LT(mixes[1].rel_bf16, 0.7 * mixes[0].rel_bf16);
 }
 
 TEST(MakeModel, MissingTokenizerFilesAreErrors) {

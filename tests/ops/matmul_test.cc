@@ -48,14 +48,14 @@ std::vector<uint8_t> random_weight_bytes(DType dtype, int64_t rows, int64_t cols
         }
         break;
       case DType::kQ8_0: gb::quantize_row_q8_0(row.data(), cols, out); break;
-      default:  // Q4_0, Q4_K, Q6_K: random codes, then sane f16 scales
+      default:  // Q4_0, Q4_K, Q5_K, Q6_K: random codes, then sane f16 scales
         for (int64_t i = 0; i < stride; ++i) out[i] = static_cast<uint8_t>(rng());
         for (int64_t b = 0; b < cols / dtype_info(dtype).block_elems; ++b) {
           uint8_t* blk = out + b * dtype_info(dtype).block_bytes;
           const uint16_t d = f32_to_f16(0.002f + 0.01f * (rng() % 100) / 100.0f);
           const uint16_t dmin = f32_to_f16(0.001f * (rng() % 100) / 100.0f);
           if (dtype == DType::kQ4_0) std::memcpy(blk, &d, 2);
-          if (dtype == DType::kQ4_K) {
+          if (dtype == DType::kQ4_K || dtype == DType::kQ5_K) {
             std::memcpy(blk, &d, 2);
             std::memcpy(blk + 2, &dmin, 2);
           }
@@ -78,7 +78,7 @@ std::vector<float> random_acts(int64_t n, int64_t cols, uint32_t seed) {
 }
 
 bool quantized_acts(DType t) { return t == DType::kQ8_0 || t == DType::kQ4_0; }
-bool kquant(DType t) { return t == DType::kQ4_K || t == DType::kQ6_K; }
+bool kquant(DType t) { return t == DType::kQ4_K || t == DType::kQ5_K || t == DType::kQ6_K; }
 
 // The Q8_K-rounded activations d·q as f32 [n, cols].
 std::vector<float> q8k_values(const std::vector<float>& x, int64_t n, int64_t cols) {
@@ -144,7 +144,7 @@ std::vector<Case> shape_cases() {
   // Row lengths that are not a multiple of the vector width (plain float dtypes only).
   for (DType dt : {DType::kF32, DType::kF16, DType::kBF16})
     for (int64_t cols : {1, 7, 40, 100}) cases.push_back({dt, 33, cols});
-  for (DType dt : {DType::kQ4_K, DType::kQ6_K})
+  for (DType dt : {DType::kQ4_K, DType::kQ5_K, DType::kQ6_K})
     for (int64_t rows : {1, 3, 5, 33, 67})
       for (int64_t cols : {256, 512, 768, 4096}) cases.push_back({dt, rows, cols});
   return cases;
@@ -192,7 +192,8 @@ TEST_P(MatmulIsaTest, ThreadAndBatchInvariantBitwise) {
   ThreadPool one(1), two(2);
   const int64_t rows = 77, cols = 256, n = 17;
   uint32_t seed = 100;
-  for (DType dt : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ6_K}) {
+  for (DType dt :
+       {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
     // BF16 at kAvx512Bf16: invariant within each kernel only (MatmulBf16Dot.BatchAndThreadInvariantWithinEachKernel).
     if (dt == DType::kBF16 && isa == Isa::kAvx512Bf16) continue;
     const auto bytes = random_weight_bytes(dt, rows, cols, seed++);
@@ -326,7 +327,7 @@ TEST(MatmulMulti, EachOutputEqualsItsOwnMatmul) {
   ThreadPool pool(2);
   uint32_t seed = 1700;
   const int64_t cols = 512;
-  const std::vector<std::vector<DType>> mixes = {{DType::kQ4_K, DType::kQ4_K, DType::kQ6_K},
+  const std::vector<std::vector<DType>> mixes = {{DType::kQ4_K, DType::kQ5_K, DType::kQ6_K},
                                                  {DType::kQ8_0, DType::kQ4_0},
                                                  {DType::kBF16, DType::kF32, DType::kQ8_0, DType::kQ6_K}};
   const int64_t rows[4] = {64, 24, 48, 136};
@@ -417,7 +418,7 @@ TEST(QuantizeActivations, SimdMatchesScalarBitwise) {
 TEST(DequantizeKQuants, SimdMatchesScalarBitwise) {
   if (!isa_supported(Isa::kAvx2)) GTEST_SKIP() << "CPU lacks avx2";
   const int64_t rows = 5, cols = 1024;
-  for (DType dt : {DType::kQ4_K, DType::kQ6_K}) {
+  for (DType dt : {DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
     const auto bytes = random_weight_bytes(dt, rows, cols, 31);
     const Weight w{bytes.data(), dt, rows, cols};
     std::vector<float> a(cols), b(cols);
@@ -514,6 +515,33 @@ TEST(DequantizeRow, Q4_K) {
   EXPECT_EQ(out[32], 0.0f);                        // sub-block 1: scale 0, min 0
   EXPECT_EQ(out[128], 1.0f * 17 * 10 - 0.5f * 5);  // 167.5
   EXPECT_EQ(out[129], -2.5f);
+}
+
+TEST(DequantizeRow, Q5_K) {
+  uint8_t b[176] = {};
+  put16(b, 0x3c00);      // d = 1
+  put16(b + 2, 0x3800);  // dmin = 0.5
+  uint8_t* sc = b + 4;   // Q4_K's scale and min packing
+  sc[0] = 0x43;          // sub-block 0 scale 3; its top bits (1) are bits 4-5 of sub-block 4's scale
+  sc[4] = 2;             // sub-block 0 min 2
+  sc[8] = 0x51;          // sub-block 4: scale low bits 1, min low bits 5
+  sc[11] = 0x02;         // sub-block 7: scale 2, min 0
+  uint8_t* qh = b + 16;
+  uint8_t* qs = b + 48;
+  qs[0] = 0x75;   // element 0 low bits 5, element 32 low bits 7
+  qh[0] = 0x11;   // bit 0: element 0 + 16 = 21; bit 4: element 128 + 16
+  qs[64] = 0x0a;  // element 128 low bits 10 -> 26
+  qh[3] = 0x80;   // bit 7: element 224 + 3 (sub-block 7) ...
+  qs[99] = 0xf0;  // ... high nibble 15 -> 31
+  std::vector<float> out(256);
+  dequantize_row(Weight{b, DType::kQ5_K, 1, 256}, 0, out.data());
+  EXPECT_EQ(out[0], 1.0f * 3 * 21 - 0.5f * 2);     // 62
+  EXPECT_EQ(out[1], -1.0f);                        // q = 0: -dmin·min
+  EXPECT_EQ(out[32], 0.0f);                        // sub-block 1: scale 0, min 0
+  EXPECT_EQ(out[128], 1.0f * 17 * 26 - 0.5f * 5);  // 439.5
+  EXPECT_EQ(out[129], -2.5f);
+  EXPECT_EQ(out[227], 1.0f * 2 * 31);  // 62
+  EXPECT_EQ(out[226], 0.0f);           // code 0, min 0
 }
 
 TEST(DequantizeRow, Q6_K) {
@@ -805,7 +833,7 @@ TEST(MatmulKQuants, EveryIsaMatchesScalarBitwise) {
   ThreadPool pool(2);
   uint32_t seed = 500;
   int compared = 0;
-  for (DType dt : {DType::kQ4_K, DType::kQ6_K}) {
+  for (DType dt : {DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
     for (int64_t rows : {1, 3, 5, 9, 13, 67, 131}) {
       for (int64_t cols : {256, 768, 2048}) {
         const auto bytes = random_weight_bytes(dt, rows, cols, seed++);
@@ -836,27 +864,29 @@ TEST(MatmulKQuants, EveryIsaMatchesScalarBitwise) {
 }
 
 // The largest integer partial sums the kernels can meet: every weight code at its maximum (Q4_K
-// 15, Q6_K 63) against activations that all round to the same extreme code (±127), row-major
+// 15, Q5_K 31, Q6_K 63) against activations that all round to the same extreme code (±127), row-major
 // and packed at load, in place and in panels. The kernels' int16 sums (maddubs, then int16 adds
 // on AVX2) sit just under 32767 here; one group more per int16 run overflows and fails this test.
 TEST(MatmulKQuants, ExtremeCodesMatchScalarBitwise) {
   ThreadPool pool(2);
   const int64_t rows = 24, cols = 512;
-  for (DType dt : {DType::kQ4_K, DType::kQ6_K}) {
+  for (DType dt : {DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
     auto bytes = random_weight_bytes(dt, rows, cols, 901);
-    const int64_t stride = row_bytes(dt, cols), bb = dt == DType::kQ4_K ? 144 : 210;
+    const int64_t stride = row_bytes(dt, cols), bb = dtype_info(dt).block_bytes;
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t b = 0; b < cols / 256; ++b) {
         uint8_t* blk = bytes.data() + r * stride + b * bb;
         if (dt == DType::kQ4_K) {
           std::memset(blk + 16, 0xff, 128);
+        } else if (dt == DType::kQ5_K) {
+          std::memset(blk + 16, 0xff, 160);  // qh and the nibbles: code 31
         } else {
           std::memset(blk, 0xff, 192);  // ql and qh: code 63
         }
       }
     Weight w{bytes.data(), dt, rows, cols};
     std::vector<uint8_t> packed(bytes.size());
-    pack_weight(w, packed.data());
+    pack_weight(w, packed.data());  // Q5_K: not packable, its rows stay in place
     for (float v : {1.0f, -1.0f}) {
       for (int64_t n : {int64_t{1}, int64_t{4}, kPanelMinTokens, int64_t{13}, kPackedKPanelMinTokens}) {
         const std::vector<float> x(n * cols, v);
@@ -869,7 +899,7 @@ TEST(MatmulKQuants, ExtremeCodesMatchScalarBitwise) {
         for (Isa isa : {Isa::kAvx2, Isa::kAvx512}) {
           ScopedIsa s(isa);
           if (!s.ok()) continue;
-          const uint8_t* layouts[] = {nullptr, packed.data()};
+          const uint8_t* layouts[] = {nullptr, packable(w) ? packed.data() : nullptr};
           for (const uint8_t* layout : layouts) {
             w.packed = layout;
             std::vector<float> y(n * rows, NAN);
@@ -890,7 +920,7 @@ TEST(MatmulKQuants, BatchAndThreadInvariantBitwise) {
   for (Isa isa : kAllIsas) {
     ScopedIsa s(isa);
     if (!s.ok()) continue;
-    for (DType dt : {DType::kQ4_K, DType::kQ6_K}) {
+    for (DType dt : {DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
       const auto bytes = random_weight_bytes(dt, rows, cols, 77);
       const Weight w{bytes.data(), dt, rows, cols};
       const auto x = random_acts(n, cols, 78);
@@ -913,7 +943,7 @@ TEST(MatmulKQuants, BatchAndThreadInvariantBitwise) {
 TEST(MatmulKQuants, WithinActivationRoundingOfExactReference) {
   ThreadPool pool(2);
   const int64_t rows = 40, cols = 2048, n = 5;
-  for (DType dt : {DType::kQ4_K, DType::kQ6_K}) {
+  for (DType dt : {DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
     const auto bytes = random_weight_bytes(dt, rows, cols, 90);
     const Weight w{bytes.data(), dt, rows, cols};
     const auto x = random_acts(n, cols, 91);
@@ -943,7 +973,8 @@ TEST(MatmulKQuants, WithinActivationRoundingOfExactReference) {
 
 // ---- K-quant encoders (formats/quantize.h) through dequantize_row ----
 
-TEST(QuantizeKQuants, Q4_KRoundTripWithinItsBound) {
+// Q4_K (codes 0..15) and Q5_K (0..31): the same encoder but for the code range.
+void expect_min_k_round_trip(DType dt, int max_code) {
   const int64_t cols = 256 * 8;
   std::mt19937 rng(5);
   std::normal_distribution<float> normal(0.0f, 0.05f);
@@ -953,9 +984,9 @@ TEST(QuantizeKQuants, Q4_KRoundTripWithinItsBound) {
   for (int i = 512; i < 768; ++i) x[i] = -std::fabs(x[i]);         // all negative
   for (int i = 768; i < 1024; ++i) x[i] = 0.0f;                    // all zero
   x[1500] = 1.0f;                                                  // an outlier sub-block
-  std::vector<uint8_t> blocks(row_bytes(DType::kQ4_K, cols));
-  gb::quantize_row_q4_K(x.data(), cols, blocks.data());
-  dequantize_row(Weight{blocks.data(), DType::kQ4_K, 1, cols}, 0, back.data());
+  std::vector<uint8_t> blocks(row_bytes(dt, cols));
+  ASSERT_TRUE(gb::convert_row(x.data(), cols, dt, blocks.data()).is_ok());
+  dequantize_row(Weight{blocks.data(), dt, 1, cols}, 0, back.data());
   double se = 0, steps = 0;
   for (int64_t b = 0; b < cols / 256; ++b) {
     float scale[8], minv[8], max_scale = 0, max_min = 0;
@@ -963,22 +994,26 @@ TEST(QuantizeKQuants, Q4_KRoundTripWithinItsBound) {
       float lo = 0, hi = x[b * 256 + 32 * s];
       for (int i = 0; i < 32; ++i)
         lo = std::min(lo, x[b * 256 + 32 * s + i]), hi = std::max(hi, x[b * 256 + 32 * s + i]);
-      scale[s] = (hi - lo) / 15, minv[s] = -lo;
+      scale[s] = (hi - lo) / max_code, minv[s] = -lo;
       max_scale = std::max(max_scale, scale[s]), max_min = std::max(max_min, minv[s]);
     }
     for (int i = 0; i < 256; ++i) {
       const int64_t k = b * 256 + i;
-      // Half a step, plus the rounding of the 6-bit scale (≤ d/2 per step, 15 steps) and min.
-      const double bound = 0.5 * scale[i / 32] + 8.0 * max_scale / 63 + 0.52 * max_min / 63 + 1e-7;
-      ASSERT_LE(std::fabs(back[k] - x[k]), bound) << "element " << k;
+      // Half a step, plus the rounding of the 6-bit scale (≤ d/2 per step, max_code steps) and min.
+      const double bound = 0.5 * scale[i / 32] + (max_code + 1) / 2.0 * max_scale / 63 + 0.52 * max_min / 63 + 1e-7;
+      ASSERT_LE(std::fabs(back[k] - x[k]), bound) << dtype_name(dt) << " element " << k;
       se += (back[k] - x[k]) * (back[k] - x[k]);
       steps += scale[i / 32] * scale[i / 32];
     }
   }
   EXPECT_EQ(back[800], 0.0f);
   // Rounding to nearest on a uniform grid: RMS error ≈ step/√12 ≈ 0.29 step.
-  EXPECT_LT(std::sqrt(se / steps), 0.4);
+  EXPECT_LT(std::sqrt(se / steps), 0.4) << dtype_name(dt);
 }
+
+TEST(QuantizeKQuants, Q4_KRoundTripWithinItsBound) { expect_min_k_round_trip(DType::kQ4_K, 15); }
+
+TEST(QuantizeKQuants, Q5_KRoundTripWithinItsBound) { expect_min_k_round_trip(DType::kQ5_K, 31); }
 
 TEST(QuantizeKQuants, Q6_KRoundTripWithinItsBound) {
   const int64_t cols = 256 * 8;
@@ -1018,6 +1053,8 @@ TEST(QuantizeKQuants, ConvertRowChecksTheLength) {
   std::vector<float> x(300, 0.5f);
   std::vector<uint8_t> out(row_bytes(DType::kQ4_K, 512));
   EXPECT_FALSE(gb::convert_row(x.data(), 300, DType::kQ4_K, out.data()).is_ok());
+  EXPECT_FALSE(gb::convert_row(x.data(), 300, DType::kQ5_K, out.data()).is_ok());
+  EXPECT_TRUE(gb::convert_row(x.data(), 256, DType::kQ5_K, out.data()).is_ok());
   EXPECT_TRUE(gb::convert_row(x.data(), 256, DType::kQ6_K, out.data()).is_ok());
 }
 
