@@ -60,8 +60,9 @@ std::vector<uint8_t> make_weight(DType dt, int64_t rows, int64_t cols, uint32_t 
       const uint16_t d = gb::f32_to_f16(1e-3f);
       for (int64_t b = 0; b < rows * cols / info.block_elems; ++b) {
         uint8_t* blk = bytes.data() + b * info.block_bytes;
-        if (dt == DType::kQ8_0 || dt == DType::kQ4_0 || dt == DType::kQ4_K) std::memcpy(blk, &d, 2);
-        if (dt == DType::kQ4_K) std::memcpy(blk + 2, &d, 2);
+        if (dt == DType::kQ8_0 || dt == DType::kQ4_0 || dt == DType::kQ4_K || dt == DType::kQ5_K)
+          std::memcpy(blk, &d, 2);
+        if (dt == DType::kQ4_K || dt == DType::kQ5_K) std::memcpy(blk + 2, &d, 2);
         if (dt == DType::kQ6_K) std::memcpy(blk + 208, &d, 2);
       }
     }
@@ -88,7 +89,7 @@ int main(int argc, char** argv) {
   int64_t cold_mib = 64;
   std::vector<int> variants = {0};
   bool read_baseline = false;
-  app.add_option("--dtypes", dtypes, "weight dtypes (f32 f16 bf16 q8_0 q4_0 q4_k q6_k)");
+  app.add_option("--dtypes", dtypes, "weight dtypes (f32 f16 bf16 q8_0 q4_0 q4_k q5_k q6_k)");
   app.add_option("--isa", isas, "ISA levels, interleaved per case (default: the active one)");
   app.add_option("--shapes", shapes, "qkv=1024x1024 up=3072x1024 down=1024x3072 lm_head=151936x1024");
   app.add_option("-n", ns, "token counts");
@@ -101,7 +102,7 @@ int main(int argc, char** argv) {
   app.add_option(
       "--variant", variants,
       "kernel variants (experiments), interleaved like ISAs: bit 0 no prefetch, bit 1 bf16 by "
-      "zero-extension, bit 2 q4_k/q6_k through dequantize + f32 (the old path), bit 3 weights "
+      "zero-extension, bit 2 K-quants through dequantize + f32 (the old path), bit 3 weights "
       "packed as at load (pack_weight), bit 4 packed Q4_0/Q8_0/Q4_K/Q6_K decode in 256-bit vectors on AVX-512, "
       "bit 5 packed Q4_0/Q8_0/Q4_K/Q6_K without the 16-row kernels (8 rows in place, then panels)");
   app.add_flag("--read", read_baseline,
@@ -128,7 +129,8 @@ int main(int argc, char** argv) {
   for (const auto& dname : dtypes) {
     DType dt;
     bool found = false;
-    for (DType c : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ6_K})
+    for (DType c :
+         {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K})
       if (gb::dtype_name(c) == dname) dt = c, found = true;
     if (!found) {
       std::fprintf(stderr, "unknown dtype %s\n", dname.c_str());

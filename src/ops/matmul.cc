@@ -558,7 +558,7 @@ bool packable(const Weight& w) {
   if (is_quantized_q8_path(w.dtype)) return w.cols % kQBlock == 0;
   if (w.dtype == DType::kBF16)
     return w.rows % 16 == 0 && w.cols % 2 == 0 && kernel_set(active_isa()).round_bf16 != nullptr;
-  return (w.dtype == DType::kQ4_K || w.dtype == DType::kQ6_K) && w.cols % kKBlock == 0;  // Q5_K: in place
+  return is_kquant(w.dtype) && w.cols % kKBlock == 0;
 }
 
 void pack_weight(const Weight& w, uint8_t* out) {

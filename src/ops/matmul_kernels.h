@@ -81,6 +81,9 @@ inline constexpr int64_t panel_scratch_bytes(DType d, int64_t cols) {
 //    vector v holds block bytes 2 + 4v .. 5 + 4v (Q8_0: codes 4v..4v+3; Q4_0: nibbles).
 //  - Q4_K: 8 f16 d, 8 f16 dmin, the 12 packed scale bytes as planes (plane p: byte p of rows
 //    0..7), then 32 code vectors (vector v: code bytes 4v..4v+3 of each row).
+//  - Q5_K: Q4_K's layout for d, dmin, scales and the 32 vectors of low nibbles, then 8 vectors of
+//    qh (vector u at 1152: qh bytes 4u..4u+3 of each row, the fifth bits of the codes in the
+//    same lanes of code vectors u, 8 + u, 16 + u, 24 + u).
 //  - Q6_K: 8 f16 d, the 16 int8 sub-block scales as planes (scale s of rows 0..7), 32 vectors of
 //    ql (vector v: ql bytes 4v..4v+3), 16 vectors of qh (qh bytes 4v..4v+3).
 // Q8_0 and Q4_0 offsets are the same formula; only whole groups of 8 rows are packed.
@@ -93,6 +96,10 @@ inline constexpr int64_t packed_offset(DType d, int64_t j, int64_t i) {
              : i < 4  ? 16 + 2 * j + (i - 2)
              : i < 16 ? 32 + 8 * (i - 4) + j
                       : 128 + 32 * ((i - 16) / 4) + 4 * j + (i - 16) % 4;
+    case DType::kQ5_K:
+      return i < 16   ? packed_offset(DType::kQ4_K, j, i)
+             : i < 48 ? 1152 + 32 * ((i - 16) / 4) + 4 * j + (i - 16) % 4
+                      : 128 + 32 * ((i - 48) / 4) + 4 * j + (i - 48) % 4;
     case DType::kQ6_K:
       return i < 128   ? 144 + 32 * (i / 4) + 4 * j + i % 4
              : i < 192 ? 1168 + 32 * ((i - 128) / 4) + 4 * j + (i - 128) % 4
@@ -103,7 +110,8 @@ inline constexpr int64_t packed_offset(DType d, int64_t j, int64_t i) {
 }
 inline constexpr int64_t packed_run(DType d, int64_t i) {
   switch (d) {
-    case DType::kQ4_K: return i < 4 ? 2 : i < 16 ? 1 : 4;
+    case DType::kQ4_K:
+    case DType::kQ5_K: return i < 4 ? 2 : i < 16 ? 1 : 4;
     case DType::kQ6_K: return i < 192 ? 4 : i < 208 ? 1 : 2;
     default: return i < 2 ? 2 : 4;
   }

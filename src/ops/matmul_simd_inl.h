@@ -1300,6 +1300,25 @@ inline void q6k_codes(I l0_, I l1_, I hv_, I* cv) {
   __builtin_memcpy(cv, c, sizeof c);
 }
 
+// Q5_K: the fifth bits of a packed step's codes from its qh vector hv (qh bytes in the code
+// vector's lanes): bit 2c of each byte into the low nibbles' codes cl, bit 2c + 1 into the high
+// ones' ch (the sub-blocks 2c, 2c + 1 of group c). Each byte is masked after its shift, so the
+// shifts' lane width does not matter.
+template <class I>
+inline void k5_high_bits(I hv, int c, I* cl, I* ch) {
+  if constexpr (sizeof(I) == 64) {
+#if defined(__AVX512F__)
+    const __m512i one = _mm512_set1_epi8(1);
+    *cl = _mm512_or_si512(*cl, _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(hv, 2 * c), one), 4));
+    *ch = _mm512_or_si512(*ch, _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(hv, 2 * c + 1), one), 4));
+#endif
+  } else {
+    const __m256i one = _mm256_set1_epi8(1);
+    *cl = _mm256_or_si256(*cl, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hv, 2 * c), one), 4));
+    *ch = _mm256_or_si256(*ch, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hv, 2 * c + 1), one), 4));
+  }
+}
+
 template <DType D, int T, bool Z = false>
 inline void rows8_packed_k(const KernelArgs& a, int64_t t0, int64_t r0) {
   constexpr int64_t kGB = 8 * k_block_bytes(D);
@@ -1322,13 +1341,15 @@ inline void rows8_packed_k(const KernelArgs& a, int64_t t0, int64_t r0) {
     __m256i isum[T];
 #pragma GCC unroll 8
     for (int t = 0; t < T; ++t) isum[t] = _mm256_setzero_si256();
-    if constexpr (D == DType::kQ4_K) {
+    if constexpr (kquant_has_mins(D)) {
       // The 6-bit scales and mins of the 8 rows (ggml's get_scale_min_k4 on byte planes):
       // sc[s][j] at scb[8s + j], min at mnb[8s + j].
       alignas(32) uint8_t scb[64], mnb[64];
       q4k_scales_mins8(blk, scb, mnb);
 #pragma GCC unroll 8
       for (int c = 0; c < 4; ++c) {  // 64 elements: sub-blocks 2c (low nibbles) and 2c + 1
+        const __m256i s0 = kscale_operand(scales8_u8(scb + 16 * c));
+        const __m256i s1 = kscale_operand(scales8_u8(scb + 16 * c + 8));
         __m256i lo[T], hi[T];
         if constexpr (Z) {
 #if defined(__AVX512F__)
@@ -1341,7 +1362,8 @@ inline void rows8_packed_k(const KernelArgs& a, int64_t t0, int64_t r0) {
 #pragma GCC unroll 8
           for (int p = 0; p < 4; ++p) {  // groups 2p and 2p + 1
             const __m512i raw = _mm512_loadu_si512(blk + 128 + 32 * (8 * c + 2 * p));
-            const __m512i cl = _mm512_and_si512(raw, z4), ch = _mm512_and_si512(_mm512_srli_epi16(raw, 4), z4);
+            __m512i cl = _mm512_and_si512(raw, z4), ch = _mm512_and_si512(_mm512_srli_epi16(raw, 4), z4);
+            if constexpr (D == DType::kQ5_K) k5_high_bits(_mm512_loadu_si512(blk + 1152 + 64 * p), c, &cl, &ch);
 #pragma GCC unroll 8
             for (int t = 0; t < T; ++t) {
               zlo[t] = _mm512_dpbusd_epi32(zlo[t], cl, _mm512_permutexvar_epi32(idx[p], xv[t]));
@@ -1349,28 +1371,35 @@ inline void rows8_packed_k(const KernelArgs& a, int64_t t0, int64_t r0) {
             }
           }
 #pragma GCC unroll 8
-          for (int t = 0; t < T; ++t) lo[t] = kzmm_fold(zlo[t]), hi[t] = kzmm_fold(zhi[t]);
+          for (int t = 0; t < T; ++t) {
+            lo[t] = kzmm_fold(zlo[t]), hi[t] = kzmm_fold(zhi[t]);
+            isum[t] = kscale(kscale(isum[t], lo[t], s0), hi[t], s1);
+          }
 #endif
         } else {
+          // AVX2's int16 runs: Q4_K all 8 groups at once, Q5_K two runs of 4 (kRunGroups).
+          constexpr int kRun = kRunGroups<D> < 8 ? kRunGroups<D> : 8;
 #pragma GCC unroll 8
-          for (int t = 0; t < T; ++t) lo[t] = hi[t] = _mm256_setzero_si256();
+          for (int q0 = 0; q0 < 8; q0 += kRun) {
 #pragma GCC unroll 8
-          for (int q = 0; q < 8; ++q) {
-            const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 128 + 32 * (8 * c + q)));
-            const __m256i cl = _mm256_and_si256(raw, m4), ch = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+            for (int t = 0; t < T; ++t) lo[t] = hi[t] = _mm256_setzero_si256();
 #pragma GCC unroll 8
-            for (int t = 0; t < T; ++t) {
-              const int8_t* xq = a.kq + (t0 + t) * cols + b * kKBlock + 64 * c + 4 * q;
-              lo[t] = kdot(lo[t], cl, bcast4(xq));
-              hi[t] = kdot(hi[t], ch, bcast4(xq + 32));
+            for (int q = q0; q < q0 + kRun; ++q) {
+              const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 128 + 32 * (8 * c + q)));
+              __m256i cl = _mm256_and_si256(raw, m4), ch = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+              if constexpr (D == DType::kQ5_K)
+                k5_high_bits(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 1152 + 32 * q)), c, &cl, &ch);
+#pragma GCC unroll 8
+              for (int t = 0; t < T; ++t) {
+                const int8_t* xq = a.kq + (t0 + t) * cols + b * kKBlock + 64 * c + 4 * q;
+                lo[t] = kdot(lo[t], cl, bcast4(xq));
+                hi[t] = kdot(hi[t], ch, bcast4(xq + 32));
+              }
             }
+#pragma GCC unroll 8
+            for (int t = 0; t < T; ++t) isum[t] = kscale(kscale(isum[t], lo[t], s0), hi[t], s1);
           }
         }
-        static_assert(kRunGroups<D> >= 8);
-        const __m256i s0 = kscale_operand(scales8_u8(scb + 16 * c));
-        const __m256i s1 = kscale_operand(scales8_u8(scb + 16 * c + 8));
-#pragma GCC unroll 8
-        for (int t = 0; t < T; ++t) isum[t] = kscale(kscale(isum[t], lo[t], s0), hi[t], s1);
       }
       const __m256 dm = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 16)));
       // The mins term Σ_s min_s·bsum32_s as int16 pair products (mins ≤ 63, |bsum32| ≤ 32·127).
@@ -1512,7 +1541,7 @@ inline void rows16_packed_k_zmm(const KernelArgs& a, int64_t t0, int64_t r0) {
     const __m512 dw = _mm512_cvtph_ps(join128(ba, bb));
     __m512i isum[T];
     for (int t = 0; t < T; ++t) isum[t] = _mm512_setzero_si512();
-    if constexpr (D == DType::kQ4_K) {
+    if constexpr (kquant_has_mins(D)) {
       // Each group's 6-bit scales and mins as in rows8_packed_k: sc[s][j] at scb[g][8s + j].
       alignas(32) uint8_t scb[2][64], mnb[2][64];
       q4k_scales_mins8(ba, scb[0], mnb[0]);
@@ -1522,7 +1551,8 @@ inline void rows16_packed_k_zmm(const KernelArgs& a, int64_t t0, int64_t r0) {
         for (int t = 0; t < T; ++t) lo[t] = hi[t] = _mm512_setzero_si512();
         for (int q = 0; q < 8; ++q) {
           const __m512i raw = join256(ba + 128 + 32 * (8 * c + q), bb + 128 + 32 * (8 * c + q));
-          const __m512i cl = _mm512_and_si512(raw, z4), ch = _mm512_and_si512(_mm512_srli_epi16(raw, 4), z4);
+          __m512i cl = _mm512_and_si512(raw, z4), ch = _mm512_and_si512(_mm512_srli_epi16(raw, 4), z4);
+          if constexpr (D == DType::kQ5_K) k5_high_bits(join256(ba + 1152 + 32 * q, bb + 1152 + 32 * q), c, &cl, &ch);
           for (int t = 0; t < T; ++t) {
             const int8_t* xq = a.kq + (t0 + t) * cols + b * kKBlock + 64 * c + 4 * q;
             lo[t] = _mm512_dpbusd_epi32(lo[t], cl, set1_x4(xq));
@@ -1604,7 +1634,7 @@ inline void rows16_packed_k_zmm(const KernelArgs& a, int64_t t0, int64_t r0) {
 // and tile spill registers) and behind the 8-row kernel at 1–2 tokens.
 template <DType D>
 inline bool rows16_k_takes(int64_t n) {
-  return n >= 4 && (D == DType::kQ4_K || n < 128);
+  return n >= 4 && (kquant_has_mins(D) || n < 128);
 }
 
 template <DType D>
@@ -1627,28 +1657,24 @@ inline void rows_k_packed(const KernelArgs& a, int64_t r0, int64_t r1, uint8_t* 
 
 template <DType D>
 inline void rows_kquant(const KernelArgs& a, int64_t r0, int64_t r1, uint8_t* scratch) {
-  constexpr bool kPacks = D != DType::kQ5_K;  // pack_weight has no Q5_K layout: its rows stay in place
 #if defined(__AVX512F__)
-  if constexpr (kPacks)
-    if (a.packed && !(g_kernel_variant & (16 | 32)) && rows16_k_takes<D>(a.n)) return rows16_k<D>(a, r0, r1);
+  if (a.packed && !(g_kernel_variant & (16 | 32)) && rows16_k_takes<D>(a.n)) return rows16_k<D>(a, r0, r1);
 #endif
-  if (scratch != nullptr && a.n >= (a.packed ? kPackedKPanelMinTokens : kPanelMinTokens))
-    return rows_k_packed<D>(a, r0, r1, scratch);
-  if constexpr (kPacks) {
-    if (a.packed) {  // r0, r1 and the matrix's rows are multiples of 8
-      for (int64_t rb = r0; rb < r1; rb += 8)
-        token_tiles(0, a.n, [&]<int T>(TokTile<T>, int64_t t) {
+  if (scratch != nullptr && a.n >= (a.packed ? kPackedKPanelMinTokens : kPanelMinTokens)) {
+    rows_k_packed<D>(a, r0, r1, scratch);
+  } else if (a.packed) {  // r0, r1 and the matrix's rows are multiples of 8
+    for (int64_t rb = r0; rb < r1; rb += 8)
+      token_tiles(0, a.n, [&]<int T>(TokTile<T>, int64_t t) {
 #if defined(__AVX512F__)
-          // Up to 2 tokens: with 4, the 512-bit tiles' accumulators would not fit the registers.
-          if constexpr (T <= 2)
-            if (!(g_kernel_variant & 16)) return rows8_packed_k<D, T, true>(a, t, rb);
+        // Up to 2 tokens: with 4, the 512-bit tiles' accumulators would not fit the registers.
+        if constexpr (T <= 2)
+          if (!(g_kernel_variant & 16)) return rows8_packed_k<D, T, true>(a, t, rb);
 #endif
-          rows8_packed_k<D, T>(a, t, rb);
-        });
-      return;
-    }
+        rows8_packed_k<D, T>(a, t, rb);
+      });
+  } else {
+    rows_k_small<D>(a, r0, r1);
   }
-  rows_k_small<D>(a, r0, r1);
 }
 
 inline void rows_any(const KernelArgs& a, int64_t r0, int64_t r1, uint8_t* scratch) {

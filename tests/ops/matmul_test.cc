@@ -253,9 +253,9 @@ TEST(PackedWeights, EveryIsaMatchesRowMajorScalarBitwise) {
   ThreadPool pool1(1), pool2(2);
   uint32_t seed = 900;
   int compared = 0;
-  for (DType dt : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ6_K}) {
+  for (DType dt : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
     for (int64_t rows : {8, 24, 136}) {
-      const bool kq = dt == DType::kQ4_K || dt == DType::kQ6_K;
+      const bool kq = kquant(dt);
       for (int64_t cols : kq ? std::vector<int64_t>{256, 768, 2048} : std::vector<int64_t>{32, 96, 1024}) {
         const auto bytes = random_weight_bytes(dt, rows, cols, seed++);
         Weight w{bytes.data(), dt, rows, cols};
@@ -886,7 +886,7 @@ TEST(MatmulKQuants, ExtremeCodesMatchScalarBitwise) {
       }
     Weight w{bytes.data(), dt, rows, cols};
     std::vector<uint8_t> packed(bytes.size());
-    pack_weight(w, packed.data());  // Q5_K: not packable, its rows stay in place
+    pack_weight(w, packed.data());
     for (float v : {1.0f, -1.0f}) {
       for (int64_t n : {int64_t{1}, int64_t{4}, kPanelMinTokens, int64_t{13}, kPackedKPanelMinTokens}) {
         const std::vector<float> x(n * cols, v);
@@ -899,7 +899,7 @@ TEST(MatmulKQuants, ExtremeCodesMatchScalarBitwise) {
         for (Isa isa : {Isa::kAvx2, Isa::kAvx512}) {
           ScopedIsa s(isa);
           if (!s.ok()) continue;
-          const uint8_t* layouts[] = {nullptr, packable(w) ? packed.data() : nullptr};
+          const uint8_t* layouts[] = {nullptr, packed.data()};
           for (const uint8_t* layout : layouts) {
             w.packed = layout;
             std::vector<float> y(n * rows, NAN);
