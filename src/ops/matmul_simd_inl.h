@@ -1300,22 +1300,38 @@ inline void q6k_codes(I l0_, I l1_, I hv_, I* cv) {
   __builtin_memcpy(cv, c, sizeof c);
 }
 
-// Q5_K: the fifth bits of a packed step's codes from its qh vector hv (qh bytes in the code
-// vector's lanes): bit 2c of each byte into the low nibbles' codes cl, bit 2c + 1 into the high
-// ones' ch (the sub-blocks 2c, 2c + 1 of group c). Each byte is masked after its shift, so the
-// shifts' lane width does not matter.
-template <class I>
-inline void k5_high_bits(I hv, int c, I* cl, I* ch) {
+// A packed step's codes, low nibbles to cl (sub-block 2c of group c) and high nibbles to ch
+// (sub-block 2c + 1), from its code vector raw; Q5_K also their fifth bits from its qh vector hv
+// (qh bytes in the same lanes): bit 2c of each byte into cl, bit 2c + 1 into ch. (256 bits:
+// shifts of 16-bit lanes by at most 4 keep bit 4 of each byte from that same byte, and every
+// byte is masked after.)
+template <DType D, class I>
+inline void k_packed_codes(I raw, I hv, int c, I* cl, I* ch) {
   if constexpr (sizeof(I) == 64) {
 #if defined(__AVX512F__)
-    const __m512i one = _mm512_set1_epi8(1);
-    *cl = _mm512_or_si512(*cl, _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(hv, 2 * c), one), 4));
-    *ch = _mm512_or_si512(*ch, _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(hv, 2 * c + 1), one), 4));
+    const __m512i m0f = _mm512_set1_epi8(0x0f);
+    *cl = _mm512_and_si512(raw, m0f);
+    *ch = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m0f);
+    if constexpr (D == DType::kQ5_K) {  // + 16 in the bytes whose bit is set (no shift by c)
+      const __m512i m10 = _mm512_set1_epi8(0x10);
+      *cl = _mm512_mask_add_epi8(*cl, _mm512_test_epi8_mask(hv, _mm512_set1_epi8(static_cast<char>(1 << 2 * c))), *cl,
+                                 m10);
+      *ch = _mm512_mask_add_epi8(*ch, _mm512_test_epi8_mask(hv, _mm512_set1_epi8(static_cast<char>(2 << 2 * c))), *ch,
+                                 m10);
+    }
 #endif
   } else {
-    const __m256i one = _mm256_set1_epi8(1);
-    *cl = _mm256_or_si256(*cl, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hv, 2 * c), one), 4));
-    *ch = _mm256_or_si256(*ch, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hv, 2 * c + 1), one), 4));
+    const __m256i m0f = _mm256_set1_epi8(0x0f);
+    *cl = _mm256_and_si256(raw, m0f);
+    *ch = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m0f);
+    if constexpr (D == DType::kQ5_K) {
+      const int up_lo = 4 - 2 * c, up_hi = 3 - 2 * c;  // left shifts that bring bits 2c, 2c + 1 to 4
+      const __m256i m10 = _mm256_set1_epi8(0x10);
+      const __m256i hl = up_lo >= 0 ? _mm256_slli_epi16(hv, up_lo) : _mm256_srli_epi16(hv, -up_lo);
+      const __m256i hh = up_hi >= 0 ? _mm256_slli_epi16(hv, up_hi) : _mm256_srli_epi16(hv, -up_hi);
+      *cl = _mm256_or_si256(*cl, _mm256_and_si256(hl, m10));
+      *ch = _mm256_or_si256(*ch, _mm256_and_si256(hh, m10));
+    }
   }
 }
 
@@ -1325,11 +1341,9 @@ inline void rows8_packed_k(const KernelArgs& a, int64_t t0, int64_t r0) {
   const int64_t cols = a.cols, nb = cols / kKBlock;
   const uint8_t* w = a.w + r0 * a.w_stride;
   const NextRowsPrefetch pf(a, r0, 8, nb);
-  const __m256i m4 = _mm256_set1_epi8(0x0f);
 #if defined(__AVX512F__)
   __m512i idx[8];
   if constexpr (Z) kzmm_pair_index(idx);
-  const __m512i z4 = _mm512_set1_epi8(0x0f);
 #endif
   __m256 acc[T];
 #pragma GCC unroll 8
@@ -1361,9 +1375,9 @@ inline void rows8_packed_k(const KernelArgs& a, int64_t t0, int64_t r0) {
           }
 #pragma GCC unroll 8
           for (int p = 0; p < 4; ++p) {  // groups 2p and 2p + 1
-            const __m512i raw = _mm512_loadu_si512(blk + 128 + 32 * (8 * c + 2 * p));
-            __m512i cl = _mm512_and_si512(raw, z4), ch = _mm512_and_si512(_mm512_srli_epi16(raw, 4), z4);
-            if constexpr (D == DType::kQ5_K) k5_high_bits(_mm512_loadu_si512(blk + 1152 + 64 * p), c, &cl, &ch);
+            __m512i cl, ch;
+            k_packed_codes<D>(_mm512_loadu_si512(blk + 128 + 32 * (8 * c + 2 * p)),
+                              D == DType::kQ5_K ? _mm512_loadu_si512(blk + 1152 + 64 * p) : __m512i{}, c, &cl, &ch);
 #pragma GCC unroll 8
             for (int t = 0; t < T; ++t) {
               zlo[t] = _mm512_dpbusd_epi32(zlo[t], cl, _mm512_permutexvar_epi32(idx[p], xv[t]));
@@ -1385,10 +1399,12 @@ inline void rows8_packed_k(const KernelArgs& a, int64_t t0, int64_t r0) {
             for (int t = 0; t < T; ++t) lo[t] = hi[t] = _mm256_setzero_si256();
 #pragma GCC unroll 8
             for (int q = q0; q < q0 + kRun; ++q) {
-              const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 128 + 32 * (8 * c + q)));
-              __m256i cl = _mm256_and_si256(raw, m4), ch = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
-              if constexpr (D == DType::kQ5_K)
-                k5_high_bits(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 1152 + 32 * q)), c, &cl, &ch);
+              __m256i cl, ch;
+              k_packed_codes<D>(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 128 + 32 * (8 * c + q))),
+                                D == DType::kQ5_K
+                                    ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 1152 + 32 * q))
+                                    : __m256i{},
+                                c, &cl, &ch);
 #pragma GCC unroll 8
               for (int t = 0; t < T; ++t) {
                 const int8_t* xq = a.kq + (t0 + t) * cols + b * kKBlock + 64 * c + 4 * q;
@@ -1531,7 +1547,6 @@ inline void rows16_packed_k_zmm(const KernelArgs& a, int64_t t0, int64_t r0) {
   const uint8_t* wa = a.w + r0 * a.w_stride;
   const uint8_t* wb = wa + 8 * a.w_stride;
   const NextRowsPrefetch pf(a, t0 == 0 ? r0 : a.rows, 16, nb);  // past the last row: none
-  const __m512i z4 = _mm512_set1_epi8(0x0f);
   __m512 acc[T];
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
@@ -1550,9 +1565,10 @@ inline void rows16_packed_k_zmm(const KernelArgs& a, int64_t t0, int64_t r0) {
         __m512i lo[T], hi[T];
         for (int t = 0; t < T; ++t) lo[t] = hi[t] = _mm512_setzero_si512();
         for (int q = 0; q < 8; ++q) {
-          const __m512i raw = join256(ba + 128 + 32 * (8 * c + q), bb + 128 + 32 * (8 * c + q));
-          __m512i cl = _mm512_and_si512(raw, z4), ch = _mm512_and_si512(_mm512_srli_epi16(raw, 4), z4);
-          if constexpr (D == DType::kQ5_K) k5_high_bits(join256(ba + 1152 + 32 * q, bb + 1152 + 32 * q), c, &cl, &ch);
+          __m512i cl, ch;
+          k_packed_codes<D>(join256(ba + 128 + 32 * (8 * c + q), bb + 128 + 32 * (8 * c + q)),
+                            D == DType::kQ5_K ? join256(ba + 1152 + 32 * q, bb + 1152 + 32 * q) : __m512i{}, c, &cl,
+                            &ch);
           for (int t = 0; t < T; ++t) {
             const int8_t* xq = a.kq + (t0 + t) * cols + b * kKBlock + 64 * c + 4 * q;
             lo[t] = _mm512_dpbusd_epi32(lo[t], cl, set1_x4(xq));
