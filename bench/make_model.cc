@@ -232,8 +232,8 @@ int main(int argc, char** argv) {
   app.add_option("--shape", shape, "qwen3-0.6b (default) or qwen3.5-0.8b; --layers/--hidden/--ffn override");
 
   app.add_option("--types", types,
-                 "GGUF types to write (comma-separated: bf16, q8_0, q4_0, f32, q4_k, q5_k, q6_k, q4_k_m / "
-                 "q5_k_m = llama.cpp's Q4_K_M / Q5_K_M mixes)");
+                 "GGUF types to write (comma-separated: bf16, q8_0, q4_0, q5_0, f32, q4_k, q5_k, q6_k, q4_k_m "
+                 "/ q5_k_m = llama.cpp's Q4_K_M / Q5_K_M mixes)");
   app.add_option("--layers", s.layers, "number of layers");
   app.add_option("--hidden", s.hidden, "hidden size");
   app.add_option("--ffn", s.ffn, "intermediate size");
@@ -353,6 +353,7 @@ int main(int argc, char** argv) {
     if (type == "bf16") dt = gb::DType::kBF16;
     else if (type == "q8_0") dt = gb::DType::kQ8_0;
     else if (type == "q4_0") dt = gb::DType::kQ4_0;
+    else if (type == "q5_0") dt = gb::DType::kQ5_0;
     else if (type == "f32") dt = gb::DType::kF32;
     else if (type == "q4_k" || q4_k_m) dt = gb::DType::kQ4_K;
     else if (type == "q5_k" || q5_k_m) dt = gb::DType::kQ5_K;
@@ -366,6 +367,7 @@ int main(int argc, char** argv) {
     const uint32_t file_type = dt == gb::DType::kBF16   ? 32
                                : dt == gb::DType::kQ8_0 ? 7
                                : dt == gb::DType::kQ4_0 ? 2
+                               : dt == gb::DType::kQ5_0 ? 8
                                : dt == gb::DType::kQ4_K ? 15
                                : dt == gb::DType::kQ5_K ? 17
                                : dt == gb::DType::kQ6_K ? 18
@@ -424,9 +426,10 @@ int main(int argc, char** argv) {
         if (t.gguf_name.find("ffn_down") != std::string::npos && use_more_bits(i_ffn_down++, n_ffn_down))
           tdt = gb::DType::kQ6_K;
       }
-      // Super-blocks need rows of 256k elements; llama.cpp falls back to another type too.
+      // Super-blocks need rows of 256k elements; llama.cpp then falls back as here: Q4_K to
+      // Q5_0, Q6_K to Q8_0 (and Q5_K to Q5_1, which Glassbox does not read: Q8_0 here).
       if (gb::dtype_info(tdt).block_elems == 256 && cols % 256 != 0) {
-        tdt = gb::DType::kQ8_0;
+        tdt = tdt == gb::DType::kQ4_K ? gb::DType::kQ5_0 : gb::DType::kQ8_0;
         ++n_k_fallback;
       }
       const int64_t rb = gb::row_bytes(tdt, cols);
@@ -449,7 +452,7 @@ int main(int argc, char** argv) {
     }
     std::printf("wrote %s\n", path.c_str());
     if (n_k_fallback > 0)
-      std::printf("  %lld tensors with rows not a multiple of 256 written as q8_0\n",
+      std::printf("  %lld tensors with rows not a multiple of 256 written as q5_0 / q8_0\n",
                   static_cast<long long>(n_k_fallback));
   }
   return 0;

@@ -46,6 +46,32 @@ void quantize_row_q4_0(const float* x, int64_t n, uint8_t* out) {
   }
 }
 
+void quantize_row_q5_0(const float* x, int64_t n, uint8_t* out) {
+  for (int64_t b = 0; b < n / 32; ++b) {
+    const float* xb = x + b * 32;
+    float amax = 0.0f, max = 0.0f;  // max keeps the sign of the largest-magnitude value
+    for (int i = 0; i < 32; ++i) {
+      if (std::fabs(xb[i]) > amax) {
+        amax = std::fabs(xb[i]);
+        max = xb[i];
+      }
+    }
+    const float d = max / -16.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    const uint16_t d16 = f32_to_f16(d);
+    uint8_t* blk = out + b * 22;
+    std::memcpy(blk, &d16, 2);
+    uint32_t qh = 0;
+    for (int i = 0; i < 16; ++i) {
+      const int q0 = std::min(31, static_cast<int>(static_cast<int8_t>(xb[i] * id + 16.5f)));
+      const int q1 = std::min(31, static_cast<int>(static_cast<int8_t>(xb[i + 16] * id + 16.5f)));
+      blk[6 + i] = static_cast<uint8_t>((q0 & 0xf) | (q1 & 0xf) << 4);
+      qh |= static_cast<uint32_t>(q0 >> 4) << i | static_cast<uint32_t>(q1 >> 4) << (i + 16);
+    }
+    std::memcpy(blk + 2, &qh, 4);
+  }
+}
+
 namespace {
 
 int nearest(float v) { return static_cast<int>(std::nearbyint(v)); }
@@ -186,8 +212,11 @@ Status convert_row(const float* x, int64_t n, DType dtype, uint8_t* out) {
       return Status::ok();
     case DType::kQ8_0:
     case DType::kQ4_0:
+    case DType::kQ5_0:
       if (n % 32 != 0) return Status::error("row length " + std::to_string(n) + " is not a multiple of 32");
-      (dtype == DType::kQ8_0 ? quantize_row_q8_0 : quantize_row_q4_0)(x, n, out);
+      (dtype == DType::kQ8_0   ? quantize_row_q8_0
+       : dtype == DType::kQ4_0 ? quantize_row_q4_0
+                               : quantize_row_q5_0)(x, n, out);
       return Status::ok();
     case DType::kQ4_K:
     case DType::kQ5_K:

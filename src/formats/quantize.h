@@ -15,6 +15,10 @@ namespace gb {
 void quantize_row_q8_0(const float* x, int64_t n, uint8_t* out);
 // x [n] f32 -> n/32 blocks of Q4_0 (18 bytes each); n must be a multiple of 32.
 void quantize_row_q4_0(const float* x, int64_t n, uint8_t* out);
+// x [n] f32 -> n/32 blocks of Q5_0 (22 bytes: f16 d, the 32 codes' fifth bits as a little-endian
+// uint32, Q4_0's nibbles); n must be a multiple of 32. As ggml's reference: d = max/-16 (max =
+// the value of largest magnitude), code = min(31, int8(x/d + 16.5)).
+void quantize_row_q5_0(const float* x, int64_t n, uint8_t* out);
 
 // x [n] f32 -> n/256 GGML block_q4_K super-blocks (144 bytes each); n % 256 == 0. A simple
 // encoder, not llama-quantize's (no iterative make_qkx2_quants search, so not bit-exact with it
@@ -32,8 +36,8 @@ void quantize_row_q5_K(const float* x, int64_t n, uint8_t* out);
 // (at most 127) with d = fp16 of their step, codes = clamp(round(x/(d·sc)), -32, 31) + 32.
 void quantize_row_q6_K(const float* x, int64_t n, uint8_t* out);
 
-// Converts one f32 row to dtype (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K); out
-// holds row_bytes(dtype, n).
+// Converts one f32 row to dtype (F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q4_K, Q5_K, Q6_K);
+// out holds row_bytes(dtype, n).
 Status convert_row(const float* x, int64_t n, DType dtype, uint8_t* out);
 
 }  // namespace gb

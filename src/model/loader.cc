@@ -69,10 +69,11 @@ class Binder {
   Result<ops::Weight> matrix(const std::string& name, int64_t rows, int64_t cols) {
     GB_ASSIGN_OR_RETURN(const TensorView* t, get(name, {rows, cols}));
     const bool plain = t->dtype == DType::kF32 || t->dtype == DType::kF16 || t->dtype == DType::kBF16;
-    if (!ops::matmul_supported(t->dtype) || (!plain && !ts_.quantized_ok)) {
+    // Q5_0 is widened to Q8_0 after binding (convert_matrices_to_q8).
+    if (!(ops::matmul_supported(t->dtype) || t->dtype == DType::kQ5_0) || (!plain && !ts_.quantized_ok)) {
       return Status::error(ts_.where + ": tensor '" + name + "' has dtype " + std::string(dtype_name(t->dtype)) +
                            ", which is not supported for weight matrices (f32, f16, bf16" +
-                           (ts_.quantized_ok ? ", q8_0, q4_0, q4_k, q6_k)" : ")"));
+                           (ts_.quantized_ok ? ", q8_0, q4_0, q5_0, q4_k, q5_k, q6_k)" : ")"));
     }
     return ops::Weight{t->data, t->dtype, rows, cols};
   }
@@ -366,14 +367,14 @@ Result<bool> is_gguf_file(const std::string& path) {
   return n == 4 && std::memcmp(magic, "GGUF", 4) == 0;
 }
 
-// Load-time conversion of every f32/f16/bf16 matrix (embedding included, as llama-quantize does)
-// to Q8_0: half the bytes of bf16 per decode step. Matrices whose rows are not whole Q8_0 blocks
-// stay as they are.
-Status convert_matrices_to_q8(const ModelConfig& c, ModelWeights* w, std::vector<ops::OwnedWeight>* store) {
+// Load-time conversion to Q8_0 of every Q5_0 matrix (exact: llama.cpp's Q4_K_M files hold Q5_0
+// where rows are not whole super-blocks) and, with `plain`, of every f32/f16/bf16 matrix
+// (embedding included, as llama-quantize does): half the bytes of bf16 per decode step. Plain
+// matrices whose rows are not whole Q8_0 blocks stay as they are.
+Status convert_matrices_to_q8(const ModelConfig& c, bool plain, ModelWeights* w, std::vector<ops::OwnedWeight>* store) {
   auto convert = [&](ops::Weight* m) -> Status {
-    if ((m->dtype != DType::kF32 && m->dtype != DType::kF16 && m->dtype != DType::kBF16) || m->cols % 32 != 0) {
-      return Status::ok();
-    }
+    const bool is_plain = m->dtype == DType::kF32 || m->dtype == DType::kF16 || m->dtype == DType::kBF16;
+    if (!(m->dtype == DType::kQ5_0 || (plain && is_plain)) || m->cols % 32 != 0) return Status::ok();
     GB_ASSIGN_OR_RETURN(ops::OwnedWeight o, ops::convert_to_q8(*m));
     store->push_back(std::move(o));
     *m = store->back().weight;  // points into bytes, which moving the vector keeps in place
@@ -481,7 +482,7 @@ Result<std::unique_ptr<Model>> load_model(const std::string& path, const LoadOpt
     GB_RETURN_IF_ERROR(bind_weights(loaded.config, loaded.tensors, loaded.gguf, &weights, &store));
   }
   std::vector<ops::OwnedWeight> converted;
-  if (options.convert_to_q8) GB_RETURN_IF_ERROR(convert_matrices_to_q8(loaded.config, &weights, &converted));
+  GB_RETURN_IF_ERROR(convert_matrices_to_q8(loaded.config, options.convert_to_q8, &weights, &converted));
   std::unique_ptr<HugePages> packed = options.pack_weights ? pack_matrices(&weights, loaded.files) : nullptr;
   std::unique_ptr<Model> m(new Model(std::move(loaded.config), options));
   m->weights_ = std::move(weights);

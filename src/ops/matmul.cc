@@ -109,6 +109,13 @@ void dequantize_q6_k(const uint8_t* blk, float* out) {
   }
 }
 
+// Element i (0..31) of a Q5_0 block as its unsigned 5-bit code: Q4_0's nibble (at byte 6) and bit
+// i of the little-endian qh at byte 2.
+int q5_0_code(const uint8_t* blk, uint32_t qh, int i) {
+  const uint8_t byte = blk[6 + i % 16];
+  return (i < 16 ? byte & 0x0f : byte >> 4) | static_cast<int>((qh >> i) & 1) << 4;
+}
+
 bool is_quantized_q8_path(DType t) { return t == DType::kQ8_0 || t == DType::kQ4_0; }
 bool is_kernel_dtype(DType t) {
   return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16 || is_quantized_q8_path(t);
@@ -421,6 +428,18 @@ void dequantize_row(const Weight& w, int64_t r, float* out) {
         }
       }
       return;
+    case DType::kQ5_0:
+      for (int64_t b = 0; b < w.cols / 32; ++b) {
+        const uint8_t* blk = row + b * 22;
+        const float d = load_f16(blk);
+        uint32_t qh;
+        std::memcpy(&qh, blk + 2, 4);
+        for (int i = 0; i < 16; ++i) {
+          out[b * 32 + i] = d * static_cast<float>(q5_0_code(blk, qh, i) - 16);
+          out[b * 32 + i + 16] = d * static_cast<float>(q5_0_code(blk, qh, i + 16) - 16);
+        }
+      }
+      return;
     case DType::kQ4_K:
     case DType::kQ5_K:
     case DType::kQ6_K:
@@ -534,9 +553,9 @@ void quantize_activations_q8k(const float* x, int64_t cols, float* d, int8_t* q,
 }
 
 Result<OwnedWeight> convert_to_q8(const Weight& w) {
-  if (w.dtype != DType::kF32 && w.dtype != DType::kF16 && w.dtype != DType::kBF16) {
+  if (w.dtype != DType::kF32 && w.dtype != DType::kF16 && w.dtype != DType::kBF16 && w.dtype != DType::kQ5_0) {
     return Status::error("convert_to_q8: weight dtype " + std::string(dtype_name(w.dtype)) +
-                         " cannot be converted (only f32, f16, bf16)");
+                         " cannot be converted (only f32, f16, bf16, q5_0)");
   }
   if (w.cols % 32 != 0) {
     return Status::error("convert_to_q8: row length " + std::to_string(w.cols) + " is not a multiple of 32");
@@ -544,6 +563,18 @@ Result<OwnedWeight> convert_to_q8(const Weight& w) {
   OwnedWeight o;
   const int64_t stride = row_bytes(DType::kQ8_0, w.cols);
   o.bytes.resize(static_cast<size_t>(stride * w.rows));
+  if (w.dtype == DType::kQ5_0) {  // exact: the same f16 d, codes q - 16 in [-16, 15]
+    const uint8_t* src = w.data;
+    uint8_t* dst = o.bytes.data();
+    for (int64_t b = 0; b < w.rows * (w.cols / 32); ++b, src += 22, dst += 34) {
+      std::memcpy(dst, src, 2);
+      uint32_t qh;
+      std::memcpy(&qh, src + 2, 4);
+      for (int i = 0; i < 32; ++i) dst[2 + i] = static_cast<uint8_t>(static_cast<int8_t>(q5_0_code(src, qh, i) - 16));
+    }
+    o.weight = Weight{o.bytes.data(), DType::kQ8_0, w.rows, w.cols};
+    return o;
+  }
   std::vector<float> row(w.cols);
   for (int64_t r = 0; r < w.rows; ++r) {
     dequantize_row(w, r, row.data());

@@ -343,17 +343,17 @@ TEST(BadGguf, UnknownAndUnsupportedDtypes) {
                                    }
                                  }),
                     {"blk.2.ffn_gate.weight", "dtype i32"});
-  // A GGML type id Glassbox does not know (6 = Q5_0), patched into the tensor info.
+  // A GGML type id Glassbox does not know (16 = IQ2_XXS), patched into the tensor info.
   const std::string path = rewrite_gguf(kLlamaGguf, [](GgufFile&) {});
   std::string b = slurp(path);
   const std::string name = "blk.0.ffn_down.weight";
   const size_t at = b.find(name);
   ASSERT_NE(at, std::string::npos);
   const size_t type_at = at + name.size() + 4 + 2 * 8;  // after n_dims (u32) and two u64 dims
-  const uint32_t q5_0 = 6;
-  std::memcpy(b.data() + type_at, &q5_0, 4);
+  const uint32_t iq2_xxs = 16;
+  std::memcpy(b.data() + type_at, &iq2_xxs, 4);
   spit(path, b);
-  expect_load_error(path, {"blk.0.ffn_down.weight", "GGML type 6"});
+  expect_load_error(path, {"blk.0.ffn_down.weight", "GGML type 16"});
 }
 
 TEST(BadGguf, UnsupportedArchitectureAndMissingKey) {

@@ -497,6 +497,64 @@ TEST(DequantizeRow, Q8_0AndQ4_0) {
   EXPECT_EQ(out[2], -16.0f);  // nibble 0
 }
 
+TEST(DequantizeRow, Q5_0) {
+  uint8_t b[22] = {};
+  put16(b, 0x4000);  // d = 2
+  const uint32_t qh = 1u << 0 | 1u << 17 | 1u << 31;
+  std::memcpy(b + 2, &qh, 4);
+  uint8_t* qs = b + 6;
+  qs[0] = 0x1f;   // element 0 = 15 + 16 = 31; element 16 = 1 (bit 16 clear)
+  qs[1] = 0x3a;   // element 1 = 10; element 17 = 3 + 16 = 19
+  qs[15] = 0xf0;  // element 15 = 0; element 31 = 15 + 16 = 31
+  std::vector<float> out(32);
+  dequantize_row(Weight{b, DType::kQ5_0, 1, 32}, 0, out.data());
+  EXPECT_EQ(out[0], 2.0f * 15);
+  EXPECT_EQ(out[16], 2.0f * -15);
+  EXPECT_EQ(out[1], 2.0f * -6);
+  EXPECT_EQ(out[17], 2.0f * 3);
+  EXPECT_EQ(out[15], 2.0f * -16);
+  EXPECT_EQ(out[31], 2.0f * 15);
+  EXPECT_EQ(out[2], 2.0f * -16);  // code 0
+}
+
+// Q5_0 becomes Q8_0 at load with the same values (exactly), so it runs on the Q8_0 kernels;
+// Q5_0 files written by the quantizer stay within half a step of the source.
+TEST(ConvertToQ8, Q5_0IsExactAndItsQuantizerWithinHalfAStep) {
+  const int64_t rows = 7, cols = 96;
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(rows * cols);
+  for (auto& v : x) v = normal(rng);
+  x[5] = 40.0f, x[cols + 40] = -40.0f;  // outliers of either sign
+  std::vector<uint8_t> q5(static_cast<size_t>(rows * row_bytes(DType::kQ5_0, cols)));
+  for (int64_t r = 0; r < rows; ++r)
+    ASSERT_TRUE(
+        gb::convert_row(&x[r * cols], cols, DType::kQ5_0, q5.data() + r * row_bytes(DType::kQ5_0, cols)).is_ok());
+  const Weight w5{q5.data(), DType::kQ5_0, rows, cols};
+  auto q8 = convert_to_q8(w5);
+  ASSERT_TRUE(q8.is_ok()) << q8.message();
+  ASSERT_EQ(q8->weight.dtype, DType::kQ8_0);
+  std::vector<float> a(cols), b(cols);
+  for (int64_t r = 0; r < rows; ++r) {
+    dequantize_row(w5, r, a.data());
+    dequantize_row(q8->weight, r, b.data());
+    ASSERT_EQ(0, std::memcmp(a.data(), b.data(), cols * 4)) << "row " << r;
+    for (int64_t blk = 0; blk < cols / 32; ++blk) {
+      float m = 0;  // the block's value of largest magnitude, with its sign
+      for (int i = 0; i < 32; ++i)
+        m = std::fabs(x[r * cols + blk * 32 + i]) > std::fabs(m) ? x[r * cols + blk * 32 + i] : m;
+      const float d = m / -16;  // codes 0..31 hold d·(code − 16): m itself is code 0
+      for (int i = 0; i < 32; ++i) {
+        const int64_t k = r * cols + blk * 32 + i;
+        // Half a step (plus the fp16 rounding of d over up to 16 steps); a full step where the
+        // top code 31 clamps a value of the other sign (x/d above 15.5).
+        const float bound = ((x[k] / d > 15.5f ? 1.0f : 0.5f) + 0.01f) * std::fabs(d);
+        ASSERT_LE(std::fabs(a[blk * 32 + i] - x[k]), bound) << "element " << k;
+      }
+    }
+  }
+}
+
 TEST(DequantizeRow, Q4_K) {
   uint8_t b[144] = {};
   put16(b, 0x3c00);      // d = 1
