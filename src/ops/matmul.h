@@ -41,14 +41,14 @@ struct Weight {
 //    vpdpbusd / maddubs GEMM) from kPanelMinTokens tokens on — at AVX-512 on weights packed at
 //    load, in place 16 rows per vector at every count from 4 (Q4_0) / 8 (Q8_0) tokens. (Not
 //    ggml's bits: it sums 8 lanes.)
-//  - Q4_K / Q6_K: like llama.cpp's CPU backend, each activation row is first rounded to Q8_K
+//  - Q4_K / Q5_K / Q6_K: like llama.cpp's CPU backend, each activation row is first rounded to Q8_K
 //    (quantize_activations_q8k: blocks of 256, f32 d, int8 codes, code sums per 16 and 32), then
 //    per super-block the exact int32 isum = Σ sub-block scale·Σ code·x (Q6_K: code - 32) and
-//    Q4_K's msum = Σ sub-block min·Σ x, and acc = fma(d_w·d_x, f32(isum), acc), Q4_K also
+//    Q4_K's / Q5_K's msum = Σ sub-block min·Σ x, and acc = fma(d_w·d_x, f32(isum), acc), those also
 //    acc = fma(-(dmin_w·d_x), f32(msum), acc), over the super-blocks in order (scalar::rows_k in
 //    matmul.cc is the definition): scalar, AVX2 and AVX-512 give the same bits, in place for few
 //    tokens and through 8-row panels from kPanelMinTokens on (weights packed at load: from
-//    kPackedKPanelMinTokens; at AVX-512 16 rows per vector in place from 4 tokens, Q4_K at
+//    kPackedKPanelMinTokens; at AVX-512 16 rows per vector in place from 4 tokens, Q4_K / Q5_K at
 //    every count, Q6_K up to 127).
 // A token's result does not depend on n, on the other tokens or on the thread count (bitwise),
 // only on the ISA level (quantized types: not even on that). The exception: BF16 at
@@ -69,7 +69,7 @@ struct MatmulOut {
 };
 void matmul_multi(ThreadPool& pool, const float* x, int64_t n, std::initializer_list<MatmulOut> outs);
 
-// Whether pack_weight has a layout for w: Q8_0, Q4_0, Q4_K and Q6_K with rows a multiple of 8;
+// Whether pack_weight has a layout for w: Q8_0, Q4_0 and the K-quants with rows a multiple of 8;
 // BF16 with rows a multiple of 16 and even cols when the active ISA level has the bf16 dot
 // product kernels (Isa::kAvx512Bf16: they read it; other levels would not).
 bool packable(const Weight& w);
@@ -92,8 +92,8 @@ void matmul_ref(const float* x, int64_t n, const Weight& w, float* y);
 // Scalar reference of what matmul computes for quantized weights (and BF16 at kAvx512Bf16: the
 // activations rounded to bf16, then matmul_ref), summed in double (matmul itself sums in f32: the
 // tests bound the difference). Q8_0 / Q4_0: activations rounded to Q8_0 as ggml does, exact integer block dot products,
-// Σ_b (d_w·d_x as f32)·isum_b. Q4_K / Q6_K: activations rounded to Q8_K, per super-block the
-// exact Σ_sub-block scale·Σ code·x (Q6_K codes - 32) times (d_w·d_x as f32), Q4_K minus
+// Σ_b (d_w·d_x as f32)·isum_b. K-quants: activations rounded to Q8_K, per super-block the
+// exact Σ_sub-block scale·Σ code·x (Q6_K codes - 32) times (d_w·d_x as f32), Q4_K / Q5_K minus
 // (dmin_w·d_x as f32)·Σ_sub-block min·Σ x. For other dtypes it is matmul_ref.
 void matmul_ref_quantized_acts(const float* x, int64_t n, const Weight& w, float* y);
 
@@ -101,7 +101,7 @@ void matmul_ref_quantized_acts(const float* x, int64_t n, const Weight& w, float
 // format (F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q4_K, Q5_K, Q6_K); zeros for integer dtypes.
 void dequantize_row(const Weight& w, int64_t r, float* out);
 
-// Activation rounding of matmul for Q4_K / Q6_K weights (ggml's quantize_row_q8_K_ref, what its
+// Activation rounding of matmul for K-quant weights (ggml's quantize_row_q8_K_ref, what its
 // x86 backend uses): per block of 256, d = 1/(-127/max) with max the first value of largest
 // magnitude (so d < 0 when that value is positive), q = round-half-even(x·(-127/max)) in
 // [-127, 127]; bsums16 [cols/16] and bsums32 [cols/32] the sums of 16 / 32 consecutive codes.
