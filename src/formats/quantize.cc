@@ -22,52 +22,47 @@ void quantize_row_q8_0(const float* x, int64_t n, uint8_t* out) {
   }
 }
 
+namespace {
+
+// ggml's Q4_0 / Q5_0 rounding of a block of 32 with 2·half levels: d = max/-half (max = the value
+// of largest magnitude, so it is code 0), code = min(2·half - 1, int8(x/d + half + 0.5)). Returns
+// the f16 bits of d.
+uint16_t offset_codes(const float* xb, int half, int* q) {
+  float amax = 0.0f, max = 0.0f;  // max keeps the sign of the largest-magnitude value
+  for (int i = 0; i < 32; ++i) {
+    if (std::fabs(xb[i]) > amax) {
+      amax = std::fabs(xb[i]);
+      max = xb[i];
+    }
+  }
+  const float d = max / static_cast<float>(-half);
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  const float bias = static_cast<float>(half) + 0.5f;
+  for (int i = 0; i < 32; ++i) q[i] = std::min(2 * half - 1, static_cast<int>(static_cast<int8_t>(xb[i] * id + bias)));
+  return f32_to_f16(d);
+}
+
+}  // namespace
+
 void quantize_row_q4_0(const float* x, int64_t n, uint8_t* out) {
   for (int64_t b = 0; b < n / 32; ++b) {
-    const float* xb = x + b * 32;
-    float amax = 0.0f, max = 0.0f;  // max keeps the sign of the largest-magnitude value
-    for (int i = 0; i < 32; ++i) {
-      if (std::fabs(xb[i]) > amax) {
-        amax = std::fabs(xb[i]);
-        max = xb[i];
-      }
-    }
-    const float d = max / -8.0f;
-    const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    const uint16_t d16 = f32_to_f16(d);
+    int q[32];
+    const uint16_t d16 = offset_codes(x + b * 32, 8, q);
     uint8_t* blk = out + b * 18;
     std::memcpy(blk, &d16, 2);
-    for (int i = 0; i < 16; ++i) {
-      const uint8_t q0 = static_cast<uint8_t>(std::min(15, static_cast<int>(static_cast<int8_t>(xb[i] * id + 8.5f))));
-      const uint8_t q1 =
-          static_cast<uint8_t>(std::min(15, static_cast<int>(static_cast<int8_t>(xb[i + 16] * id + 8.5f))));
-      blk[2 + i] = static_cast<uint8_t>(q0 | (q1 << 4));
-    }
+    for (int i = 0; i < 16; ++i) blk[2 + i] = static_cast<uint8_t>(q[i] | (q[i + 16] << 4));
   }
 }
 
 void quantize_row_q5_0(const float* x, int64_t n, uint8_t* out) {
   for (int64_t b = 0; b < n / 32; ++b) {
-    const float* xb = x + b * 32;
-    float amax = 0.0f, max = 0.0f;  // max keeps the sign of the largest-magnitude value
-    for (int i = 0; i < 32; ++i) {
-      if (std::fabs(xb[i]) > amax) {
-        amax = std::fabs(xb[i]);
-        max = xb[i];
-      }
-    }
-    const float d = max / -16.0f;
-    const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    const uint16_t d16 = f32_to_f16(d);
+    int q[32];
+    const uint16_t d16 = offset_codes(x + b * 32, 16, q);
     uint8_t* blk = out + b * 22;
     std::memcpy(blk, &d16, 2);
     uint32_t qh = 0;
-    for (int i = 0; i < 16; ++i) {
-      const int q0 = std::min(31, static_cast<int>(static_cast<int8_t>(xb[i] * id + 16.5f)));
-      const int q1 = std::min(31, static_cast<int>(static_cast<int8_t>(xb[i + 16] * id + 16.5f)));
-      blk[6 + i] = static_cast<uint8_t>((q0 & 0xf) | (q1 & 0xf) << 4);
-      qh |= static_cast<uint32_t>(q0 >> 4) << i | static_cast<uint32_t>(q1 >> 4) << (i + 16);
-    }
+    for (int i = 0; i < 16; ++i) blk[6 + i] = static_cast<uint8_t>((q[i] & 0xf) | (q[i + 16] & 0xf) << 4);
+    for (int i = 0; i < 32; ++i) qh |= static_cast<uint32_t>(q[i] >> 4) << i;
     std::memcpy(blk + 2, &qh, 4);
   }
 }
