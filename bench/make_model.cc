@@ -232,8 +232,8 @@ int main(int argc, char** argv) {
   app.add_option("--shape", shape, "qwen3-0.6b (default) or qwen3.5-0.8b; --layers/--hidden/--ffn override");
 
   app.add_option("--types", types,
-                 "GGUF types to write (comma-separated: bf16, q8_0, q4_0, q5_0, f32, q4_k, q5_k, q6_k, q4_k_m "
-                 "/ q5_k_m = llama.cpp's Q4_K_M / Q5_K_M mixes)");
+                 "GGUF types to write (comma-separated: bf16, q8_0, q4_0, q5_0, f32, q3_k, q4_k, q5_k, q6_k, "
+                 "q3_k_m / q4_k_m / q5_k_m = llama.cpp's Q3_K_M / Q4_K_M / Q5_K_M mixes)");
   app.add_option("--layers", s.layers, "number of layers");
   app.add_option("--hidden", s.hidden, "hidden size");
   app.add_option("--ffn", s.ffn, "intermediate size");
@@ -349,12 +349,14 @@ int main(int argc, char** argv) {
   std::stringstream ss(types);
   for (std::string type; std::getline(ss, type, ',');) {
     gb::DType dt;
-    const bool q4_k_m = type == "q4_k_m", q5_k_m = type == "q5_k_m", k_m = q4_k_m || q5_k_m;
+    const bool q3_k_m = type == "q3_k_m", q4_k_m = type == "q4_k_m", q5_k_m = type == "q5_k_m",
+               k_m = q3_k_m || q4_k_m || q5_k_m;
     if (type == "bf16") dt = gb::DType::kBF16;
     else if (type == "q8_0") dt = gb::DType::kQ8_0;
     else if (type == "q4_0") dt = gb::DType::kQ4_0;
     else if (type == "q5_0") dt = gb::DType::kQ5_0;
     else if (type == "f32") dt = gb::DType::kF32;
+    else if (type == "q3_k" || q3_k_m) dt = gb::DType::kQ3_K;
     else if (type == "q4_k" || q4_k_m) dt = gb::DType::kQ4_K;
     else if (type == "q5_k" || q5_k_m) dt = gb::DType::kQ5_K;
     else if (type == "q6_k") dt = gb::DType::kQ6_K;
@@ -368,6 +370,7 @@ int main(int argc, char** argv) {
                                : dt == gb::DType::kQ8_0 ? 7
                                : dt == gb::DType::kQ4_0 ? 2
                                : dt == gb::DType::kQ5_0 ? 8
+                               : dt == gb::DType::kQ3_K ? 12
                                : dt == gb::DType::kQ4_K ? 15
                                : dt == gb::DType::kQ5_K ? 17
                                : dt == gb::DType::kQ6_K ? 18
@@ -400,14 +403,19 @@ int main(int argc, char** argv) {
     g.set("general.quantization_version", 2u);
     for (const auto& [k, v] : tokenizer_meta.items()) g.set(k, v);
     std::vector<std::vector<uint8_t>> bufs(ts.size());
-    // Q4_K_M / Q5_K_M as llama.cpp's llama_tensor_get_type picks them: Q6_K for the output matrix
-    // (here the tied token embedding), for attn_v and ffn_down on the layers use_more_bits picks
-    // (the first and last eighth, and every third one between), Qwen3.5's fused attn_qkv one step
-    // up (Q5_K / Q6_K), Q4_K / Q5_K elsewhere.
+    // Q3_K_M / Q4_K_M / Q5_K_M as llama.cpp's llama_tensor_get_type picks them: Q6_K for the output
+    // matrix (here the tied token embedding). attn_v and Qwen3.5's fused attn_qkv share one
+    // counter: Q4_K_M / Q5_K_M give Q6_K to those use_more_bits picks (the first and last eighth,
+    // and every third one between), Q3_K_M Q5_K to the first two and Q4_K to the rest. ffn_down:
+    // Q6_K where use_more_bits picks (Q4_K_M / Q5_K_M); Q3_K_M Q5_K in the first sixteenth of the
+    // layers, else Q4_K; Q3_K_M's attn_output is Q4_K. Everything else the mix's base type.
     auto use_more_bits = [](int64_t i, int64_t n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; };
+    auto is_attn_v = [](const std::string& name) {
+      return name.find("attn_v.weight") != std::string::npos || name.find("attn_qkv.weight") != std::string::npos;
+    };
     int64_t n_attn_v = 0, n_ffn_down = 0, i_attn_v = 0, i_ffn_down = 0;
     for (const Tensor& t : ts) {
-      n_attn_v += t.gguf_name.find("attn_v.weight") != std::string::npos;
+      n_attn_v += is_attn_v(t.gguf_name);
       n_ffn_down += t.gguf_name.find("ffn_down") != std::string::npos;
     }
     int64_t n_k_fallback = 0;
@@ -418,18 +426,27 @@ int main(int argc, char** argv) {
       gb::DType tdt = t.shape.size() == 1 || t.keep_f32 ? gb::DType::kF32 : dt;
       const int64_t cols = t.shape.back(), rows = static_cast<int64_t>(t.values.size()) / cols;
       if (k_m && tdt == dt) {
-        if (t.gguf_name == "token_embd.weight" || t.gguf_name == "output.weight") tdt = gb::DType::kQ6_K;
-        if (t.gguf_name.find("attn_qkv.weight") != std::string::npos)
-          tdt = q4_k_m ? gb::DType::kQ5_K : gb::DType::kQ6_K;
-        if (t.gguf_name.find("attn_v.weight") != std::string::npos && use_more_bits(i_attn_v++, n_attn_v))
+        const std::string& name = t.gguf_name;
+        if (name == "token_embd.weight" || name == "output.weight") {
           tdt = gb::DType::kQ6_K;
-        if (t.gguf_name.find("ffn_down") != std::string::npos && use_more_bits(i_ffn_down++, n_ffn_down))
-          tdt = gb::DType::kQ6_K;
+        } else if (is_attn_v(name)) {
+          const int64_t iv = i_attn_v++;
+          if (q3_k_m) tdt = iv < 2 ? gb::DType::kQ5_K : gb::DType::kQ4_K;
+          else if (use_more_bits(iv, n_attn_v)) tdt = gb::DType::kQ6_K;
+        } else if (name.find("ffn_down") != std::string::npos) {
+          const int64_t il = i_ffn_down++;
+          if (q3_k_m) tdt = il < n_ffn_down / 16 ? gb::DType::kQ5_K : gb::DType::kQ4_K;
+          else if (use_more_bits(il, n_ffn_down)) tdt = gb::DType::kQ6_K;
+        } else if (q3_k_m && name.find("attn_output.weight") != std::string::npos) {
+          tdt = gb::DType::kQ4_K;
+        }
       }
-      // Super-blocks need rows of 256k elements; llama.cpp then falls back as here: Q4_K to
-      // Q5_0, Q6_K to Q8_0 (and Q5_K to Q5_1, which Glassbox does not read: Q8_0 here).
+      // Super-blocks need rows of 256k elements; llama.cpp then falls back as here: Q3_K to Q4_0,
+      // Q4_K to Q5_0, Q6_K to Q8_0 (and Q5_K to Q5_1, which Glassbox does not read: Q8_0 here).
       if (gb::dtype_info(tdt).block_elems == 256 && cols % 256 != 0) {
-        tdt = tdt == gb::DType::kQ4_K ? gb::DType::kQ5_0 : gb::DType::kQ8_0;
+        tdt = tdt == gb::DType::kQ3_K   ? gb::DType::kQ4_0
+              : tdt == gb::DType::kQ4_K ? gb::DType::kQ5_0
+                                        : gb::DType::kQ8_0;
         ++n_k_fallback;
       }
       const int64_t rb = gb::row_bytes(tdt, cols);
@@ -452,7 +469,7 @@ int main(int argc, char** argv) {
     }
     std::printf("wrote %s\n", path.c_str());
     if (n_k_fallback > 0)
-      std::printf("  %lld tensors with rows not a multiple of 256 written as q5_0 / q8_0\n",
+      std::printf("  %lld tensors with rows not a multiple of 256 written as q4_0 / q5_0 / q8_0\n",
                   static_cast<long long>(n_k_fallback));
   }
   return 0;

@@ -149,44 +149,89 @@ void quantize_row_q5_K(const float* x, int64_t n, uint8_t* out) {
   }
 }
 
+void pack_q6_K(const uint8_t* codes, const int8_t* scales, uint16_t d, uint8_t* blk) {
+  std::memset(blk, 0, 192);
+  for (int i = 0; i < 256; ++i) {
+    const int h = i / 128, g = (i % 128) / 32, l = i % 32;
+    blk[64 * h + 32 * (g & 1) + l] |= static_cast<uint8_t>((codes[i] & 0xf) << (g >= 2 ? 4 : 0));
+    blk[128 + 32 * h + l] |= static_cast<uint8_t>((codes[i] >> 4) << (2 * g));
+  }
+  std::memcpy(blk + 192, scales, 16);
+  std::memcpy(blk + 208, &d, 2);
+}
+
+namespace {
+
+// Q3_K and Q6_K: per sub-block of 16 a signed scale, codes in [-half, half − 1] with x ≈
+// d·sc·code. Each sub-block's scale puts its largest-magnitude value on code −half; the scales
+// are rounded to integers in [-max_sc − 1, max_sc] over the largest one's, d = fp16 of the step.
+// Writes the scales, returns d and writes the codes + half to q[256].
+float quantize_superblock_signed(const float* xb, int half, int max_sc, int8_t* sc, uint8_t* q) {
+  float scale[16], max_scale = 0.0f, max_abs = 0.0f;
+  for (int j = 0; j < 16; ++j) {
+    float amax = 0.0f, max = 0.0f;
+    for (int i = 0; i < 16; ++i) {
+      const float v = xb[16 * j + i];
+      if (std::fabs(v) > amax) {
+        amax = std::fabs(v);
+        max = v;
+      }
+    }
+    scale[j] = max / static_cast<float>(-half);
+    if (std::fabs(scale[j]) > max_abs) {
+      max_abs = std::fabs(scale[j]);
+      max_scale = scale[j];
+    }
+  }
+  float d = 0.0f;
+  if (max_abs > 0.0f) {
+    const float iscale = static_cast<float>(-(max_sc + 1)) / max_scale;
+    for (int j = 0; j < 16; ++j)
+      sc[j] = static_cast<int8_t>(std::clamp(nearest(iscale * scale[j]), -max_sc - 1, max_sc));
+    d = f16_round(1.0f / iscale);
+  } else {
+    for (int j = 0; j < 16; ++j) sc[j] = 0;
+  }
+  for (int i = 0; i < 256; ++i) {
+    const float ds = d * sc[i / 16];
+    q[i] = static_cast<uint8_t>((ds != 0.0f ? std::clamp(nearest(xb[i] / ds), -half, half - 1) : 0) + half);
+  }
+  return d;
+}
+
+}  // namespace
+
+void quantize_row_q3_K(const float* x, int64_t n, uint8_t* out) {
+  for (int64_t b = 0; b < n / 256; ++b) {
+    uint8_t* blk = out + b * 110;
+    uint8_t q[256];
+    int8_t sc[16];
+    const float d = quantize_superblock_signed(x + b * 256, 4, 31, sc, q);
+    // Element i = 128h + 32g + l: its low 2 bits at qs[32h + l] << 2g, its third bit (code ≥ 0)
+    // in hmask[l] at bit 4h + g; scale k's low nibble in byte k % 8 (k ≥ 8: high nibble), its
+    // top 2 bits in byte 8 + k % 4 at bit 2·(k / 4).
+    std::memset(blk, 0, 108);
+    for (int i = 0; i < 256; ++i) {
+      const int h = i / 128, g = i % 128 / 32, l = i % 32;
+      blk[32 + 32 * h + l] |= static_cast<uint8_t>((q[i] & 3) << (2 * g));
+      blk[l] |= static_cast<uint8_t>((q[i] >> 2) << (4 * h + g));
+    }
+    uint8_t* s = blk + 96;
+    for (int k = 0; k < 16; ++k) {
+      const int v = sc[k] + 32;
+      s[k % 8] |= static_cast<uint8_t>((v & 0xf) << (k < 8 ? 0 : 4));
+      s[8 + k % 4] |= static_cast<uint8_t>((v >> 4) << (2 * (k / 4)));
+    }
+    put_f16(blk + 108, d);
+  }
+}
+
 void quantize_row_q6_K(const float* x, int64_t n, uint8_t* out) {
   for (int64_t b = 0; b < n / 256; ++b) {
-    const float* xb = x + b * 256;
-    uint8_t* blk = out + b * 210;
-    float scale[16], max_scale = 0.0f, max_abs = 0.0f;
-    for (int j = 0; j < 16; ++j) {
-      float amax = 0.0f, max = 0.0f;
-      for (int i = 0; i < 16; ++i) {
-        const float v = xb[16 * j + i];
-        if (std::fabs(v) > amax) {
-          amax = std::fabs(v);
-          max = v;
-        }
-      }
-      scale[j] = max / -32.0f;
-      if (std::fabs(scale[j]) > max_abs) {
-        max_abs = std::fabs(scale[j]);
-        max_scale = scale[j];
-      }
-    }
-    int8_t* sc = reinterpret_cast<int8_t*>(blk + 192);
-    float d = 0.0f;
-    if (max_abs > 0.0f) {
-      const float iscale = -128.0f / max_scale;
-      for (int j = 0; j < 16; ++j) sc[j] = static_cast<int8_t>(std::min(127, nearest(iscale * scale[j])));
-      d = f16_round(1.0f / iscale);
-    } else {
-      for (int j = 0; j < 16; ++j) sc[j] = 0;
-    }
-    put_f16(blk + 208, d);
-    std::memset(blk, 0, 192);
-    for (int i = 0; i < 256; ++i) {
-      const float ds = d * sc[i / 16];
-      const int code = (ds != 0.0f ? std::clamp(nearest(xb[i] / ds), -32, 31) : 0) + 32;
-      const int h = i / 128, g = (i % 128) / 32, l = i % 32;
-      blk[64 * h + 32 * (g & 1) + l] |= static_cast<uint8_t>((code & 0xf) << (g >= 2 ? 4 : 0));
-      blk[128 + 32 * h + l] |= static_cast<uint8_t>((code >> 4) << (2 * g));
-    }
+    uint8_t q[256];
+    int8_t sc[16];
+    const float d = quantize_superblock_signed(x + b * 256, 32, 127, sc, q);
+    pack_q6_K(q, sc, f32_to_f16(d), out + b * 210);
   }
 }
 
@@ -213,11 +258,13 @@ Status convert_row(const float* x, int64_t n, DType dtype, uint8_t* out) {
        : dtype == DType::kQ4_0 ? quantize_row_q4_0
                                : quantize_row_q5_0)(x, n, out);
       return Status::ok();
+    case DType::kQ3_K:
     case DType::kQ4_K:
     case DType::kQ5_K:
     case DType::kQ6_K:
       if (n % 256 != 0) return Status::error("row length " + std::to_string(n) + " is not a multiple of 256");
-      (dtype == DType::kQ4_K   ? quantize_row_q4_K
+      (dtype == DType::kQ3_K   ? quantize_row_q3_K
+       : dtype == DType::kQ4_K ? quantize_row_q4_K
        : dtype == DType::kQ5_K ? quantize_row_q5_K
                                : quantize_row_q6_K)(x, n, out);
       return Status::ok();

@@ -20,6 +20,11 @@ void quantize_row_q4_0(const float* x, int64_t n, uint8_t* out);
 // the value of largest magnitude), code = min(31, int8(x/d + 16.5)).
 void quantize_row_q5_0(const float* x, int64_t n, uint8_t* out);
 
+// x [n] f32 -> n/256 GGML block_q3_K super-blocks (110 bytes each); n % 256 == 0. The Q6_K encoder
+// below with 3-bit codes: per sub-block of 16, scale = max/-4, the 6-bit scales = round(-32/max
+// scale · scale) in [-32, 31] with d = fp16 of their step, codes = clamp(round(x/(d·sc)), -4, 3)
+// (no llama-quantize make_q3_quants search: less accurate, not bit-exact with it).
+void quantize_row_q3_K(const float* x, int64_t n, uint8_t* out);
 // x [n] f32 -> n/256 GGML block_q4_K super-blocks (144 bytes each); n % 256 == 0. A simple
 // encoder, not llama-quantize's (no iterative make_qkx2_quants search, so not bit-exact with it
 // and somewhat less accurate): per sub-block of 32, min = min(0, min x) and scale = (max x - min)/15;
@@ -35,8 +40,10 @@ void quantize_row_q5_K(const float* x, int64_t n, uint8_t* out);
 // max/-32 (max = the value of largest magnitude), the 8-bit scales = round(-128/max scale · scale)
 // (at most 127) with d = fp16 of their step, codes = clamp(round(x/(d·sc)), -32, 31) + 32.
 void quantize_row_q6_K(const float* x, int64_t n, uint8_t* out);
+// One block_q6_K from its 256 codes (0..63, value = d·sc·(code − 32)), 16 int8 scales and f16 d.
+void pack_q6_K(const uint8_t* codes, const int8_t* scales, uint16_t d, uint8_t* blk);
 
-// Converts one f32 row to dtype (F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q4_K, Q5_K, Q6_K);
+// Converts one f32 row to dtype (F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q3_K, Q4_K, Q5_K, Q6_K);
 // out holds row_bytes(dtype, n).
 Status convert_row(const float* x, int64_t n, DType dtype, uint8_t* out);
 

@@ -69,11 +69,11 @@ class Binder {
   Result<ops::Weight> matrix(const std::string& name, int64_t rows, int64_t cols) {
     GB_ASSIGN_OR_RETURN(const TensorView* t, get(name, {rows, cols}));
     const bool plain = t->dtype == DType::kF32 || t->dtype == DType::kF16 || t->dtype == DType::kBF16;
-    // Q5_0 is widened to Q8_0 after binding (convert_matrices_to_q8).
-    if (!(ops::matmul_supported(t->dtype) || t->dtype == DType::kQ5_0) || (!plain && !ts_.quantized_ok)) {
+    // Q5_0 / Q3_K are widened after binding (convert_matrices).
+    if (!ops::matmul_supported(ops::runtime_dtype(t->dtype)) || (!plain && !ts_.quantized_ok)) {
       return Status::error(ts_.where + ": tensor '" + name + "' has dtype " + std::string(dtype_name(t->dtype)) +
                            ", which is not supported for weight matrices (f32, f16, bf16" +
-                           (ts_.quantized_ok ? ", q8_0, q4_0, q5_0, q4_k, q5_k, q6_k)" : ")"));
+                           (ts_.quantized_ok ? ", q8_0, q4_0, q5_0, q3_k, q4_k, q5_k, q6_k)" : ")"));
     }
     return ops::Weight{t->data, t->dtype, rows, cols};
   }
@@ -367,16 +367,34 @@ Result<bool> is_gguf_file(const std::string& path) {
   return n == 4 && std::memcmp(magic, "GGUF", 4) == 0;
 }
 
-// Load-time conversion to Q8_0 of every Q5_0 matrix (exact: llama.cpp's Q4_K_M files hold Q5_0
-// where rows are not whole super-blocks) and, with `plain`, of every f32/f16/bf16 matrix
-// (embedding included, as llama-quantize does): half the bytes of bf16 per decode step. Plain
-// matrices whose rows are not whole Q8_0 blocks stay as they are.
-Status convert_matrices_to_q8(const ModelConfig& c, bool plain, ModelWeights* w, std::vector<ops::OwnedWeight>* store) {
+// The file bytes of a packed matrix are read rarely from now on (a tied embedding's rows, a
+// variant's hash check, kernels without a packed path), those of a widened one never: their
+// in-memory copy goes back and any reads come from the page cache, so a packed model holds its
+// matrices once (also while loading: each is released as soon as it is packed or widened).
+void release_source(const ops::Weight& m, const std::vector<std::shared_ptr<MappedFile>>& files) {
+  const size_t n = static_cast<size_t>(m.rows * row_bytes(m.dtype, m.cols));
+  for (const auto& f : files) {
+    if (m.data >= f->data() && m.data + n <= f->data() + f->size()) {
+      f->release(m.data, n);
+      return;
+    }
+  }
+}
+
+// Load-time conversions of every matrix (embedding included): types without kernels of their
+// own widened exactly (ops::widen_weight: Q5_0 → Q8_0, as in llama.cpp's Q4_K_M files where rows
+// are not whole super-blocks; Q3_K → Q6_K) and, with `plain_to_q8`, every f32/f16/bf16 matrix
+// whose rows are whole Q8_0 blocks rounded to Q8_0 as llama-quantize does (half the bytes of bf16
+// per decode step). A widened matrix's file bytes go back to the page cache (nothing reads them).
+Status convert_matrices(const ModelConfig& c, bool plain_to_q8, const std::vector<std::shared_ptr<MappedFile>>& files,
+                        ModelWeights* w, std::vector<ops::OwnedWeight>* store) {
   auto convert = [&](ops::Weight* m) -> Status {
-    const bool is_plain = m->dtype == DType::kF32 || m->dtype == DType::kF16 || m->dtype == DType::kBF16;
-    if (!(m->dtype == DType::kQ5_0 || (plain && is_plain)) || m->cols % 32 != 0) return Status::ok();
-    GB_ASSIGN_OR_RETURN(ops::OwnedWeight o, ops::convert_to_q8(*m));
+    const bool plain = m->dtype == DType::kF32 || m->dtype == DType::kF16 || m->dtype == DType::kBF16;
+    const bool widen = ops::runtime_dtype(m->dtype) != m->dtype;
+    if (!widen && !(plain_to_q8 && plain && m->cols % 32 == 0)) return Status::ok();
+    GB_ASSIGN_OR_RETURN(ops::OwnedWeight o, widen ? ops::widen_weight(*m) : ops::convert_to_q8(*m));
     store->push_back(std::move(o));
+    if (widen) release_source(*m, files);
     *m = store->back().weight;  // points into bytes, which moving the vector keeps in place
     return Status::ok();
   };
@@ -393,20 +411,6 @@ Status convert_matrices_to_q8(const ModelConfig& c, bool plain, ModelWeights* w,
     }
   }
   return Status::ok();
-}
-
-// The file bytes of a packed matrix are read rarely from now on (a tied embedding's rows, a
-// variant's hash check, kernels without a packed path): their in-memory copy goes back and those
-// reads come from the page cache, so a packed model holds its matrices once (also while loading:
-// each is released as soon as it is packed).
-void release_source(const ops::Weight& m, const std::vector<std::shared_ptr<MappedFile>>& files) {
-  const size_t n = static_cast<size_t>(m.rows * row_bytes(m.dtype, m.cols));
-  for (const auto& f : files) {
-    if (m.data >= f->data() && m.data + n <= f->data() + f->size()) {
-      f->release(m.data, n);
-      return;
-    }
-  }
 }
 
 // Every matrix the layer loop multiplies by, repacked for matmul where it has a layout for it
@@ -481,8 +485,9 @@ Result<std::unique_ptr<Model>> load_model(const std::string& path, const LoadOpt
   } else {
     GB_RETURN_IF_ERROR(bind_weights(loaded.config, loaded.tensors, loaded.gguf, &weights, &store));
   }
+  const DType file_dtype = representative_dtype(weights);
   std::vector<ops::OwnedWeight> converted;
-  GB_RETURN_IF_ERROR(convert_matrices_to_q8(loaded.config, options.convert_to_q8, &weights, &converted));
+  GB_RETURN_IF_ERROR(convert_matrices(loaded.config, options.convert_to_q8, loaded.files, &weights, &converted));
   std::unique_ptr<HugePages> packed = options.pack_weights ? pack_matrices(&weights, loaded.files) : nullptr;
   std::unique_ptr<Model> m(new Model(std::move(loaded.config), options));
   m->weights_ = std::move(weights);
@@ -491,6 +496,7 @@ Result<std::unique_ptr<Model>> load_model(const std::string& path, const LoadOpt
   m->packed_ = std::move(packed);
   m->files_ = std::move(loaded.files);
   m->format_ = format;
+  m->file_dtype_ = file_dtype;
   return m;
 }
 

@@ -7,16 +7,22 @@
 
 namespace gb {
 
+DType representative_dtype(const ModelWeights& w) {
+  if (w.layers.empty()) return DType::kF32;
+  return w.layers[0].wq.data != nullptr ? w.layers[0].wq.dtype : w.layers[0].w_up.dtype;
+}
+
 std::string Model::describe() const {
   const ModelConfig& c = config_;
-  // The dtype of the first layer's q_proj, or of its MLP when it has none (a hybrid model's linear layer).
-  const DType dt = weights_.layers.empty()                 ? DType::kF32
-                   : weights_.layers[0].wq.data != nullptr ? weights_.layers[0].wq.dtype
-                                                           : weights_.layers[0].w_up.dtype;
-  return c.arch_name + " (" + format_ + ", " + std::string(dtype_name(dt)) + "): " + std::to_string(c.n_layers) +
-         " layers, hidden " + std::to_string(c.n_embd) + ", " + std::to_string(c.n_heads) + "/" +
-         std::to_string(c.n_kv_heads) + " heads x " + std::to_string(c.head_dim) + ", ffn " + std::to_string(c.n_ff) +
-         ", vocab " + std::to_string(c.vocab) + (c.tied_embeddings ? ", tied embeddings" : "") +
+  // The dtype of the first layer's q_proj (of its MLP when it has none: a hybrid model's linear
+  // layer) in the file, and what it runs as when converted at load.
+  const DType dt = representative_dtype(weights_);
+  const std::string dts =
+      std::string(dtype_name(file_dtype_)) + (dt != file_dtype_ ? " as " + std::string(dtype_name(dt)) : "");
+  return c.arch_name + " (" + format_ + ", " + dts + "): " + std::to_string(c.n_layers) + " layers, hidden " +
+         std::to_string(c.n_embd) + ", " + std::to_string(c.n_heads) + "/" + std::to_string(c.n_kv_heads) +
+         " heads x " + std::to_string(c.head_dim) + ", ffn " + std::to_string(c.n_ff) + ", vocab " +
+         std::to_string(c.vocab) + (c.tied_embeddings ? ", tied embeddings" : "") +
          (c.hybrid() ? ", " + std::to_string(c.n_layers_of(LayerKind::kLinearAttention)) + " Gated DeltaNet layers (" +
                            std::to_string(c.lin_k_heads) + "/" + std::to_string(c.lin_v_heads) + " heads x " +
                            std::to_string(c.lin_k_dim) + ")"

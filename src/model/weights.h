@@ -47,4 +47,8 @@ struct ModelWeights {
   ops::Weight output;                  // [vocab, n_embd]; = token_embd when tied
 };
 
+// The dtype a model summary names: the first layer's q projection's (its MLP's up projection's when
+// it has none, as a hybrid model's linear-attention layer); f32 for a model without layers.
+DType representative_dtype(const ModelWeights& w);
+
 }  // namespace gb

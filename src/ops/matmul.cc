@@ -116,6 +116,32 @@ int q5_0_code(const uint8_t* blk, uint32_t qh, int i) {
   return (i < 16 ? byte & 0x0f : byte >> 4) | static_cast<int>((qh >> i) & 1) << 4;
 }
 
+// block_q3_K: 32 bytes hmask, 64 bytes of 2-bit pairs (qs), 12 bytes of packed 6-bit scales, f16 d.
+// Element i: 2 bits at qs[32h + l] >> 2g and the high bit hmask[l] >> (4h + g) (h = i / 128,
+// g = i % 128 / 32, l = i % 32); code = bits − 4 when the high bit is clear, in [-4, 3].
+int q3_k_code(const uint8_t* blk, int i) {
+  const int h = i / 128, g = i % 128 / 32, l = i % 32;
+  const int low = (blk[32 + 32 * h + l] >> (2 * g)) & 3;
+  return low - (((blk[l] >> (4 * h + g)) & 1) ? 0 : 4);
+}
+
+// Scale k (0..15, one per 16 elements) of a Q3_K block, in [-32, 31]: low 4 bits in byte k % 8
+// (k < 8: low nibble, else high), high 2 bits in byte 8 + k % 4 at bit 2·(k / 4).
+int q3_k_scale(const uint8_t* blk, int k) {
+  const uint8_t* s = blk + 96;
+  const int low = k < 8 ? s[k] & 0xf : s[k - 8] >> 4;
+  return (low | ((s[8 + k % 4] >> (2 * (k / 4))) & 3) << 4) - 32;
+}
+
+// As ggml's dequantize_row_q3_K: (d · scale) · code, in f32.
+void dequantize_q3_k(const uint8_t* blk, float* out) {
+  const float d = load_f16(blk + 108);
+  for (int k = 0; k < 16; ++k) {
+    const float dl = d * static_cast<float>(q3_k_scale(blk, k));
+    for (int i = 16 * k; i < 16 * k + 16; ++i) out[i] = dl * static_cast<float>(q3_k_code(blk, i));
+  }
+}
+
 bool is_quantized_q8_path(DType t) { return t == DType::kQ8_0 || t == DType::kQ4_0; }
 bool is_kernel_dtype(DType t) {
   return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16 || is_quantized_q8_path(t);
@@ -440,6 +466,9 @@ void dequantize_row(const Weight& w, int64_t r, float* out) {
         }
       }
       return;
+    case DType::kQ3_K:
+      for (int64_t b = 0; b < w.cols / 256; ++b) dequantize_q3_k(row + b * 110, out + b * 256);
+      return;
     case DType::kQ4_K:
     case DType::kQ5_K:
     case DType::kQ6_K:
@@ -552,10 +581,51 @@ void quantize_activations_q8k(const float* x, int64_t cols, float* d, int8_t* q,
   scalar::quantize_k(x, cols, d, q, bsums16, bsums32);
 }
 
+DType runtime_dtype(DType stored) {
+  return stored == DType::kQ5_0 ? DType::kQ8_0 : stored == DType::kQ3_K ? DType::kQ6_K : stored;
+}
+
+Result<OwnedWeight> widen_weight(const Weight& w) {
+  const DType to = runtime_dtype(w.dtype);
+  if (to == w.dtype) {
+    return Status::error("widen_weight: weight dtype " + std::string(dtype_name(w.dtype)) +
+                         " is not widened (only q5_0, q3_k)");
+  }
+  const int64_t block = dtype_info(w.dtype).block_elems;
+  if (w.cols % block != 0) {
+    return Status::error("widen_weight: row length " + std::to_string(w.cols) + " is not a multiple of " +
+                         std::to_string(block));
+  }
+  OwnedWeight o;
+  o.bytes.resize(static_cast<size_t>(w.rows * row_bytes(to, w.cols)));
+  const int64_t blocks = w.rows * (w.cols / block), from_bytes = dtype_info(w.dtype).block_bytes,
+                to_bytes = dtype_info(to).block_bytes;
+  const uint8_t* src = w.data;
+  uint8_t* dst = o.bytes.data();
+  for (int64_t b = 0; b < blocks; ++b, src += from_bytes, dst += to_bytes) {
+    if (w.dtype == DType::kQ5_0) {  // the same f16 d, codes q − 16 in [-16, 15]
+      std::memcpy(dst, src, 2);
+      uint32_t qh;
+      std::memcpy(&qh, src + 2, 4);
+      for (int i = 0; i < 32; ++i) dst[2 + i] = static_cast<uint8_t>(static_cast<int8_t>(q5_0_code(src, qh, i) - 16));
+    } else {  // Q3_K: the same f16 d, scales in [-32, 31] as int8, codes + 32 in [28, 35]
+      uint8_t codes[256];
+      int8_t scales[16];
+      for (int i = 0; i < 256; ++i) codes[i] = static_cast<uint8_t>(q3_k_code(src, i) + 32);
+      for (int k = 0; k < 16; ++k) scales[k] = static_cast<int8_t>(q3_k_scale(src, k));
+      uint16_t d;
+      std::memcpy(&d, src + 108, 2);
+      gb::pack_q6_K(codes, scales, d, dst);
+    }
+  }
+  o.weight = Weight{o.bytes.data(), to, w.rows, w.cols};
+  return o;
+}
+
 Result<OwnedWeight> convert_to_q8(const Weight& w) {
-  if (w.dtype != DType::kF32 && w.dtype != DType::kF16 && w.dtype != DType::kBF16 && w.dtype != DType::kQ5_0) {
+  if (w.dtype != DType::kF32 && w.dtype != DType::kF16 && w.dtype != DType::kBF16) {
     return Status::error("convert_to_q8: weight dtype " + std::string(dtype_name(w.dtype)) +
-                         " cannot be converted (only f32, f16, bf16, q5_0)");
+                         " cannot be converted (only f32, f16, bf16)");
   }
   if (w.cols % 32 != 0) {
     return Status::error("convert_to_q8: row length " + std::to_string(w.cols) + " is not a multiple of 32");
@@ -563,18 +633,6 @@ Result<OwnedWeight> convert_to_q8(const Weight& w) {
   OwnedWeight o;
   const int64_t stride = row_bytes(DType::kQ8_0, w.cols);
   o.bytes.resize(static_cast<size_t>(stride * w.rows));
-  if (w.dtype == DType::kQ5_0) {  // exact: the same f16 d, codes q - 16 in [-16, 15]
-    const uint8_t* src = w.data;
-    uint8_t* dst = o.bytes.data();
-    for (int64_t b = 0; b < w.rows * (w.cols / 32); ++b, src += 22, dst += 34) {
-      std::memcpy(dst, src, 2);
-      uint32_t qh;
-      std::memcpy(&qh, src + 2, 4);
-      for (int i = 0; i < 32; ++i) dst[2 + i] = static_cast<uint8_t>(static_cast<int8_t>(q5_0_code(src, qh, i) - 16));
-    }
-    o.weight = Weight{o.bytes.data(), DType::kQ8_0, w.rows, w.cols};
-    return o;
-  }
   std::vector<float> row(w.cols);
   for (int64_t r = 0; r < w.rows; ++r) {
     dequantize_row(w, r, row.data());

@@ -98,7 +98,7 @@ void matmul_ref(const float* x, int64_t n, const Weight& w, float* y);
 void matmul_ref_quantized_acts(const float* x, int64_t n, const Weight& w, float* y);
 
 // out[cols] = row r of w as f32 (embedding lookup, tests). Every dtype of DType with a block
-// format (F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q4_K, Q5_K, Q6_K); zeros for integer dtypes.
+// format (F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q3_K, Q4_K, Q5_K, Q6_K); zeros for integer dtypes.
 void dequantize_row(const Weight& w, int64_t r, float* out);
 
 // Activation rounding of matmul for K-quant weights (ggml's quantize_row_q8_K_ref, what its
@@ -119,9 +119,20 @@ struct OwnedWeight {
   Weight weight;
 };
 
-// Load-time conversion of a Q5_0 weight to Q8_0, exact (the same d, codes q - 16: what ggml's
-// q5_0 · q8_0 dot product multiplies), so Q5_0 runs on the Q8_0 kernels at 34 bytes per 32
-// weights instead of 22. And of an F32 / F16 / BF16 weight to Q8_0 (same blocks as a Q8_0 GGUF made
+// Types with no kernels of their own, widened exactly at load to one that has them
+// (widen_weight): Q5_0 → Q8_0, Q3_K → Q6_K; every other dtype maps to itself.
+DType runtime_dtype(DType stored);
+
+// Load-time exact widening of a Q5_0 or Q3_K weight to runtime_dtype: Q5_0 keeps its f16 d with
+// codes q − 16 as Q8_0's int8 (what ggml's q5_0 · q8_0 dot product multiplies; 34 bytes per 32
+// weights instead of 22); Q3_K keeps its f16 d with its 6-bit scales (− 32) as Q6_K's int8 scales
+// and its codes in [-4, 3] as Q6_K codes + 32 (what ggml's q3_K · q8_K multiplies; 210 bytes per
+// 256 instead of 110). dequantize_row gives the same bits before and after, and the integer
+// kernels the same sums as ggml's own dot products. Errors: another dtype, or cols not a
+// multiple of the block.
+Result<OwnedWeight> widen_weight(const Weight& w);
+
+// Load-time conversion of an F32 / F16 / BF16 weight to Q8_0 (same blocks as a Q8_0 GGUF made
 // by llama-quantize from the same values), for faster decode: 34 bytes per 32 weights instead
 // of 64 (bf16). Accuracy cost: each weight moves by at most d/2 = amax_block/254 (relative RMS
 // error ≈ 0.3–0.5% of a block's values for Gaussian-like rows), and activations get rounded to

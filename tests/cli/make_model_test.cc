@@ -62,6 +62,54 @@ TEST(MakeModel, Qwen35GgufHasOneTokenPerEmbeddingRowAndRopeSections) {
   EXPECT_EQ((*model)->config().vocab, 248320);
 }
 
+// Qwen3.5's mixes: its linear-attention layers' fused attn_qkv shares attn_v's counter (llama.cpp
+// counts both as attn_v-like), so with 4 layers (three linear, then one full attention) Q4_K_M
+// gives Q6_K to the third attn_qkv and to the attn_v (use_more_bits(i, 4): i = 2, 3), and Q3_K_M
+// gives Q5_K to the first two attn_qkv. These are the types llama-quantize writes from this
+// bf16 file; each mix loads.
+TEST(MakeModel, Qwen35MixesCountAttnQkvWithAttnV) {
+  const std::string cwd = test::temp_dir();
+  const std::string out = cwd + "/q35mix";
+  std::string log;
+  ASSERT_EQ(run_make_model(cwd,
+                           "--out '" + out +
+                               "' --shape qwen3.5-0.8b --layers 4 --hidden 256 --ffn 256 "
+                               "--types q3_k_m,q4_k_m",
+                           &log),
+            0)
+      << log;
+  struct Want {
+    const char* tensor;
+    const char* q3_k_m;
+    const char* q4_k_m;
+  };
+  const Want wants[] = {
+      {"token_embd.weight", "q6_k", "q6_k"},        {"blk.0.attn_qkv.weight", "q5_k", "q4_k"},
+      {"blk.1.attn_qkv.weight", "q5_k", "q4_k"},    {"blk.2.attn_qkv.weight", "q4_k", "q6_k"},
+      {"blk.3.attn_v.weight", "q4_k", "q6_k"},      {"blk.3.attn_q.weight", "q3_k", "q4_k"},
+      {"blk.3.attn_output.weight", "q4_k", "q4_k"}, {"blk.0.ssm_out.weight", "q3_k", "q4_k"},
+      {"blk.0.ffn_down.weight", "q4_k", "q4_k"},    {"blk.2.ffn_down.weight", "q4_k", "q6_k"},
+      {"blk.1.ffn_up.weight", "q3_k", "q4_k"},
+  };
+  for (const char* type : {"q3_k_m", "q4_k_m"}) {
+    SCOPED_TRACE(type);
+    const std::string path = out + "/gguf/model-" + type + ".gguf";
+    auto g = read_gguf(path);
+    ASSERT_TRUE(g.is_ok()) << g.message();
+    for (const Want& w : wants) {
+      const TensorView* t = g->find_tensor(w.tensor);
+      ASSERT_NE(t, nullptr) << w.tensor;
+      EXPECT_EQ(dtype_name(t->dtype), std::string(type) == "q3_k_m" ? w.q3_k_m : w.q4_k_m) << w.tensor;
+    }
+    auto model = load_model(path, {.max_batch_tokens = 16, .n_threads = 1});
+    ASSERT_TRUE(model.is_ok()) << model.message();
+    // The summary names the file's type of the first layer's MLP and what it runs as.
+    EXPECT_NE((*model)->describe().find(std::string(type) == "q3_k_m" ? "(gguf, q3_k as q6_k)" : "(gguf, q4_k)"),
+              std::string::npos)
+        << (*model)->describe();
+  }
+}
+
 // Logits of ids fed as one prompt.
 std::vector<float> prompt_logits(const std::string& path, const std::vector<int32_t>& ids) {
   auto model = load_model(path, {.max_batch_tokens = 16, .n_threads = 2});
@@ -74,14 +122,17 @@ std::vector<float> prompt_logits(const std::string& path, const std::vector<int3
   return std::vector<float>(feed.logits().begin(), feed.logits().end());
 }
 
-// --types q4_k_m / q5_k_m write llama.cpp's Q4_K_M / Q5_K_M mixes, which Glassbox loads and runs
-// (the integer K-quant kernels) close to the bf16 file of the same weights, Q5_K_M closer.
+// --types q3_k_m / q4_k_m / q5_k_m write llama.cpp's Q3_K_M / Q4_K_M / Q5_K_M mixes (tensor types
+// as llama-quantize picks them from the same bf16 file), which Glassbox loads and runs (the
+// integer K-quant kernels; Q3_K widened to Q6_K) close to the bf16 file of the same weights, each
+// extra bit closer.
 TEST(MakeModel, KQuantMixesLoadAndTrackTheBf16File) {
   const std::string cwd = test::temp_dir();
   const std::string out = cwd + "/kmix";
   std::string log;
-  ASSERT_EQ(
-      run_make_model(cwd, "--out '" + out + "' --layers 8 --hidden 256 --ffn 512 --types bf16,q4_k_m,q5_k_m", &log), 0)
+  ASSERT_EQ(run_make_model(
+                cwd, "--out '" + out + "' --layers 8 --hidden 256 --ffn 512 --types bf16,q3_k_m,q4_k_m,q5_k_m", &log),
+            0)
       << log;
   const std::vector<int32_t> ids = {9707, 1879, 11, 419, 374, 264, 1273, 13};
   const auto bf16 = prompt_logits(out + "/gguf/model-bf16.gguf", ids);
@@ -89,10 +140,10 @@ TEST(MakeModel, KQuantMixesLoadAndTrackTheBf16File) {
   struct Mix {
     const char* type;
     const char* base;  // the mix's type for most matrices
-    int file_type;     // LLAMA_FTYPE_MOSTLY_Q4_K_M / Q5_K_M
+    int file_type;     // LLAMA_FTYPE_MOSTLY_Q3_K_M / Q4_K_M / Q5_K_M
     double rel_bf16 = 0;
   };
-  Mix mixes[] = {{"q4_k_m", "q4_k", 15}, {"q5_k_m", "q5_k", 17}};
+  Mix mixes[] = {{"q3_k_m", "q3_k", 12}, {"q4_k_m", "q4_k", 15}, {"q5_k_m", "q5_k", 17}};
   for (Mix& m : mixes) {
     SCOPED_TRACE(m.type);
     const std::string path = out + "/gguf/model-" + m.type + ".gguf";
@@ -105,12 +156,19 @@ TEST(MakeModel, KQuantMixesLoadAndTrackTheBf16File) {
     };
     EXPECT_EQ(type_of("token_embd.weight"), "q6_k");  // tied: the output matrix
     EXPECT_EQ(type_of("output_norm.weight"), "f32");
-    // use_more_bits(i, 8): the first and last eighth (layers 0, 7) and (i - 1) % 3 == 2 (3, 6).
+    const bool q3 = std::string(m.type) == "q3_k_m";
     for (int l = 0; l < 8; ++l) {
       const std::string p = "blk." + std::to_string(l) + ".";
-      const std::string more = l == 0 || l == 3 || l == 6 || l == 7 ? "q6_k" : m.base;
-      EXPECT_EQ(type_of(p + "attn_v.weight"), more) << "layer " << l;
-      EXPECT_EQ(type_of(p + "ffn_down.weight"), more) << "layer " << l;
+      if (q3) {  // attn_v: Q5_K on the first two, then Q4_K; ffn_down Q4_K (Q5_K below layer 8/16)
+        EXPECT_EQ(type_of(p + "attn_v.weight"), l < 2 ? "q5_k" : "q4_k") << "layer " << l;
+        EXPECT_EQ(type_of(p + "ffn_down.weight"), "q4_k") << "layer " << l;
+        EXPECT_EQ(type_of(p + "attn_output.weight"), "q4_k") << "layer " << l;
+      } else {  // use_more_bits(i, 8): the first and last eighth (layers 0, 7) and (i - 1) % 3 == 2 (3, 6)
+        const std::string more = l == 0 || l == 3 || l == 6 || l == 7 ? "q6_k" : m.base;
+        EXPECT_EQ(type_of(p + "attn_v.weight"), more) << "layer " << l;
+        EXPECT_EQ(type_of(p + "ffn_down.weight"), more) << "layer " << l;
+        EXPECT_EQ(type_of(p + "attn_output.weight"), m.base) << "layer " << l;
+      }
       EXPECT_EQ(type_of(p + "attn_q.weight"), m.base) << "layer " << l;
       EXPECT_EQ(type_of(p + "ffn_up.weight"), m.base) << "layer " << l;
       EXPECT_EQ(type_of(p + "attn_norm.weight"), "f32") << "layer " << l;
@@ -144,12 +202,15 @@ TEST(MakeModel, KQuantMixesLoadAndTrackTheBf16File) {
     EXPECT_LT(rel_deq, 0.03);
     EXPECT_GT(rel_deq, 0.0) << "the integer path should round the activations";
     // 4-bit weights (RMS error ≈ 6% of a weight with these uniform random weights) compound
-    // through the layers to ~14% of the logits' RMS; still strongly correlated with bf16.
-    EXPECT_LT(m.rel_bf16, 0.2);
-    EXPECT_GT(corr_bf16, 0.98);
+    // through the layers to ~14% of the logits' RMS (3-bit: ~30%); still correlated with bf16.
+    EXPECT_LT(m.rel_bf16, q3 ? 0.4 : 0.2);
+    EXPECT_GT(corr_bf16, q3 ? 0.93 : 0.98);
   }
-  // A fifth bit halves the weights' rounding step: Q5_K_M tracks bf16 clearly better.
-  EXPECT_LT(mixes[1].rel_bf16, 0.7 * mixes[0].rel_bf16);
+  // A fifth bit halves the weights' rounding step: Q5_K_M tracks bf16 clearly better than Q4_K_M.
+  // Q3_K_M keeps attn_v, attn_output and ffn_down at 4-5 bits, so it trails Q4_K_M by less (here
+  // 0.156 vs 0.139; llama-quantize's own Q3_K_M / Q4_K_M files of such a model: 0.147 / 0.122).
+  EXPECT_LT(mixes[1].rel_bf16, 0.95 * mixes[0].rel_bf16);
+  EXPECT_LT(mixes[2].rel_bf16, 0.7 * mixes[1].rel_bf16);
 }
 
 // Rows that are not whole super-blocks (hidden 384): llama.cpp's Q4_K_M falls back to Q5_0 there

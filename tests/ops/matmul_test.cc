@@ -519,7 +519,7 @@ TEST(DequantizeRow, Q5_0) {
 
 // Q5_0 becomes Q8_0 at load with the same values (exactly), so it runs on the Q8_0 kernels;
 // Q5_0 files written by the quantizer stay within half a step of the source.
-TEST(ConvertToQ8, Q5_0IsExactAndItsQuantizerWithinHalfAStep) {
+TEST(WidenWeight, Q5_0IsExactAndItsQuantizerWithinHalfAStep) {
   const int64_t rows = 7, cols = 96;
   std::mt19937 rng(11);
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -531,7 +531,8 @@ TEST(ConvertToQ8, Q5_0IsExactAndItsQuantizerWithinHalfAStep) {
     ASSERT_TRUE(
         gb::convert_row(&x[r * cols], cols, DType::kQ5_0, q5.data() + r * row_bytes(DType::kQ5_0, cols)).is_ok());
   const Weight w5{q5.data(), DType::kQ5_0, rows, cols};
-  auto q8 = convert_to_q8(w5);
+  ASSERT_EQ(runtime_dtype(DType::kQ5_0), DType::kQ8_0);
+  auto q8 = widen_weight(w5);
   ASSERT_TRUE(q8.is_ok()) << q8.message();
   ASSERT_EQ(q8->weight.dtype, DType::kQ8_0);
   std::vector<float> a(cols), b(cols);
@@ -553,6 +554,108 @@ TEST(ConvertToQ8, Q5_0IsExactAndItsQuantizerWithinHalfAStep) {
       }
     }
   }
+}
+
+// Q3_K as ggml's dequantize_row_q3_K / vec_dot_q3_K read it, written out independently: the 12
+// scale bytes unpacked through four 32-bit words, codes 0..7 minus 4 where the hmask bit is clear.
+void q3k_reference_decode(const uint8_t* blk, int* scale, int* code) {
+  uint32_t aux[4];
+  std::memcpy(aux, blk + 96, 12);
+  const uint32_t tmp = aux[2];
+  aux[2] = ((aux[0] >> 4) & 0x0f0f0f0f) | (((tmp >> 4) & 0x03030303) << 4);
+  aux[3] = ((aux[1] >> 4) & 0x0f0f0f0f) | (((tmp >> 6) & 0x03030303) << 4);
+  aux[0] = (aux[0] & 0x0f0f0f0f) | (((tmp >> 0) & 0x03030303) << 4);
+  aux[1] = (aux[1] & 0x0f0f0f0f) | (((tmp >> 2) & 0x03030303) << 4);
+  const auto* s = reinterpret_cast<const int8_t*>(aux);
+  for (int k = 0; k < 16; ++k) scale[k] = s[k] - 32;
+  int i = 0;
+  for (int half = 0; half < 2; ++half) {
+    for (int shift = 0; shift < 8; shift += 2) {
+      const uint8_t m = static_cast<uint8_t>(1 << (4 * half + shift / 2));
+      for (int l = 0; l < 32; ++l, ++i) code[i] = ((blk[32 + 32 * half + l] >> shift) & 3) - ((blk[l] & m) ? 0 : 4);
+    }
+  }
+}
+
+// Q3_K becomes Q6_K at load: the same values (dequantize_row bitwise), and matmul's integer sums
+// are ggml's q3_K · q8_K (Σ scale · Σ code · x per super-block, fma(d·d_x, isum, acc) in block
+// order) — bitwise, on every ISA, row-major and packed.
+TEST(WidenWeight, Q3_KIsExactAndMultipliesAsGgmlsDotProduct) {
+  ThreadPool pool(2);
+  const int64_t rows = 24, cols = 768, n = 9;
+  std::mt19937 rng(31);
+  std::vector<uint8_t> q3(static_cast<size_t>(rows * row_bytes(DType::kQ3_K, cols)));
+  for (auto& v : q3) v = static_cast<uint8_t>(rng());
+  for (size_t b = 0; b < q3.size() / 110; ++b)
+    put16(&q3[b * 110 + 108], f32_to_f16(0.001f + 0.004f * (rng() % 100) / 100.0f));
+  const Weight w3{q3.data(), DType::kQ3_K, rows, cols};
+  ASSERT_EQ(runtime_dtype(DType::kQ3_K), DType::kQ6_K);
+  auto w6 = widen_weight(w3);
+  ASSERT_TRUE(w6.is_ok()) << w6.message();
+  ASSERT_EQ(w6->weight.dtype, DType::kQ6_K);
+  std::vector<float> a(cols), b(cols);
+  for (int64_t r = 0; r < rows; ++r) {
+    dequantize_row(w3, r, a.data());
+    dequantize_row(w6->weight, r, b.data());
+    ASSERT_EQ(0, std::memcmp(a.data(), b.data(), cols * 4)) << "row " << r;
+  }
+  const auto x = random_acts(n, cols, 32);
+  std::vector<float> want(n * rows), d(cols / 256);
+  std::vector<int8_t> q(cols);
+  std::vector<int16_t> b16(cols / 16);
+  std::vector<int32_t> b32(cols / 32);
+  for (int64_t t = 0; t < n; ++t) {
+    quantize_activations_q8k(&x[t * cols], cols, d.data(), q.data(), b16.data(), b32.data());
+    for (int64_t r = 0; r < rows; ++r) {
+      float acc = 0;
+      for (int64_t sb = 0; sb < cols / 256; ++sb) {
+        const uint8_t* blk = &q3[(r * (cols / 256) + sb) * 110];
+        int scale[16], code[256];
+        q3k_reference_decode(blk, scale, code);
+        int32_t isum = 0;
+        for (int k = 0; k < 16; ++k) {
+          int32_t s = 0;
+          for (int i = 16 * k; i < 16 * k + 16; ++i) s += code[i] * q[sb * 256 + i];
+          isum += scale[k] * s;
+        }
+        uint16_t dw;
+        std::memcpy(&dw, blk + 108, 2);
+        acc = std::fma(f16_to_f32(dw) * d[sb], static_cast<float>(isum), acc);
+      }
+      want[t * rows + r] = acc;
+    }
+  }
+  std::vector<uint8_t> packed(w6->bytes.size());
+  Weight wp = w6->weight;
+  ASSERT_TRUE(packable(wp));
+  pack_weight(wp, packed.data());
+  wp.packed = packed.data();
+  int compared = 0;
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+    ScopedIsa s(isa);
+    if (!s.ok()) continue;
+    for (const Weight& w : {w6->weight, wp}) {
+      for (int64_t m : {int64_t{1}, int64_t{2}, n}) {
+        std::vector<float> y(m * rows, NAN);
+        matmul(pool, x.data(), m, w, y.data());
+        ASSERT_EQ(0, std::memcmp(y.data(), want.data(), y.size() * 4))
+            << isa_name(isa) << (w.packed ? " packed" : " row-major") << " n=" << m;
+        ++compared;
+      }
+    }
+  }
+  EXPECT_GE(compared, 6);
+}
+
+TEST(WidenWeight, RejectsWhatItCannotWiden) {
+  uint8_t dummy[256] = {};
+  auto a = widen_weight(Weight{dummy, DType::kQ6_K, 1, 256});
+  ASSERT_FALSE(a.is_ok());
+  EXPECT_NE(a.message().find("q6_k"), std::string::npos);
+  auto b = widen_weight(Weight{dummy, DType::kQ3_K, 1, 128});
+  ASSERT_FALSE(b.is_ok());
+  EXPECT_NE(b.message().find("multiple of 256"), std::string::npos);
+  EXPECT_EQ(runtime_dtype(DType::kQ4_K), DType::kQ4_K);
 }
 
 TEST(DequantizeRow, Q4_K) {
@@ -619,6 +722,33 @@ TEST(DequantizeRow, Q6_K) {
   EXPECT_EQ(out[128], 0.5f * 4 * -32);        // -64: second half uses scales 8..15
   EXPECT_EQ(out[1], 0.5f * 3 * -32);          // -48
   EXPECT_EQ(out[16], 0.0f);                   // sub-block 1, scale 0
+}
+
+TEST(DequantizeRow, Q3_K) {
+  uint8_t b[110] = {};
+  uint8_t* hm = b;
+  uint8_t* qs = b + 32;
+  uint8_t* sc = b + 96;
+  put16(b + 108, 0x3800);  // d = 0.5
+  // Scales (6 bits, stored + 32): 0 -> 35 (3), 1 -> 30 (-2), 9 -> 0 (-32), 15 -> 63 (31).
+  sc[0] = 0x03, sc[8] = 0x02;   // scale 0: low 3, high bits 2 (bits 0-1 of byte 8) -> 35
+  sc[1] = 0xee;                 // scale 1: low 14 (low nibble); scale 9: low 14 (high nibble)
+  sc[9] = 0x01 | 0x00 << 2;     // scale 1: high bits 1 -> 30; scale 5: high 0
+  sc[7] = 0xf0, sc[11] = 0xc0;  // scale 15: low 15 (high nibble of byte 7), high bits 3 (bits 6-7 of byte 11)
+  // scale 9's high bits: byte 8 + 1, bits 2-3 = 0 -> 14 - 32 = -18.
+  qs[0] = 0x03 | 0x02 << 2;  // element 0: bits 3; element 32: bits 2
+  hm[0] = 0x01;              // element 0: high bit set -> code 3; element 32: clear -> 2 - 4 = -2
+  qs[16] = 0x01;             // element 16 (scale 1): bits 1, high bit clear -> -3
+  qs[32 + 31] = 0xc0;        // element 128 + 96 + 31 = 255 (scale 15): bits 3
+  hm[31] = 0x80;             // bit 4·1 + 3: element 255's high bit -> code 3
+  std::vector<float> out(256);
+  dequantize_row(Weight{b, DType::kQ3_K, 1, 256}, 0, out.data());
+  EXPECT_EQ(out[0], 0.5f * 3 * 3);
+  EXPECT_EQ(out[32], 0.5f * -32 * -2);  // scale 2: all bits clear -> -32
+  EXPECT_EQ(out[16], 0.5f * (30 - 32) * -3);
+  EXPECT_EQ(out[255], 0.5f * 31 * 3);
+  EXPECT_EQ(out[150], 0.5f * (14 - 32) * -4);  // scale 9, all bits clear -> code -4
+  EXPECT_EQ(out[1], 0.5f * 3 * -4);
 }
 
 // ---- dispatch ----
@@ -1105,6 +1235,45 @@ TEST(QuantizeKQuants, Q6_KRoundTripWithinItsBound) {
   EXPECT_EQ(back[800], 0.0f);
   EXPECT_NEAR(back[1500], -1.0f, 1e-3);  // the block's largest value maps to code 0 (-32·step), up to fp16 d
   EXPECT_LT(std::sqrt(se / steps), 0.4);
+}
+
+// The Q3_K encoder: each sub-block's largest-magnitude value lands on code −4, every value within
+// a step of its sub-block's scale plus the 6-bit scale rounding (codes only reach +3 on the other
+// side), and a relative RMS error near what 3 bits give.
+TEST(QuantizeKQuants, Q3_KRoundTripWithinItsBound) {
+  const int64_t cols = 256 * 8;
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 0.05f);
+  std::vector<float> x(cols), back(cols);
+  for (auto& v : x) v = normal(rng);
+  for (int i = 256; i < 512; ++i) x[i] = std::fabs(x[i]);  // positive maxima: negative scales
+  for (int i = 768; i < 1024; ++i) x[i] = 0.0f;
+  x[1500] = -1.0f;
+  std::vector<uint8_t> blocks(row_bytes(DType::kQ3_K, cols));
+  ASSERT_TRUE(gb::convert_row(x.data(), cols, DType::kQ3_K, blocks.data()).is_ok());
+  dequantize_row(Weight{blocks.data(), DType::kQ3_K, 1, cols}, 0, back.data());
+  double se = 0, ss = 0;
+  for (int64_t b = 0; b < cols / 256; ++b) {
+    float step[16], max_step = 0;
+    for (int j = 0; j < 16; ++j) {
+      float amax = 0;
+      for (int i = 0; i < 16; ++i) amax = std::max(amax, std::fabs(x[b * 256 + 16 * j + i]));
+      step[j] = amax / 4, max_step = std::max(max_step, step[j]);
+    }
+    const double d = max_step / 32;  // the step of the 6-bit scales
+    for (int i = 0; i < 256; ++i) {
+      const int64_t k = b * 256 + i;
+      const double bound = step[i / 16] + 4.5 * d + 1e-7;
+      ASSERT_LE(std::fabs(back[k] - x[k]), bound) << "element " << k;
+      se += (back[k] - x[k]) * (back[k] - x[k]);
+      ss += x[k] * x[k];
+    }
+  }
+  EXPECT_EQ(back[800], 0.0f);
+  EXPECT_NEAR(back[1500], -1.0f, 1e-3);
+  const double rel = std::sqrt(se / ss);
+  std::printf("q3_k round trip: relative RMS error %.3f\n", rel);
+  EXPECT_LT(rel, 0.25);
 }
 
 TEST(QuantizeKQuants, ConvertRowChecksTheLength) {
