@@ -231,9 +231,10 @@ int main(int argc, char** argv) {
   app.add_option("--out", out, "output directory")->required();
   app.add_option("--shape", shape, "qwen3-0.6b (default) or qwen3.5-0.8b; --layers/--hidden/--ffn override");
 
-  app.add_option("--types", types,
-                 "GGUF types to write (comma-separated: bf16, q8_0, q4_0, q5_0, f32, q3_k, q4_k, q5_k, q6_k, "
-                 "q3_k_m / q4_k_m / q5_k_m = llama.cpp's Q3_K_M / Q4_K_M / Q5_K_M mixes)");
+  app.add_option(
+      "--types", types,
+      "GGUF types to write (comma-separated: bf16, q8_0, q4_0, q4_1, q5_0, q5_1, f32, q3_k, q4_k, q5_k, q6_k, "
+      "q3_k_m / q4_k_m / q5_k_m = llama.cpp's Q3_K_M / Q4_K_M / Q5_K_M mixes)");
   app.add_option("--layers", s.layers, "number of layers");
   app.add_option("--hidden", s.hidden, "hidden size");
   app.add_option("--ffn", s.ffn, "intermediate size");
@@ -355,6 +356,8 @@ int main(int argc, char** argv) {
     else if (type == "q8_0") dt = gb::DType::kQ8_0;
     else if (type == "q4_0") dt = gb::DType::kQ4_0;
     else if (type == "q5_0") dt = gb::DType::kQ5_0;
+    else if (type == "q4_1") dt = gb::DType::kQ4_1;
+    else if (type == "q5_1") dt = gb::DType::kQ5_1;
     else if (type == "f32") dt = gb::DType::kF32;
     else if (type == "q3_k" || q3_k_m) dt = gb::DType::kQ3_K;
     else if (type == "q4_k" || q4_k_m) dt = gb::DType::kQ4_K;
@@ -370,6 +373,8 @@ int main(int argc, char** argv) {
                                : dt == gb::DType::kQ8_0 ? 7
                                : dt == gb::DType::kQ4_0 ? 2
                                : dt == gb::DType::kQ5_0 ? 8
+                               : dt == gb::DType::kQ4_1 ? 3
+                               : dt == gb::DType::kQ5_1 ? 9
                                : dt == gb::DType::kQ3_K ? 12
                                : dt == gb::DType::kQ4_K ? 15
                                : dt == gb::DType::kQ5_K ? 17
@@ -442,10 +447,11 @@ int main(int argc, char** argv) {
         }
       }
       // Super-blocks need rows of 256k elements; llama.cpp then falls back as here: Q3_K to Q4_0,
-      // Q4_K to Q5_0, Q6_K to Q8_0 (and Q5_K to Q5_1, which Glassbox does not read: Q8_0 here).
+      // Q4_K to Q5_0, Q5_K to Q5_1, Q6_K to Q8_0.
       if (gb::dtype_info(tdt).block_elems == 256 && cols % 256 != 0) {
         tdt = tdt == gb::DType::kQ3_K   ? gb::DType::kQ4_0
               : tdt == gb::DType::kQ4_K ? gb::DType::kQ5_0
+              : tdt == gb::DType::kQ5_K ? gb::DType::kQ5_1
                                         : gb::DType::kQ8_0;
         ++n_k_fallback;
       }
@@ -469,7 +475,7 @@ int main(int argc, char** argv) {
     }
     std::printf("wrote %s\n", path.c_str());
     if (n_k_fallback > 0)
-      std::printf("  %lld tensors with rows not a multiple of 256 written as q4_0 / q5_0 / q8_0\n",
+      std::printf("  %lld tensors with rows not a multiple of 256 written as q4_0 / q5_0 / q5_1 / q8_0\n",
                   static_cast<long long>(n_k_fallback));
   }
   return 0;

@@ -50,7 +50,10 @@ Stats summarize(std::vector<double> v) {
   return s;
 }
 
-int64_t weight_bytes(const ops::Weight& w) { return w.data ? w.rows * row_bytes(w.dtype, w.cols) : 0; }
+int64_t weight_bytes(const ops::Weight& w) {
+  if (w.data == nullptr) return 0;
+  return w.rows * row_bytes(w.dtype, w.cols) + (w.mins != nullptr ? w.rows * (w.cols / 32) * 4 : 0);
+}
 
 // Bytes of weights one decode step streams from memory: every layer matrix and the lm_head
 // (the embedding lookup reads a single row).

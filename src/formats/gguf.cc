@@ -16,7 +16,9 @@ bool gguf_type_to_dtype(uint32_t ggml_type, DType* out) {
     case 0: *out = DType::kF32; return true;
     case 1: *out = DType::kF16; return true;
     case 2: *out = DType::kQ4_0; return true;
+    case 3: *out = DType::kQ4_1; return true;
     case 6: *out = DType::kQ5_0; return true;
+    case 7: *out = DType::kQ5_1; return true;
     case 8: *out = DType::kQ8_0; return true;
     case 11: *out = DType::kQ3_K; return true;
     case 12: *out = DType::kQ4_K; return true;
@@ -35,7 +37,9 @@ uint32_t dtype_to_gguf_type(DType t) {
     case DType::kF32: return 0;
     case DType::kF16: return 1;
     case DType::kQ4_0: return 2;
+    case DType::kQ4_1: return 3;
     case DType::kQ5_0: return 6;
+    case DType::kQ5_1: return 7;
     case DType::kQ8_0: return 8;
     case DType::kQ3_K: return 11;
     case DType::kQ4_K: return 12;
@@ -222,7 +226,7 @@ Result<TensorView> view_tensor(const RawTensor& raw, const std::shared_ptr<Mappe
   if (!gguf_type_to_dtype(raw.type, &t.dtype)) {
     return Status::error(
         path + ": tensor '" + raw.name + "' has GGML type " + std::to_string(raw.type) +
-        ", which Glassbox does not support (F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q3_K, Q4_K, Q5_K, Q6_K)");
+        ", which Glassbox does not support (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q3_K, Q4_K, Q5_K, Q6_K)");
   }
   t.shape.assign(raw.ne.rbegin(), raw.ne.rend());
   const DTypeInfo info = dtype_info(t.dtype);

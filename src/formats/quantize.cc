@@ -67,6 +67,34 @@ void quantize_row_q5_0(const float* x, int64_t n, uint8_t* out) {
   }
 }
 
+// Q4_1 / Q5_1 (ggml's quantize_row_q4_1_ref / q5_1_ref): per block of 32, d = (max − min)/(2^bits
+// − 1), m = min, code = min(2^bits − 1, int8((x − min)/d + 0.5)); Q5_1's fifth bits as Q5_0's.
+void quantize_row_q_1(const float* x, int64_t n, int bits, uint8_t* out) {
+  const int top = (1 << bits) - 1, bb = bits == 4 ? 20 : 24, qs = bits == 4 ? 4 : 8;
+  for (int64_t b = 0; b < n / 32; ++b) {
+    const float* xb = x + b * 32;
+    float lo = xb[0], hi = xb[0];
+    for (int i = 1; i < 32; ++i) lo = std::min(lo, xb[i]), hi = std::max(hi, xb[i]);
+    const float d = (hi - lo) / static_cast<float>(top);
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    uint8_t* blk = out + b * bb;
+    const uint16_t d16 = f32_to_f16(d), m16 = f32_to_f16(lo);
+    std::memcpy(blk, &d16, 2);
+    std::memcpy(blk + 2, &m16, 2);
+    uint32_t qh = 0;
+    for (int i = 0; i < 16; ++i) {
+      const int q0 = std::min(top, static_cast<int>(static_cast<int8_t>((xb[i] - lo) * id + 0.5f)));
+      const int q1 = std::min(top, static_cast<int>(static_cast<int8_t>((xb[i + 16] - lo) * id + 0.5f)));
+      blk[qs + i] = static_cast<uint8_t>((q0 & 0xf) | (q1 & 0xf) << 4);
+      qh |= static_cast<uint32_t>(q0 >> 4) << i | static_cast<uint32_t>(q1 >> 4) << (i + 16);
+    }
+    if (bits == 5) std::memcpy(blk + 4, &qh, 4);
+  }
+}
+
+void quantize_row_q4_1(const float* x, int64_t n, uint8_t* out) { quantize_row_q_1(x, n, 4, out); }
+void quantize_row_q5_1(const float* x, int64_t n, uint8_t* out) { quantize_row_q_1(x, n, 5, out); }
+
 namespace {
 
 int nearest(float v) { return static_cast<int>(std::nearbyint(v)); }
@@ -253,10 +281,14 @@ Status convert_row(const float* x, int64_t n, DType dtype, uint8_t* out) {
     case DType::kQ8_0:
     case DType::kQ4_0:
     case DType::kQ5_0:
+    case DType::kQ4_1:
+    case DType::kQ5_1:
       if (n % 32 != 0) return Status::error("row length " + std::to_string(n) + " is not a multiple of 32");
       (dtype == DType::kQ8_0   ? quantize_row_q8_0
        : dtype == DType::kQ4_0 ? quantize_row_q4_0
-                               : quantize_row_q5_0)(x, n, out);
+       : dtype == DType::kQ5_0 ? quantize_row_q5_0
+       : dtype == DType::kQ4_1 ? quantize_row_q4_1
+                               : quantize_row_q5_1)(x, n, out);
       return Status::ok();
     case DType::kQ3_K:
     case DType::kQ4_K:

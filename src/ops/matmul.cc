@@ -116,6 +116,16 @@ int q5_0_code(const uint8_t* blk, uint32_t qh, int i) {
   return (i < 16 ? byte & 0x0f : byte >> 4) | static_cast<int>((qh >> i) & 1) << 4;
 }
 
+// Element i (0..31) of a Q4_1 / Q5_1 block as its unsigned code: nibbles at byte 4 (Q4_1) or 8
+// (Q5_1: plus bit i of the little-endian qh at byte 4 as the fifth bit).
+int q_1_code(DType t, const uint8_t* blk, int i) {
+  if (t == DType::kQ4_1) return i < 16 ? blk[4 + i] & 0x0f : blk[4 + i - 16] >> 4;
+  uint32_t qh;
+  std::memcpy(&qh, blk + 4, 4);
+  const uint8_t byte = blk[8 + i % 16];
+  return (i < 16 ? byte & 0x0f : byte >> 4) | static_cast<int>((qh >> i) & 1) << 4;
+}
+
 // block_q3_K: 32 bytes hmask, 64 bytes of 2-bit pairs (qs), 12 bytes of packed 6-bit scales, f16 d.
 // Element i: 2 bits at qs[32h + l] >> 2g and the high bit hmask[l] >> (4h + g) (h = i / 128,
 // g = i % 128 / 32, l = i % 32); code = bits − 4 when the high bit is clear, in [-4, 3].
@@ -234,15 +244,18 @@ KernelSet kernel_set(Isa isa) {
 #if defined(__x86_64__)
   switch (isa) {
     case Isa::kAvx512Bf16:
-      return {avx512::rows_bf16dot, true, avx2::quantize, 0, avx512::round_bf16, avx2::dequant_k, avx2::quantize_k};
-    case Isa::kAvx512: return {avx512::rows, true, avx2::quantize, 32, nullptr, avx2::dequant_k, avx2::quantize_k};
-    case Isa::kAvx2: return {avx2::rows, true, avx2::quantize, 16, nullptr, avx2::dequant_k, avx2::quantize_k};
+      return {avx512::rows_bf16dot, true,          avx2::quantize, 0, avx512::round_bf16, avx2::dequant_k,
+              avx2::quantize_k,     avx2::add_mins};
+    case Isa::kAvx512:
+      return {avx512::rows, true, avx2::quantize, 32, nullptr, avx2::dequant_k, avx2::quantize_k, avx2::add_mins};
+    case Isa::kAvx2:
+      return {avx2::rows, true, avx2::quantize, 16, nullptr, avx2::dequant_k, avx2::quantize_k, avx2::add_mins};
     case Isa::kScalar: break;
   }
 #else
   (void)isa;
 #endif
-  return {scalar::rows, false, scalar::quantize, 0, nullptr, scalar::dequant_k, scalar::quantize_k};
+  return {scalar::rows, false, scalar::quantize, 0, nullptr, scalar::dequant_k, scalar::quantize_k, scalar::add_mins};
 }
 
 // Activation rounding of n tokens: on the calling thread when small, else split over the pool.
@@ -308,6 +321,19 @@ void quantize(const float* x, int64_t cols, float* d, int8_t* q, int32_t* s) {
 
 void dequant_k(DType dtype, const uint8_t* row, int64_t cols, float* out) {
   dequant_k_row<dequantize_q4_k, dequantize_q5_k, dequantize_q6_k>(dtype, row, cols, out);
+}
+
+// The definition avx2::add_mins reproduces bitwise (8 rows in the lanes of one vector).
+void add_mins(const KernelArgs& a, int64_t r0, int64_t r1) {
+  const int64_t nb = a.cols / kQBlock;
+  for (int64_t t = 0; t < a.n; ++t) {
+    const float* xsd = a.xsd + t * nb;
+    for (int64_t r = r0; r < r1; ++r) {
+      float macc = 0.0f;
+      for (int64_t b = 0; b < nb; ++b) macc = std::fma(a.mins[mins_index(a.rows, nb, r, b)], xsd[b], macc);
+      a.y[t * a.y_stride + r] += macc;
+    }
+  }
 }
 
 // ggml's quantize_row_q8_K_ref: per block of 256, max = the first value of largest magnitude,
@@ -442,6 +468,18 @@ void dequantize_row(const Weight& w, int64_t r, float* out) {
         const float d = load_f16(blk);
         const int8_t* q = reinterpret_cast<const int8_t*>(blk + 2);
         for (int i = 0; i < 32; ++i) out[b * 32 + i] = d * static_cast<float>(q[i]);
+        if (w.mins != nullptr) {
+          const float m = w.mins[mins_index(w.rows, w.cols / 32, r, b)];
+          for (int i = 0; i < 32; ++i) out[b * 32 + i] += m;  // ggml's q·d + m, unfused
+        }
+      }
+      return;
+    case DType::kQ4_1:
+    case DType::kQ5_1:
+      for (int64_t b = 0; b < w.cols / 32; ++b) {
+        const uint8_t* blk = row + b * dtype_info(w.dtype).block_bytes;
+        const float d = load_f16(blk), m = load_f16(blk + 2);
+        for (int i = 0; i < 32; ++i) out[b * 32 + i] = static_cast<float>(q_1_code(w.dtype, blk, i)) * d + m;
       }
       return;
     case DType::kQ4_0:
@@ -565,8 +603,15 @@ void matmul_ref_quantized_acts(const float* x, int64_t n, const Weight& w, float
       double acc = 0;
       for (int64_t b = 0; b < nb; ++b) {
         const uint8_t* blk = row + b * bb;
+        const int8_t* q = &xq[t * w.cols + b * kQBlock];
         const float scale = load_f16(blk) * xd[t * nb + b];
-        acc += static_cast<double>(scale) * block_isum(w.dtype, blk, &xq[t * w.cols + b * kQBlock]);
+        acc += static_cast<double>(scale) * block_isum(w.dtype, blk, q);
+        if (w.mins != nullptr) {  // the offsets' term: m · d_x · Σ codes
+          int64_t xsum = 0;
+          for (int i = 0; i < kQBlock; ++i) xsum += q[i];
+          acc += static_cast<double>(w.mins[mins_index(w.rows, nb, r, b)]) *
+                 static_cast<double>(xd[t * nb + b] * static_cast<float>(xsum));
+        }
       }
       y[t * w.rows + r] = static_cast<float>(acc);
     }
@@ -582,14 +627,20 @@ void quantize_activations_q8k(const float* x, int64_t cols, float* d, int8_t* q,
 }
 
 DType runtime_dtype(DType stored) {
-  return stored == DType::kQ5_0 ? DType::kQ8_0 : stored == DType::kQ3_K ? DType::kQ6_K : stored;
+  switch (stored) {
+    case DType::kQ4_1:
+    case DType::kQ5_0:
+    case DType::kQ5_1: return DType::kQ8_0;
+    case DType::kQ3_K: return DType::kQ6_K;
+    default: return stored;
+  }
 }
 
 Result<OwnedWeight> widen_weight(const Weight& w) {
   const DType to = runtime_dtype(w.dtype);
   if (to == w.dtype) {
     return Status::error("widen_weight: weight dtype " + std::string(dtype_name(w.dtype)) +
-                         " is not widened (only q5_0, q3_k)");
+                         " is not widened (only q4_1, q5_0, q5_1, q3_k)");
   }
   const int64_t block = dtype_info(w.dtype).block_elems;
   if (w.cols % block != 0) {
@@ -597,13 +648,21 @@ Result<OwnedWeight> widen_weight(const Weight& w) {
                          std::to_string(block));
   }
   OwnedWeight o;
-  o.bytes.resize(static_cast<size_t>(w.rows * row_bytes(to, w.cols)));
-  const int64_t blocks = w.rows * (w.cols / block), from_bytes = dtype_info(w.dtype).block_bytes,
+  const bool offsets = w.dtype == DType::kQ4_1 || w.dtype == DType::kQ5_1;
+  // Q4_1 / Q5_1: the f32 offsets after the codes, 64-byte aligned.
+  const int64_t code_bytes = (w.rows * row_bytes(to, w.cols) + 63) / 64 * 64, nb = w.cols / block;
+  o.bytes.resize(static_cast<size_t>(code_bytes + (offsets ? w.rows * nb * 4 : 0)));
+  float* mins = offsets ? reinterpret_cast<float*>(o.bytes.data() + code_bytes) : nullptr;
+  const int64_t blocks = w.rows * nb, from_bytes = dtype_info(w.dtype).block_bytes,
                 to_bytes = dtype_info(to).block_bytes;
   const uint8_t* src = w.data;
   uint8_t* dst = o.bytes.data();
   for (int64_t b = 0; b < blocks; ++b, src += from_bytes, dst += to_bytes) {
-    if (w.dtype == DType::kQ5_0) {  // the same f16 d, codes q − 16 in [-16, 15]
+    if (offsets) {  // the same f16 d, the unsigned codes as int8; m as f32
+      std::memcpy(dst, src, 2);
+      for (int i = 0; i < 32; ++i) dst[2 + i] = static_cast<uint8_t>(q_1_code(w.dtype, src, i));
+      mins[mins_index(w.rows, nb, b / nb, b % nb)] = load_f16(src + 2);
+    } else if (w.dtype == DType::kQ5_0) {  // the same f16 d, codes q − 16 in [-16, 15]
       std::memcpy(dst, src, 2);
       uint32_t qh;
       std::memcpy(&qh, src + 2, 4);
@@ -619,6 +678,7 @@ Result<OwnedWeight> widen_weight(const Weight& w) {
     }
   }
   o.weight = Weight{o.bytes.data(), to, w.rows, w.cols};
+  o.weight.mins = mins;
   return o;
 }
 
@@ -692,6 +752,7 @@ KernelArgs weight_args(const KernelSet& k, const float* x, int64_t n, const Weig
   a.w_stride = row_bytes(w.dtype, w.cols);
   a.y = y;
   a.y_stride = w.rows;
+  a.mins = w.dtype == DType::kQ8_0 ? w.mins : nullptr;
   return a;
 }
 
@@ -747,16 +808,21 @@ void round_activations(ThreadPool& pool, const KernelSet& k, KernelArgs* a) {
     case ActForm::kQ8_0: {
       thread_local Scratch scratch;
       const int64_t nb = cols / kQBlock;
-      // [n·nb] f32 d | [n·nb] i32 block sums | [n·cols] i8 q.
-      uint8_t* buf = scratch.get(static_cast<size_t>(n * nb * 8 + n * cols));
+      // [n·nb] f32 d | [n·nb] i32 block sums | [n·nb] f32 d · sum | [n·cols] i8 q.
+      uint8_t* buf = scratch.get(static_cast<size_t>(n * nb * 12 + n * cols));
       float* xd = reinterpret_cast<float*>(buf);
       int32_t* xs = reinterpret_cast<int32_t*>(buf + n * nb * 4);
-      int8_t* xq = reinterpret_cast<int8_t*>(buf + n * nb * 8);
+      float* xsd = reinterpret_cast<float*>(buf + n * nb * 8);
+      int8_t* xq = reinterpret_cast<int8_t*>(buf + n * nb * 12);
       for_token_ranges(pool, n, cols, [&](int64_t t0, int64_t t1) {
-        for (int64_t t = t0; t < t1; ++t) k.quantize(x + t * cols, cols, xd + t * nb, xq + t * cols, xs + t * nb);
+        for (int64_t t = t0; t < t1; ++t) {
+          k.quantize(x + t * cols, cols, xd + t * nb, xq + t * cols, xs + t * nb);
+          for (int64_t b = t * nb; b < (t + 1) * nb; ++b) xsd[b] = xd[b] * static_cast<float>(xs[b]);
+        }
       });
       a->xd = xd;
       a->xs = xs;
+      a->xsd = xsd;
       a->xq = xq;
       return;
     }
@@ -833,8 +899,8 @@ void matmul_multi(ThreadPool& pool, const float* x, int64_t n, std::initializer_
     while (same < jobs && act_form(k, args[same].dtype) != act_form(k, w.dtype)) ++same;
     if (same < jobs) {
       const KernelArgs& s = args[same];
-      a.xb = s.xb, a.xp = s.xp, a.xd = s.xd, a.xq = s.xq, a.xs = s.xs, a.kd = s.kd, a.kq = s.kq, a.kb = s.kb,
-      a.kb32 = s.kb32;
+      a.xb = s.xb, a.xp = s.xp, a.xd = s.xd, a.xq = s.xq, a.xs = s.xs, a.xsd = s.xsd, a.kd = s.kd, a.kq = s.kq,
+      a.kb = s.kb, a.kb32 = s.kb32;
     } else {
       round_activations(pool, k, &a);
     }
@@ -872,8 +938,9 @@ void matmul_multi(ThreadPool& pool, const float* x, int64_t n, std::initializer_
     size_t j = 0;
     for (int64_t c; (c = next_chunk.fetch_add(1, std::memory_order_relaxed)) < n_chunks;) {
       while (c >= first_chunk[j + 1]) ++j;  // chunks are claimed in increasing order
-      const int64_t r0 = (c - first_chunk[j]) * chunk[j];
-      k.rows(args[j], r0, std::min(args[j].rows, r0 + chunk[j]), pan);
+      const int64_t r0 = (c - first_chunk[j]) * chunk[j], r1 = std::min(args[j].rows, r0 + chunk[j]);
+      k.rows(args[j], r0, r1, pan);
+      if (args[j].mins != nullptr) k.add_mins(args[j], r0, r1);
     }
   });
 }

@@ -25,6 +25,10 @@ struct Weight {
   // matmul reads it where its kernels can; everything else (embedding rows, hashes, edits)
   // reads data.
   const uint8_t* packed = nullptr;
+  // Q8_0 only (Q4_1 / Q5_1 widened at load, widen_weight): each block's offset m, so that element
+  // i of block b of row r is d·q_i + m; f32, rows·cols/32 of them in mins_index order
+  // (matmul_kernels.h: 8 rows' offsets side by side per block). Null: no offsets.
+  const float* mins = nullptr;
 };
 
 // y[n, rows] = x[n, cols] · Wᵀ, f32 in and out, f32 accumulation.
@@ -36,7 +40,10 @@ struct Weight {
 //  - Q8_0 / Q4_0: like llama.cpp's CPU backend, each activation row is first rounded to Q8_0
 //    (blocks of 32, d = fp16(amax/127), q = round-half-even(x·127/amax)); then per block the
 //    exact integer dot product isum of weight and activation codes, and acc = fma(d_w·d_x,
-//    f32(isum), acc) over the blocks in order. Every ISA level computes exactly this (bitwise
+//    f32(isum), acc) over the blocks in order. Q8_0 with offsets (Weight::mins: Q4_1 / Q5_1)
+//    then adds, per row, the offsets' term in a second f32 accumulator: macc = fma(m_b,
+//    d_x·f32(xsum_b), macc) over the blocks in order (xsum_b = the block's activation codes
+//    summed: ggml's q4_1 · q8_1 term m·s), y = acc + macc. Every ISA level computes exactly this (bitwise
 //    equal to scalar), in place for few tokens and on weights repacked into 8-row panels (a
 //    vpdpbusd / maddubs GEMM) from kPanelMinTokens tokens on — at AVX-512 on weights packed at
 //    load, in place 16 rows per vector at every count from 4 (Q4_0) / 8 (Q8_0) tokens. (Not
@@ -98,7 +105,8 @@ void matmul_ref(const float* x, int64_t n, const Weight& w, float* y);
 void matmul_ref_quantized_acts(const float* x, int64_t n, const Weight& w, float* y);
 
 // out[cols] = row r of w as f32 (embedding lookup, tests). Every dtype of DType with a block
-// format (F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q3_K, Q4_K, Q5_K, Q6_K); zeros for integer dtypes.
+// format (F32, F16, BF16, Q8_0 with or without mins, Q4_0, Q4_1, Q5_0, Q5_1, Q3_K, Q4_K, Q5_K, Q6_K); zeros for integer
+// dtypes.
 void dequantize_row(const Weight& w, int64_t r, float* out);
 
 // Activation rounding of matmul for K-quant weights (ggml's quantize_row_q8_K_ref, what its
@@ -120,12 +128,15 @@ struct OwnedWeight {
 };
 
 // Types with no kernels of their own, widened exactly at load to one that has them
-// (widen_weight): Q5_0 → Q8_0, Q3_K → Q6_K; every other dtype maps to itself.
+// (widen_weight): Q5_0 → Q8_0, Q4_1 / Q5_1 → Q8_0 with offsets (Weight::mins), Q3_K → Q6_K;
+// every other dtype maps to itself.
 DType runtime_dtype(DType stored);
 
-// Load-time exact widening of a Q5_0 or Q3_K weight to runtime_dtype: Q5_0 keeps its f16 d with
-// codes q − 16 as Q8_0's int8 (what ggml's q5_0 · q8_0 dot product multiplies; 34 bytes per 32
-// weights instead of 22); Q3_K keeps its f16 d with its 6-bit scales (− 32) as Q6_K's int8 scales
+// Load-time exact widening of a Q5_0, Q4_1, Q5_1 or Q3_K weight to runtime_dtype: Q5_0 keeps its
+// f16 d with codes q − 16 as Q8_0's int8 (what ggml's q5_0 · q8_0 dot product multiplies; 34 bytes
+// per 32 weights instead of 22); Q4_1 / Q5_1 keep d and their unsigned codes as Q8_0's, and their
+// f16 offsets m as f32 Weight::mins (ggml's q4_1 · q8_1: d·d_x·Σ q·x + m·s_x; 38 bytes per 32
+// instead of 20 / 24); Q3_K keeps its f16 d with its 6-bit scales (− 32) as Q6_K's int8 scales
 // and its codes in [-4, 3] as Q6_K codes + 32 (what ggml's q3_K · q8_K multiplies; 210 bytes per
 // 256 instead of 110). dequantize_row gives the same bits before and after, and the integer
 // kernels the same sums as ggml's own dot products. Errors: another dtype, or cols not a

@@ -251,6 +251,66 @@ void dequant_q6_k_block(const uint8_t* blk, float* out) {
 
 }  // namespace
 
+namespace {
+
+// T tokens × G groups of 8 rows: per block one load of each group's 8 offsets, one broadcast of
+// each token's block sum, T·G independent fma chains (scalar::add_mins, lane by lane).
+template <int T, int G>
+void mins_tile(const KernelArgs& a, int64_t t0, int64_t g0) {
+  const int64_t nb = a.cols / kQBlock;
+  __m256 acc[T][G];
+  for (int t = 0; t < T; ++t)
+    for (int g = 0; g < G; ++g) acc[t][g] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    __m256 m[G];
+    for (int g = 0; g < G; ++g) m[g] = _mm256_loadu_ps(a.mins + ((g0 + g) * nb + b) * 8);
+    for (int t = 0; t < T; ++t) {
+      const __m256 s = _mm256_broadcast_ss(a.xsd + (t0 + t) * nb + b);
+      for (int g = 0; g < G; ++g) acc[t][g] = _mm256_fmadd_ps(m[g], s, acc[t][g]);
+    }
+  }
+  for (int t = 0; t < T; ++t) {
+    for (int g = 0; g < G; ++g) {
+      float* y = a.y + (t0 + t) * a.y_stride + (g0 + g) * 8;
+      _mm256_storeu_ps(y, _mm256_add_ps(_mm256_loadu_ps(y), acc[t][g]));
+    }
+  }
+}
+
+// Few tokens: 4 groups at once, so that the chains' latency overlaps.
+template <int T>
+void mins_tokens(const KernelArgs& a, int64_t t0, int64_t g0, int64_t g1) {
+  constexpr int G = T >= 4 ? 2 : 4;
+  int64_t g = g0;
+  for (; g + G <= g1; g += G) mins_tile<T, G>(a, t0, g);
+  for (; g < g1; ++g) mins_tile<T, 1>(a, t0, g);
+}
+
+}  // namespace
+
+void add_mins(const KernelArgs& a, int64_t r0, int64_t r1) {
+  const int64_t full = a.rows / 8 * 8, nb = a.cols / kQBlock;
+  const int64_t g0 = r0 / 8, g1 = (r1 < full ? r1 : full) / 8;
+  if (g1 > g0) {
+    int64_t t = 0;
+    for (; t + 4 <= a.n; t += 4) mins_tokens<4>(a, t, g0, g1);
+    switch (a.n - t) {
+      case 3: mins_tokens<3>(a, t, g0, g1); break;
+      case 2: mins_tokens<2>(a, t, g0, g1); break;
+      case 1: mins_tokens<1>(a, t, g0, g1); break;
+      default: break;
+    }
+  }
+  for (int64_t r = r0 > full ? r0 : full; r < r1; ++r) {  // rows past the last whole group
+    for (int64_t t = 0; t < a.n; ++t) {
+      float macc = 0.0f;
+      for (int64_t b = 0; b < nb; ++b)
+        macc = __builtin_fmaf(a.mins[mins_index(a.rows, nb, r, b)], a.xsd[t * nb + b], macc);
+      a.y[t * a.y_stride + r] += macc;
+    }
+  }
+}
+
 void dequant_k(DType dtype, const uint8_t* row, int64_t cols, float* out) {
   dequant_k_row<dequant_min_k_block<false>, dequant_min_k_block<true>, dequant_q6_k_block>(dtype, row, cols, out);
 }

@@ -13,6 +13,13 @@ namespace gb::ops {
 inline constexpr int64_t kQBlock = 32;   // elements per Q8_0 / Q4_0 block
 inline constexpr int64_t kKBlock = 256;  // elements per Q4_K / Q5_K / Q6_K / Q8_K super-block
 
+// Where block b of row r of a weight with `rows` rows and nb blocks per row keeps its offset in
+// Weight::mins: rows in groups of 8, per group and block the 8 rows' offsets side by side (one
+// vector of 8 lanes), then the rows past the last whole group, row-major.
+inline constexpr int64_t mins_index(int64_t rows, int64_t nb, int64_t r, int64_t b) {
+  return r < rows / 8 * 8 ? ((r / 8) * nb + b) * 8 + r % 8 : rows / 8 * 8 * nb + (r - rows / 8 * 8) * nb + b;
+}
+
 // The K-quants with integer kernels against Q8_K activations.
 inline constexpr bool is_kquant(DType t) { return t == DType::kQ4_K || t == DType::kQ5_K || t == DType::kQ6_K; }
 // Q4_K and Q5_K: ggml's 6-bit scales and mins per sub-block of 32 (value = d·sc·code − dmin·mn,
@@ -32,6 +39,8 @@ struct KernelArgs {
   const int8_t* xq = nullptr;    // [n, cols] int8 codes of the Q8_0-rounded activations (Q8_0/Q4_0)
   const int32_t* xs = nullptr;   // [n, cols/32] the sum of each block's 32 codes: the correction for
                                  // weights stored unsigned (Q4_0 nibbles, Q8_0 codes + 128)
+  const float* xsd = nullptr;    // [n, cols/32] xd · f32(xs): each block's activation sum (the offsets' term)
+  const float* mins = nullptr;   // Q8_0 with offsets: Weight::mins (mins_index order), else null
   int64_t n = 0;
   const uint8_t* w = nullptr;  // [rows, w_stride bytes] weights in `dtype`, row-major or `packed`
   bool packed = false;         // w is in pack_weight's layout (groups of 8 rows, 8·w_stride bytes each)
@@ -121,6 +130,11 @@ inline constexpr int64_t packed_run(DType d, int64_t i) {
 // owned by the calling thread for quantized weights (null: the kernel reads the weights in
 // place), else unused.
 using RowsKernel = void (*)(const KernelArgs& a, int64_t r0, int64_t r1, uint8_t* scratch);
+// Adds the offsets' term of Q8_0 weights with Weight::mins to y for rows [r0, r1) of every token
+// (after rows() wrote them): macc = fma(m_b, xsd_b, macc) per row over the blocks in order,
+// y += macc. r0 is a multiple of 8.
+using MinsKernel = void (*)(const KernelArgs& a, int64_t r0, int64_t r1);
+
 // ggml's activation rounding: x [cols] f32 -> d [cols/32] f32 (fp16-rounded), q [cols] int8,
 // and s [cols/32] the sum of each block's codes (may be null).
 using QuantizeKernel = void (*)(const float* x, int64_t cols, float* d, int8_t* q, int32_t* s);
@@ -162,6 +176,7 @@ struct KernelSet {
   RoundBf16Kernel round_bf16;  // non-null: BF16 weights take bf16-rounded activations (KernelArgs::xb)
   DequantKernel dequant_k;
   QuantizeKKernel quantize_k;
+  MinsKernel add_mins;
 };
 
 // Switches for A/B benchmarks only (bench/ops_matmul --variant); 0 = the shipped kernels.
@@ -179,6 +194,7 @@ void rows(const KernelArgs& a, int64_t r0, int64_t r1, uint8_t* scratch);
 void dequant_k(DType dtype, const uint8_t* row, int64_t cols, float* out);
 void quantize(const float* x, int64_t cols, float* d, int8_t* q, int32_t* s);
 void quantize_k(const float* x, int64_t cols, float* d, int8_t* q, int16_t* b16, int32_t* b32);
+void add_mins(const KernelArgs& a, int64_t r0, int64_t r1);
 }  // namespace scalar
 
 #if defined(__x86_64__)
@@ -187,6 +203,7 @@ void rows(const KernelArgs& a, int64_t r0, int64_t r1, uint8_t* scratch);
 void dequant_k(DType dtype, const uint8_t* row, int64_t cols, float* out);
 void quantize(const float* x, int64_t cols, float* d, int8_t* q, int32_t* s);
 void quantize_k(const float* x, int64_t cols, float* d, int8_t* q, int16_t* b16, int32_t* b32);
+void add_mins(const KernelArgs& a, int64_t r0, int64_t r1);
 }  // namespace avx2
 namespace avx512 {
 void rows(const KernelArgs& a, int64_t r0, int64_t r1, uint8_t* scratch);

@@ -647,6 +647,130 @@ TEST(WidenWeight, Q3_KIsExactAndMultipliesAsGgmlsDotProduct) {
   EXPECT_GE(compared, 6);
 }
 
+TEST(DequantizeRow, Q4_1AndQ5_1) {
+  uint8_t b4[20] = {}, b5[24] = {};
+  put16(b4, 0x4000), put16(b4 + 2, 0xbc00);  // d = 2, m = -1
+  b4[4] = 0x3f;                              // element 0 = 15, element 16 = 3
+  put16(b5, 0x3800), put16(b5 + 2, 0x3c00);  // d = 0.5, m = 1
+  const uint32_t qh = 1u << 0 | 1u << 31;
+  std::memcpy(b5 + 4, &qh, 4);
+  b5[8] = 0x2f;   // element 0 = 15 + 16 = 31, element 16 = 2
+  b5[23] = 0xf1;  // element 15 = 1, element 31 = 15 + 16 = 31
+  std::vector<float> out(32);
+  dequantize_row(Weight{b4, DType::kQ4_1, 1, 32}, 0, out.data());
+  EXPECT_EQ(out[0], 2.0f * 15 - 1);
+  EXPECT_EQ(out[16], 2.0f * 3 - 1);
+  EXPECT_EQ(out[1], -1.0f);  // code 0: the block's minimum
+  dequantize_row(Weight{b5, DType::kQ5_1, 1, 32}, 0, out.data());
+  EXPECT_EQ(out[0], 0.5f * 31 + 1);
+  EXPECT_EQ(out[16], 0.5f * 2 + 1);
+  EXPECT_EQ(out[15], 0.5f * 1 + 1);
+  EXPECT_EQ(out[31], 0.5f * 31 + 1);
+  EXPECT_EQ(out[5], 1.0f);
+}
+
+// Q4_1 / Q5_1 become Q8_0 codes plus per-block offsets (Weight::mins) at load: the same values
+// (dequantize_row bitwise), and matmul computes its definition — the Q8_0 block sums, then the
+// offsets' own f32 chain fma(m, d_x·Σ codes, ·), added — bitwise on every ISA, row-major and
+// packed, in place and in panels, with rows past the last whole group of 8. The quantizers stay
+// within half a step of their source.
+TEST(WidenWeight, Q4_1AndQ5_1AreExactAndMultiplyWithTheirOffsets) {
+  ThreadPool pool(2);
+  for (DType dt : {DType::kQ4_1, DType::kQ5_1}) {
+    for (int64_t rows : {24, 13}) {
+      const int64_t cols = 160, nb = cols / 32;
+      std::mt19937 rng(static_cast<uint32_t>(rows) * 7 + static_cast<uint32_t>(dt));
+      std::normal_distribution<float> normal(0.02f, 0.05f);
+      std::vector<float> src(rows * cols);
+      for (auto& v : src) v = normal(rng);
+      std::vector<uint8_t> bytes(static_cast<size_t>(rows * row_bytes(dt, cols)));
+      for (int64_t r = 0; r < rows; ++r)
+        ASSERT_TRUE(gb::convert_row(&src[r * cols], cols, dt, bytes.data() + r * row_bytes(dt, cols)).is_ok());
+      const Weight wq{bytes.data(), dt, rows, cols};
+      ASSERT_EQ(runtime_dtype(dt), DType::kQ8_0);
+      auto wide = widen_weight(wq);
+      ASSERT_TRUE(wide.is_ok()) << wide.message();
+      ASSERT_EQ(wide->weight.dtype, DType::kQ8_0);
+      ASSERT_NE(wide->weight.mins, nullptr);
+      std::vector<float> a(cols), b(cols);
+      const float top = dt == DType::kQ4_1 ? 15.0f : 31.0f;
+      for (int64_t r = 0; r < rows; ++r) {
+        dequantize_row(wq, r, a.data());
+        dequantize_row(wide->weight, r, b.data());
+        ASSERT_EQ(0, std::memcmp(a.data(), b.data(), cols * 4)) << dtype_name(dt) << " row " << r;
+        for (int64_t blk = 0; blk < nb; ++blk) {
+          float lo = src[r * cols + blk * 32], hi = lo;
+          for (int i = 0; i < 32; ++i)
+            lo = std::min(lo, src[r * cols + blk * 32 + i]), hi = std::max(hi, src[r * cols + blk * 32 + i]);
+          const float step = (hi - lo) / top;  // half a step, plus fp16 rounding of d (over 31 steps) and m
+          for (int i = 0; i < 32; ++i)
+            ASSERT_LE(std::fabs(a[blk * 32 + i] - src[r * cols + blk * 32 + i]), 0.5f * step + 0.02f * step + 1e-4f);
+        }
+      }
+      // The definition, from the file's blocks.
+      const int64_t n = 17;
+      const auto x = random_acts(n, cols, 77);
+      std::vector<float> want(n * rows), xd(nb);
+      std::vector<int8_t> xq(cols);
+      for (int64_t t = 0; t < n; ++t) {
+        quantize_activations_q8(&x[t * cols], cols, xd.data(), xq.data());
+        for (int64_t r = 0; r < rows; ++r) {
+          float acc = 0, macc = 0;
+          for (int64_t blk = 0; blk < nb; ++blk) {
+            const uint8_t* p = bytes.data() + r * row_bytes(dt, cols) + blk * dtype_info(dt).block_bytes;
+            uint16_t d16, m16;
+            std::memcpy(&d16, p, 2);
+            std::memcpy(&m16, p + 2, 2);
+            int32_t isum = 0, xsum = 0;
+            for (int i = 0; i < 32; ++i) {
+              const uint8_t byte = p[(dt == DType::kQ4_1 ? 4 : 8) + i % 16];
+              int code = i < 16 ? byte & 0xf : byte >> 4;
+              if (dt == DType::kQ5_1) {
+                uint32_t qh;
+                std::memcpy(&qh, p + 4, 4);
+                code |= static_cast<int>((qh >> i) & 1) << 4;
+              }
+              isum += code * xq[blk * 32 + i];
+              xsum += xq[blk * 32 + i];
+            }
+            acc = std::fma(f16_to_f32(d16) * xd[blk], static_cast<float>(isum), acc);
+            macc = std::fma(f16_to_f32(m16), xd[blk] * static_cast<float>(xsum), macc);
+          }
+          want[t * rows + r] = acc + macc;
+        }
+      }
+      std::vector<uint8_t> packed(wide->bytes.size());
+      std::vector<Weight> layouts = {wide->weight};
+      if (packable(wide->weight)) {
+        pack_weight(wide->weight, packed.data());
+        layouts.push_back(wide->weight);
+        layouts.back().packed = packed.data();
+      }
+      int compared = 0;
+      for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Bf16}) {
+        ScopedIsa s(isa);
+        if (!s.ok()) continue;
+        for (const Weight& w : layouts) {
+          for (int64_t m : {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{5}, int64_t{8}, n}) {
+            std::vector<float> y(m * rows, NAN);
+            matmul(pool, x.data(), m, w, y.data());
+            ASSERT_EQ(0, std::memcmp(y.data(), want.data(), y.size() * 4))
+                << isa_name(isa) << " " << dtype_name(dt) << " rows=" << rows << (w.packed ? " packed" : " row-major")
+                << " n=" << m;
+            ++compared;
+          }
+        }
+      }
+      EXPECT_GE(compared, 6);
+      // The double reference of the same arithmetic stays within f32 rounding.
+      std::vector<float> ref(n * rows);
+      matmul_ref_quantized_acts(x.data(), n, wide->weight, ref.data());
+      const auto mag = magnitudes(x, n, wide->weight);
+      for (int64_t i = 0; i < n * rows; ++i) ASSERT_NEAR(want[i], ref[i], 1e-5 * mag[i] + 1e-6) << i;
+    }
+  }
+}
+
 TEST(WidenWeight, RejectsWhatItCannotWiden) {
   uint8_t dummy[256] = {};
   auto a = widen_weight(Weight{dummy, DType::kQ6_K, 1, 256});
