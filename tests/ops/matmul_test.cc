@@ -14,6 +14,7 @@
 #include <map>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/fp16.h"
@@ -1327,7 +1328,11 @@ TEST(QuantizeKQuants, Q4_KRoundTripWithinItsBound) { expect_min_k_round_trip(DTy
 
 TEST(QuantizeKQuants, Q5_KRoundTripWithinItsBound) { expect_min_k_round_trip(DType::kQ5_K, 31); }
 
-TEST(QuantizeKQuants, Q6_KRoundTripWithinItsBound) {
+// The signed K-quant encoders (Q6_K, Q3_K): each sub-block of 16's largest-magnitude value lands
+// on code −half (its step = amax/half), every value within a step plus `slack` steps of the
+// scales' own rounding (max step / scale_levels), zeros stay zero. Returns the RMS error relative
+// to the steps and to the values.
+std::pair<double, double> expect_signed_k_round_trip(DType dt, int half, int scale_levels, double slack) {
   const int64_t cols = 256 * 8;
   std::mt19937 rng(6);
   std::normal_distribution<float> normal(0.0f, 0.05f);
@@ -1336,66 +1341,39 @@ TEST(QuantizeKQuants, Q6_KRoundTripWithinItsBound) {
   for (int i = 256; i < 512; ++i) x[i] = std::fabs(x[i]);  // positive maxima: negative scales
   for (int i = 768; i < 1024; ++i) x[i] = 0.0f;
   x[1500] = -1.0f;
-  std::vector<uint8_t> blocks(row_bytes(DType::kQ6_K, cols));
-  gb::quantize_row_q6_K(x.data(), cols, blocks.data());
-  dequantize_row(Weight{blocks.data(), DType::kQ6_K, 1, cols}, 0, back.data());
-  double se = 0, steps = 0;
+  std::vector<uint8_t> blocks(row_bytes(dt, cols));
+  EXPECT_TRUE(gb::convert_row(x.data(), cols, dt, blocks.data()).is_ok());
+  dequantize_row(Weight{blocks.data(), dt, 1, cols}, 0, back.data());
+  double se = 0, steps = 0, ss = 0;
   for (int64_t b = 0; b < cols / 256; ++b) {
     float step[16], max_step = 0;
     for (int j = 0; j < 16; ++j) {
       float amax = 0;
       for (int i = 0; i < 16; ++i) amax = std::max(amax, std::fabs(x[b * 256 + 16 * j + i]));
-      step[j] = amax / 32, max_step = std::max(max_step, step[j]);
+      step[j] = amax / static_cast<float>(half), max_step = std::max(max_step, step[j]);
     }
-    const double d = max_step / 128;  // the step of the 8-bit scales
+    const double d = max_step / scale_levels;  // the step of the integer scales
     for (int i = 0; i < 256; ++i) {
       const int64_t k = b * 256 + i;
-      const double bound = step[i / 16] + 18 * d + 1e-7;
-      ASSERT_LE(std::fabs(back[k] - x[k]), bound) << "element " << k;
+      const double bound = step[i / 16] + slack * d + 1e-7;
+      EXPECT_LE(std::fabs(back[k] - x[k]), bound) << dtype_name(dt) << " element " << k;
       se += (back[k] - x[k]) * (back[k] - x[k]);
       steps += step[i / 16] * step[i / 16];
-    }
-  }
-  EXPECT_EQ(back[800], 0.0f);
-  EXPECT_NEAR(back[1500], -1.0f, 1e-3);  // the block's largest value maps to code 0 (-32·step), up to fp16 d
-  EXPECT_LT(std::sqrt(se / steps), 0.4);
-}
-
-// The Q3_K encoder: each sub-block's largest-magnitude value lands on code −4, every value within
-// a step of its sub-block's scale plus the 6-bit scale rounding (codes only reach +3 on the other
-// side), and a relative RMS error near what 3 bits give.
-TEST(QuantizeKQuants, Q3_KRoundTripWithinItsBound) {
-  const int64_t cols = 256 * 8;
-  std::mt19937 rng(7);
-  std::normal_distribution<float> normal(0.0f, 0.05f);
-  std::vector<float> x(cols), back(cols);
-  for (auto& v : x) v = normal(rng);
-  for (int i = 256; i < 512; ++i) x[i] = std::fabs(x[i]);  // positive maxima: negative scales
-  for (int i = 768; i < 1024; ++i) x[i] = 0.0f;
-  x[1500] = -1.0f;
-  std::vector<uint8_t> blocks(row_bytes(DType::kQ3_K, cols));
-  ASSERT_TRUE(gb::convert_row(x.data(), cols, DType::kQ3_K, blocks.data()).is_ok());
-  dequantize_row(Weight{blocks.data(), DType::kQ3_K, 1, cols}, 0, back.data());
-  double se = 0, ss = 0;
-  for (int64_t b = 0; b < cols / 256; ++b) {
-    float step[16], max_step = 0;
-    for (int j = 0; j < 16; ++j) {
-      float amax = 0;
-      for (int i = 0; i < 16; ++i) amax = std::max(amax, std::fabs(x[b * 256 + 16 * j + i]));
-      step[j] = amax / 4, max_step = std::max(max_step, step[j]);
-    }
-    const double d = max_step / 32;  // the step of the 6-bit scales
-    for (int i = 0; i < 256; ++i) {
-      const int64_t k = b * 256 + i;
-      const double bound = step[i / 16] + 4.5 * d + 1e-7;
-      ASSERT_LE(std::fabs(back[k] - x[k]), bound) << "element " << k;
-      se += (back[k] - x[k]) * (back[k] - x[k]);
       ss += x[k] * x[k];
     }
   }
   EXPECT_EQ(back[800], 0.0f);
-  EXPECT_NEAR(back[1500], -1.0f, 1e-3);
-  const double rel = std::sqrt(se / ss);
+  EXPECT_NEAR(back[1500], -1.0f, 1e-3);  // the block's largest value maps to code −half, up to fp16 d
+  return {std::sqrt(se / steps), std::sqrt(se / ss)};
+}
+
+TEST(QuantizeKQuants, Q6_KRoundTripWithinItsBound) {
+  EXPECT_LT(expect_signed_k_round_trip(DType::kQ6_K, 32, 128, 18).first, 0.4);
+}
+
+// 3-bit codes (−4..3) under 6-bit scales: a relative RMS error near what 3 bits give.
+TEST(QuantizeKQuants, Q3_KRoundTripWithinItsBound) {
+  const double rel = expect_signed_k_round_trip(DType::kQ3_K, 4, 32, 4.5).second;
   std::printf("q3_k round trip: relative RMS error %.3f\n", rel);
   EXPECT_LT(rel, 0.25);
 }
