@@ -52,7 +52,7 @@ Stats summarize(std::vector<double> v) {
 
 int64_t weight_bytes(const ops::Weight& w) {
   if (w.data == nullptr) return 0;
-  return w.rows * row_bytes(w.dtype, w.cols) + (w.mins != nullptr ? w.rows * (w.cols / 32) * 4 : 0);
+  return w.rows * row_bytes(w.dtype, w.cols) + (w.mins != nullptr ? w.rows * (w.cols / 32) * 2 : 0);
 }
 
 // Bytes of weights one decode step streams from memory: every layer matrix and the lm_head

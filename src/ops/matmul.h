@@ -26,9 +26,9 @@ struct Weight {
   // reads data.
   const uint8_t* packed = nullptr;
   // Q8_0 only (Q4_1 / Q5_1 widened at load, widen_weight): each block's offset m, so that element
-  // i of block b of row r is d·q_i + m; f32, rows·cols/32 of them in mins_index order
+  // i of block b of row r is d·q_i + m; f16 bits, rows·cols/32 of them in mins_index order
   // (matmul_kernels.h: 8 rows' offsets side by side per block). Null: no offsets.
-  const float* mins = nullptr;
+  const uint16_t* mins = nullptr;
 };
 
 // y[n, rows] = x[n, cols] · Wᵀ, f32 in and out, f32 accumulation.
@@ -135,7 +135,7 @@ DType runtime_dtype(DType stored);
 // Load-time exact widening of a Q5_0, Q4_1, Q5_1 or Q3_K weight to runtime_dtype: Q5_0 keeps its
 // f16 d with codes q − 16 as Q8_0's int8 (what ggml's q5_0 · q8_0 dot product multiplies; 34 bytes
 // per 32 weights instead of 22); Q4_1 / Q5_1 keep d and their unsigned codes as Q8_0's, and their
-// f16 offsets m as f32 Weight::mins (ggml's q4_1 · q8_1: d·d_x·Σ q·x + m·s_x; 38 bytes per 32
+// f16 offsets m as Weight::mins (ggml's q4_1 · q8_1: d·d_x·Σ q·x + m·s_x; 36 bytes per 32
 // instead of 20 / 24); Q3_K keeps its f16 d with its 6-bit scales (− 32) as Q6_K's int8 scales
 // and its codes in [-4, 3] as Q6_K codes + 32 (what ggml's q3_K · q8_K multiplies; 210 bytes per
 // 256 instead of 110). dequantize_row gives the same bits before and after, and the integer

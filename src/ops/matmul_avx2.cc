@@ -253,7 +253,7 @@ void dequant_q6_k_block(const uint8_t* blk, float* out) {
 
 namespace {
 
-// T tokens × G groups of 8 rows: per block one load of each group's 8 offsets, one broadcast of
+// T tokens × G groups of 8 rows: per block one load of each group's 8 f16 offsets, one broadcast of
 // each token's block sum, T·G independent fma chains (scalar::add_mins, lane by lane).
 template <int T, int G>
 void mins_tile(const KernelArgs& a, int64_t t0, int64_t g0) {
@@ -263,7 +263,8 @@ void mins_tile(const KernelArgs& a, int64_t t0, int64_t g0) {
     for (int g = 0; g < G; ++g) acc[t][g] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     __m256 m[G];
-    for (int g = 0; g < G; ++g) m[g] = _mm256_loadu_ps(a.mins + ((g0 + g) * nb + b) * 8);
+    for (int g = 0; g < G; ++g)
+      m[g] = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a.mins + ((g0 + g) * nb + b) * 8)));
     for (int t = 0; t < T; ++t) {
       const __m256 s = _mm256_broadcast_ss(a.xsd + (t0 + t) * nb + b);
       for (int g = 0; g < G; ++g) acc[t][g] = _mm256_fmadd_ps(m[g], s, acc[t][g]);
@@ -305,7 +306,7 @@ void add_mins(const KernelArgs& a, int64_t r0, int64_t r1) {
     for (int64_t t = 0; t < a.n; ++t) {
       float macc = 0.0f;
       for (int64_t b = 0; b < nb; ++b)
-        macc = __builtin_fmaf(a.mins[mins_index(a.rows, nb, r, b)], a.xsd[t * nb + b], macc);
+        macc = __builtin_fmaf(_cvtsh_ss(a.mins[mins_index(a.rows, nb, r, b)]), a.xsd[t * nb + b], macc);
       a.y[t * a.y_stride + r] += macc;
     }
   }

@@ -29,18 +29,18 @@ inline constexpr bool kquant_has_mins(DType t) { return t == DType::kQ4_K || t =
 // One matmul call as the kernels see it: compute y[t, r] for every token t < n and a range of
 // weight rows r.
 struct KernelArgs {
-  const float* x = nullptr;      // [n, cols] f32 activations
-  const float* xp = nullptr;     // [n, cols] f32 activations de-interleaved for BF16 weights: in each
-                                 // group of KernelSet::bf16_group elements, the even ones then the odd
-                                 // ones (a bf16 pair widens to f32 with one shift and one and)
-  const uint16_t* xb = nullptr;  // [n, bf16_x_stride(cols)] the activations rounded to bf16, an odd
-                                 // row padded with 0 (BF16 weights at kAvx512Bf16), else null
-  const float* xd = nullptr;     // [n, cols/32] f32 scales of the Q8_0-rounded activations (Q8_0/Q4_0)
-  const int8_t* xq = nullptr;    // [n, cols] int8 codes of the Q8_0-rounded activations (Q8_0/Q4_0)
-  const int32_t* xs = nullptr;   // [n, cols/32] the sum of each block's 32 codes: the correction for
-                                 // weights stored unsigned (Q4_0 nibbles, Q8_0 codes + 128)
-  const float* xsd = nullptr;    // [n, cols/32] xd · f32(xs): each block's activation sum (the offsets' term)
-  const float* mins = nullptr;   // Q8_0 with offsets: Weight::mins (mins_index order), else null
+  const float* x = nullptr;        // [n, cols] f32 activations
+  const float* xp = nullptr;       // [n, cols] f32 activations de-interleaved for BF16 weights: in each
+                                   // group of KernelSet::bf16_group elements, the even ones then the odd
+                                   // ones (a bf16 pair widens to f32 with one shift and one and)
+  const uint16_t* xb = nullptr;    // [n, bf16_x_stride(cols)] the activations rounded to bf16, an odd
+                                   // row padded with 0 (BF16 weights at kAvx512Bf16), else null
+  const float* xd = nullptr;       // [n, cols/32] f32 scales of the Q8_0-rounded activations (Q8_0/Q4_0)
+  const int8_t* xq = nullptr;      // [n, cols] int8 codes of the Q8_0-rounded activations (Q8_0/Q4_0)
+  const int32_t* xs = nullptr;     // [n, cols/32] the sum of each block's 32 codes: the correction for
+                                   // weights stored unsigned (Q4_0 nibbles, Q8_0 codes + 128)
+  const float* xsd = nullptr;      // [n, cols/32] xd · f32(xs): each block's activation sum (the offsets' term)
+  const uint16_t* mins = nullptr;  // Q8_0 with offsets: Weight::mins (f16, mins_index order), else null
   int64_t n = 0;
   const uint8_t* w = nullptr;  // [rows, w_stride bytes] weights in `dtype`, row-major or `packed`
   bool packed = false;         // w is in pack_weight's layout (groups of 8 rows, 8·w_stride bytes each)
