@@ -50,10 +50,9 @@ Stats summarize(std::vector<double> v) {
   return s;
 }
 
-int64_t weight_bytes(const ops::Weight& w) {
-  if (w.data == nullptr) return 0;
-  return w.rows * row_bytes(w.dtype, w.cols) + (w.mins != nullptr ? w.rows * (w.cols / 32) * 2 : 0);
-}
+int64_t code_bytes(const ops::Weight& w) { return w.data != nullptr ? w.rows * row_bytes(w.dtype, w.cols) : 0; }
+int64_t mins_bytes(const ops::Weight& w) { return w.mins != nullptr ? w.rows * (w.cols / 32) * 2 : 0; }
+int64_t weight_bytes(const ops::Weight& w) { return code_bytes(w) + mins_bytes(w); }
 
 // Bytes of weights one decode step streams from memory: every layer matrix and the lm_head
 // (the embedding lookup reads a single row).
@@ -74,11 +73,14 @@ using Pieces = std::vector<std::pair<const uint8_t*, int64_t>>;
 // most 1 MiB, so a plain read of them splits evenly over the threads.
 Pieces decode_weight_pieces(const ModelWeights& w) {
   Pieces pieces;
-  auto add = [&](const ops::Weight& m) {
-    const uint8_t* p = m.packed != nullptr ? m.packed : m.data;
-    const int64_t n = weight_bytes(m) / 64 * 64;
+  auto add_run = [&](const uint8_t* p, int64_t bytes) {
+    const int64_t n = bytes / 64 * 64;
     for (int64_t o = 0; p != nullptr && o < n; o += int64_t{1} << 20)
       pieces.emplace_back(p + o, std::min<int64_t>(int64_t{1} << 20, n - o));
+  };
+  auto add = [&](const ops::Weight& m) {
+    add_run(m.packed != nullptr ? m.packed : m.data, code_bytes(m));
+    add_run(reinterpret_cast<const uint8_t*>(m.mins), mins_bytes(m));  // Q4_1 / Q5_1's offsets
   };
   add(w.output);
   for (const auto& l : w.layers) {

@@ -252,6 +252,14 @@ TEST(MakeModel, KMixFallbacksToQ5_0AndQ5_1LoadAndTrackTheBf16File) {
       qq += q[i] * q[i];
     }
     std::printf("%s with fallbacks, relative RMS difference vs bf16: %.4f\n", type, std::sqrt(se / ss));
+    // `glassbox bench --read` reads what decode reads: the Q5_1 offsets are a run of their own.
+    const std::string bench_log = cwd + "/bench_" + type + ".txt";
+    const int rc = std::system(
+        ("'" GB_GLASSBOX_BIN "' bench -m '" + path + "' -p 0 -n 4 -r 1 -t 1 --read > '" + bench_log + "' 2>&1")
+            .c_str());
+    auto bench_out = read_file(bench_log);
+    ASSERT_TRUE(WIFEXITED(rc) && WEXITSTATUS(rc) == 0) << (bench_out.is_ok() ? *bench_out : "");
+    EXPECT_NE(bench_out->find("weights read per decode token"), std::string::npos) << *bench_out;
     // Q5_K_M (5 bits in every matrix here) about halves Q4_K_M's distance: 0.065 vs 0.103.
     EXPECT_LT(std::sqrt(se / ss), q4 ? 0.2 : 0.09);
     EXPECT_GT(dot / std::sqrt(ss * qq), 0.98);
