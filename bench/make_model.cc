@@ -233,7 +233,7 @@ int main(int argc, char** argv) {
 
   app.add_option(
       "--types", types,
-      "GGUF types to write (comma-separated: bf16, q8_0, q4_0, q4_1, q5_0, q5_1, f32, q3_k, q4_k, q5_k, q6_k, "
+      "GGUF types to write (comma-separated: bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, f32, q3_k, q4_k, q5_k, q6_k, "
       "q3_k_m / q4_k_m / q5_k_m = llama.cpp's Q3_K_M / Q4_K_M / Q5_K_M mixes)");
   app.add_option("--layers", s.layers, "number of layers");
   app.add_option("--hidden", s.hidden, "hidden size");
@@ -358,6 +358,7 @@ int main(int argc, char** argv) {
     else if (type == "q5_0") dt = gb::DType::kQ5_0;
     else if (type == "q4_1") dt = gb::DType::kQ4_1;
     else if (type == "q5_1") dt = gb::DType::kQ5_1;
+    else if (type == "iq4_nl") dt = gb::DType::kIQ4_NL;
     else if (type == "f32") dt = gb::DType::kF32;
     else if (type == "q3_k" || q3_k_m) dt = gb::DType::kQ3_K;
     else if (type == "q4_k" || q4_k_m) dt = gb::DType::kQ4_K;
@@ -369,17 +370,18 @@ int main(int argc, char** argv) {
     }
     gb::GgufWriter g;
     // llama.cpp's LLAMA_FTYPE_MOSTLY_*: a pure q4_k file is what `llama-quantize --pure Q4_K_M` writes.
-    const uint32_t file_type = dt == gb::DType::kBF16   ? 32
-                               : dt == gb::DType::kQ8_0 ? 7
-                               : dt == gb::DType::kQ4_0 ? 2
-                               : dt == gb::DType::kQ5_0 ? 8
-                               : dt == gb::DType::kQ4_1 ? 3
-                               : dt == gb::DType::kQ5_1 ? 9
-                               : dt == gb::DType::kQ3_K ? 12
-                               : dt == gb::DType::kQ4_K ? 15
-                               : dt == gb::DType::kQ5_K ? 17
-                               : dt == gb::DType::kQ6_K ? 18
-                                                        : 0;
+    const uint32_t file_type = dt == gb::DType::kBF16     ? 32
+                               : dt == gb::DType::kQ8_0   ? 7
+                               : dt == gb::DType::kQ4_0   ? 2
+                               : dt == gb::DType::kQ5_0   ? 8
+                               : dt == gb::DType::kQ4_1   ? 3
+                               : dt == gb::DType::kQ5_1   ? 9
+                               : dt == gb::DType::kIQ4_NL ? 25
+                               : dt == gb::DType::kQ3_K   ? 12
+                               : dt == gb::DType::kQ4_K   ? 15
+                               : dt == gb::DType::kQ5_K   ? 17
+                               : dt == gb::DType::kQ6_K   ? 18
+                                                          : 0;
     const std::string a = s.qwen35 ? "qwen35" : "qwen3";
     g.set("general.architecture", a);
     g.set("general.name", s.qwen35 ? "random-qwen3.5-0.8b-shape" : "random-qwen3-0.6b-shape");

@@ -12,11 +12,12 @@ enum class DType : uint8_t {
   kF32,
   kF16,
   kBF16,
-  kQ8_0,  // blocks of 32: f16 scale d, 32 x int8 q; x = d * q
-  kQ4_0,  // blocks of 32: f16 scale d, 16 bytes; low nibbles = x[0..15], high = x[16..31]; x = d * (q - 8)
-  kQ5_0,  // blocks of 32: f16 d, 32 fifth bits, Q4_0's nibbles; x = d * (q - 16); widened to Q8_0 at load
-  kQ4_1,  // blocks of 32: f16 d, f16 m, Q4_0's nibbles; x = d * q + m; widened to Q8_0 + mins at load
-  kQ5_1,  // blocks of 32: f16 d, f16 m, Q5_0's fifth bits and nibbles; x = d * q + m; widened likewise
+  kQ8_0,    // blocks of 32: f16 scale d, 32 x int8 q; x = d * q
+  kQ4_0,    // blocks of 32: f16 scale d, 16 bytes; low nibbles = x[0..15], high = x[16..31]; x = d * (q - 8)
+  kQ5_0,    // blocks of 32: f16 d, 32 fifth bits, Q4_0's nibbles; x = d * (q - 16); widened to Q8_0 at load
+  kQ4_1,    // blocks of 32: f16 d, f16 m, Q4_0's nibbles; x = d * q + m; widened to Q8_0 + mins at load
+  kQ5_1,    // blocks of 32: f16 d, f16 m, Q5_0's fifth bits and nibbles; x = d * q + m; widened likewise
+  kIQ4_NL,  // blocks of 32: f16 d, Q4_0's nibbles indexing a 16-entry int8 table; x = d * table[q]; widened to Q8_0
   kQ3_K,  // super-blocks of 256 (GGML block_q3_K, 110 bytes): 6-bit scales per 16, 3-bit codes; widened to Q6_K at load
   kQ4_K,  // super-blocks of 256 (GGML block_q4_K, 144 bytes)
   kQ5_K,  // super-blocks of 256 (GGML block_q5_K, 176 bytes): Q4_K's scales and mins, a fifth code bit
@@ -42,6 +43,7 @@ inline constexpr DTypeInfo dtype_info(DType t) {
     case DType::kQ5_0: return {"q5_0", 32, 22};
     case DType::kQ4_1: return {"q4_1", 32, 20};
     case DType::kQ5_1: return {"q5_1", 32, 24};
+    case DType::kIQ4_NL: return {"iq4_nl", 32, 18};
     case DType::kQ3_K: return {"q3_k", 256, 110};
     case DType::kQ4_K: return {"q4_k", 256, 144};
     case DType::kQ5_K: return {"q5_k", 256, 176};

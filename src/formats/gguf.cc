@@ -22,6 +22,7 @@ bool gguf_type_to_dtype(uint32_t ggml_type, DType* out) {
     case 8: *out = DType::kQ8_0; return true;
     case 11: *out = DType::kQ3_K; return true;
     case 12: *out = DType::kQ4_K; return true;
+    case 20: *out = DType::kIQ4_NL; return true;
     case 13: *out = DType::kQ5_K; return true;
     case 14: *out = DType::kQ6_K; return true;
     case 24: *out = DType::kI8; return true;
@@ -43,6 +44,7 @@ uint32_t dtype_to_gguf_type(DType t) {
     case DType::kQ8_0: return 8;
     case DType::kQ3_K: return 11;
     case DType::kQ4_K: return 12;
+    case DType::kIQ4_NL: return 20;
     case DType::kQ5_K: return 13;
     case DType::kQ6_K: return 14;
     case DType::kI8: return 24;
@@ -224,9 +226,9 @@ Result<TensorView> view_tensor(const RawTensor& raw, const std::shared_ptr<Mappe
   TensorView t;
   t.name = raw.name;
   if (!gguf_type_to_dtype(raw.type, &t.dtype)) {
-    return Status::error(
-        path + ": tensor '" + raw.name + "' has GGML type " + std::to_string(raw.type) +
-        ", which Glassbox does not support (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q3_K, Q4_K, Q5_K, Q6_K)");
+    return Status::error(path + ": tensor '" + raw.name + "' has GGML type " + std::to_string(raw.type) +
+                         ", which Glassbox does not support (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, "
+                         "Q3_K, Q4_K, Q5_K, Q6_K)");
   }
   t.shape.assign(raw.ne.rbegin(), raw.ne.rend());
   const DTypeInfo info = dtype_info(t.dtype);

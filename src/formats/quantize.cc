@@ -95,6 +95,34 @@ void quantize_row_q_1(const float* x, int64_t n, int bits, uint8_t* out) {
 void quantize_row_q4_1(const float* x, int64_t n, uint8_t* out) { quantize_row_q_1(x, n, 4, out); }
 void quantize_row_q5_1(const float* x, int64_t n, uint8_t* out) { quantize_row_q_1(x, n, 5, out); }
 
+void quantize_row_iq4_nl(const float* x, int64_t n, uint8_t* out) {
+  static constexpr int kLevels[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+  for (int64_t b = 0; b < n / 32; ++b) {
+    const float* xb = x + b * 32;
+    float amax = 0.0f, max = 0.0f;  // max keeps the sign of the largest-magnitude value
+    for (int i = 0; i < 32; ++i) {
+      if (std::fabs(xb[i]) > amax) {
+        amax = std::fabs(xb[i]);
+        max = xb[i];
+      }
+    }
+    const uint16_t d16 = f32_to_f16(max / -127.0f);
+    const float d = f16_to_f32(d16);
+    uint8_t* blk = out + b * 18;
+    std::memcpy(blk, &d16, 2);
+    uint8_t q[32];
+    for (int i = 0; i < 32; ++i) {  // the nearest level (levels ascend)
+      int best = 0;
+      for (int l = 1; l < 16; ++l)
+        if (std::fabs(xb[i] - d * static_cast<float>(kLevels[l])) <
+            std::fabs(xb[i] - d * static_cast<float>(kLevels[best])))
+          best = l;
+      q[i] = static_cast<uint8_t>(best);
+    }
+    for (int i = 0; i < 16; ++i) blk[2 + i] = static_cast<uint8_t>(q[i] | q[i + 16] << 4);
+  }
+}
+
 namespace {
 
 int nearest(float v) { return static_cast<int>(std::nearbyint(v)); }
@@ -283,12 +311,14 @@ Status convert_row(const float* x, int64_t n, DType dtype, uint8_t* out) {
     case DType::kQ5_0:
     case DType::kQ4_1:
     case DType::kQ5_1:
+    case DType::kIQ4_NL:
       if (n % 32 != 0) return Status::error("row length " + std::to_string(n) + " is not a multiple of 32");
       (dtype == DType::kQ8_0   ? quantize_row_q8_0
        : dtype == DType::kQ4_0 ? quantize_row_q4_0
        : dtype == DType::kQ5_0 ? quantize_row_q5_0
        : dtype == DType::kQ4_1 ? quantize_row_q4_1
-                               : quantize_row_q5_1)(x, n, out);
+       : dtype == DType::kQ5_1 ? quantize_row_q5_1
+                               : quantize_row_iq4_nl)(x, n, out);
       return Status::ok();
     case DType::kQ3_K:
     case DType::kQ4_K:

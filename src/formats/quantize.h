@@ -24,6 +24,10 @@ void quantize_row_q5_0(const float* x, int64_t n, uint8_t* out);
 // block's min, d = (max − min)/15 (/31), code = min(15 (31), int8((x − min)/d + 0.5)).
 void quantize_row_q4_1(const float* x, int64_t n, uint8_t* out);
 void quantize_row_q5_1(const float* x, int64_t n, uint8_t* out);
+// x [n] f32 -> n/32 blocks of IQ4_NL (18 bytes: f16 d, nibbles indexing ggml's 16 non-linear int8
+// levels −127 … 113); n must be a multiple of 32. A simple encoder, not llama-quantize's scale
+// search: d = max/−127 (max = the value of largest magnitude), each value to its nearest level.
+void quantize_row_iq4_nl(const float* x, int64_t n, uint8_t* out);
 
 // x [n] f32 -> n/256 GGML block_q3_K super-blocks (110 bytes each); n % 256 == 0. The Q6_K encoder
 // below with 3-bit codes: per sub-block of 16, scale = max/-4, the 6-bit scales = round(-32/max
@@ -48,7 +52,8 @@ void quantize_row_q6_K(const float* x, int64_t n, uint8_t* out);
 // One block_q6_K from its 256 codes (0..63, value = d·sc·(code − 32)), 16 int8 scales and f16 d.
 void pack_q6_K(const uint8_t* codes, const int8_t* scales, uint16_t d, uint8_t* blk);
 
-// Converts one f32 row to dtype (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q3_K, Q4_K, Q5_K, Q6_K);
+// Converts one f32 row to dtype (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q3_K, Q4_K, Q5_K,
+// Q6_K);
 // out holds row_bytes(dtype, n).
 Status convert_row(const float* x, int64_t n, DType dtype, uint8_t* out);
 

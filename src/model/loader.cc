@@ -69,11 +69,12 @@ class Binder {
   Result<ops::Weight> matrix(const std::string& name, int64_t rows, int64_t cols) {
     GB_ASSIGN_OR_RETURN(const TensorView* t, get(name, {rows, cols}));
     const bool plain = t->dtype == DType::kF32 || t->dtype == DType::kF16 || t->dtype == DType::kBF16;
-    // Q4_1 / Q5_0 / Q5_1 / Q3_K are widened after binding (convert_matrices).
+    // Q4_1 / Q5_0 / Q5_1 / IQ4_NL / Q3_K are widened after binding (convert_matrices).
     if (!ops::matmul_supported(ops::runtime_dtype(t->dtype)) || (!plain && !ts_.quantized_ok)) {
-      return Status::error(ts_.where + ": tensor '" + name + "' has dtype " + std::string(dtype_name(t->dtype)) +
-                           ", which is not supported for weight matrices (f32, f16, bf16" +
-                           (ts_.quantized_ok ? ", q8_0, q4_0, q4_1, q5_0, q5_1, q3_k, q4_k, q5_k, q6_k)" : ")"));
+      return Status::error(
+          ts_.where + ": tensor '" + name + "' has dtype " + std::string(dtype_name(t->dtype)) +
+          ", which is not supported for weight matrices (f32, f16, bf16" +
+          (ts_.quantized_ok ? ", q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, q3_k, q4_k, q5_k, q6_k)" : ")"));
     }
     return ops::Weight{t->data, t->dtype, rows, cols};
   }

@@ -126,6 +126,9 @@ int q_1_code(DType t, const uint8_t* blk, int i) {
   return (i < 16 ? byte & 0x0f : byte >> 4) | static_cast<int>((qh >> i) & 1) << 4;
 }
 
+// IQ4_NL's non-linear levels (ggml's kvalues_iq4nl): element value = d · kIq4nlLevels[nibble].
+constexpr int8_t kIq4nlLevels[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
 // block_q3_K: 32 bytes hmask, 64 bytes of 2-bit pairs (qs), 12 bytes of packed 6-bit scales, f16 d.
 // Element i: 2 bits at qs[32h + l] >> 2g and the high bit hmask[l] >> (4h + g) (h = i / 128,
 // g = i % 128 / 32, l = i % 32); code = bits − 4 when the high bit is clear, in [-4, 3].
@@ -474,6 +477,16 @@ void dequantize_row(const Weight& w, int64_t r, float* out) {
         }
       }
       return;
+    case DType::kIQ4_NL:
+      for (int64_t b = 0; b < w.cols / 32; ++b) {
+        const uint8_t* blk = row + b * 18;
+        const float d = load_f16(blk);
+        for (int i = 0; i < 16; ++i) {
+          out[b * 32 + i] = d * static_cast<float>(kIq4nlLevels[blk[2 + i] & 0x0f]);
+          out[b * 32 + i + 16] = d * static_cast<float>(kIq4nlLevels[blk[2 + i] >> 4]);
+        }
+      }
+      return;
     case DType::kQ4_1:
     case DType::kQ5_1:
       for (int64_t b = 0; b < w.cols / 32; ++b) {
@@ -630,7 +643,8 @@ DType runtime_dtype(DType stored) {
   switch (stored) {
     case DType::kQ4_1:
     case DType::kQ5_0:
-    case DType::kQ5_1: return DType::kQ8_0;
+    case DType::kQ5_1:
+    case DType::kIQ4_NL: return DType::kQ8_0;
     case DType::kQ3_K: return DType::kQ6_K;
     default: return stored;
   }
@@ -640,7 +654,7 @@ Result<OwnedWeight> widen_weight(const Weight& w) {
   const DType to = runtime_dtype(w.dtype);
   if (to == w.dtype) {
     return Status::error("widen_weight: weight dtype " + std::string(dtype_name(w.dtype)) +
-                         " is not widened (only q4_1, q5_0, q5_1, q3_k)");
+                         " is not widened (only q4_1, q5_0, q5_1, iq4_nl, q3_k)");
   }
   const int64_t block = dtype_info(w.dtype).block_elems;
   if (w.cols % block != 0) {
@@ -668,6 +682,12 @@ Result<OwnedWeight> widen_weight(const Weight& w) {
         dst[18 + i] = static_cast<uint8_t>((qs[i] >> 4) | ((qh >> (i + 16)) & 1) << 4);
       }
       std::memcpy(&mins[mins_index(w.rows, nb, b / nb, b % nb)], src + 2, 2);
+    } else if (w.dtype == DType::kIQ4_NL) {  // the same f16 d, the levels as int8 codes
+      std::memcpy(dst, src, 2);
+      for (int i = 0; i < 16; ++i) {
+        dst[2 + i] = static_cast<uint8_t>(kIq4nlLevels[src[2 + i] & 0x0f]);
+        dst[18 + i] = static_cast<uint8_t>(kIq4nlLevels[src[2 + i] >> 4]);
+      }
     } else if (w.dtype == DType::kQ5_0) {  // the same f16 d, codes q − 16 in [-16, 15]
       std::memcpy(dst, src, 2);
       uint32_t qh;

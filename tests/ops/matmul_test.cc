@@ -772,6 +772,92 @@ TEST(WidenWeight, Q4_1AndQ5_1AreExactAndMultiplyWithTheirOffsets) {
   }
 }
 
+TEST(DequantizeRow, IQ4_NL) {
+  uint8_t b[18] = {};
+  put16(b, 0x4000);  // d = 2
+  b[2] = 0xf0;       // element 0: level 0 (-127); element 16: level 15 (113)
+  b[3] = 0x78;       // element 1: level 8 (1); element 17: level 7 (-10)
+  std::vector<float> out(32);
+  dequantize_row(Weight{b, DType::kIQ4_NL, 1, 32}, 0, out.data());
+  EXPECT_EQ(out[0], 2.0f * -127);
+  EXPECT_EQ(out[16], 2.0f * 113);
+  EXPECT_EQ(out[1], 2.0f * 1);
+  EXPECT_EQ(out[17], 2.0f * -10);
+  EXPECT_EQ(out[2], 2.0f * -127);
+}
+
+// IQ4_NL becomes Q8_0 at load with its table's levels as the codes: the same values, and matmul's
+// integer sums are ggml's iq4_nl · q8_0 (Σ level · x per block) — bitwise on every ISA, packed and
+// row-major. Its encoder puts each value on its nearest level.
+TEST(WidenWeight, IQ4_NLIsExactAndMultipliesAsGgmlsDotProduct) {
+  ThreadPool pool(2);
+  const int64_t rows = 24, cols = 96, nb = cols / 32, n = 9;
+  static constexpr int kLevels[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+  std::mt19937 rng(41);
+  std::normal_distribution<float> normal(0.0f, 0.05f);
+  std::vector<float> src(rows * cols);
+  for (auto& v : src) v = normal(rng);
+  std::vector<uint8_t> bytes(static_cast<size_t>(rows * row_bytes(DType::kIQ4_NL, cols)));
+  for (int64_t r = 0; r < rows; ++r)
+    ASSERT_TRUE(gb::convert_row(&src[r * cols], cols, DType::kIQ4_NL, bytes.data() + r * nb * 18).is_ok());
+  const Weight wi{bytes.data(), DType::kIQ4_NL, rows, cols};
+  ASSERT_EQ(runtime_dtype(DType::kIQ4_NL), DType::kQ8_0);
+  auto w8 = widen_weight(wi);
+  ASSERT_TRUE(w8.is_ok()) << w8.message();
+  std::vector<float> a(cols), b(cols);
+  for (int64_t r = 0; r < rows; ++r) {
+    dequantize_row(wi, r, a.data());
+    dequantize_row(w8->weight, r, b.data());
+    ASSERT_EQ(0, std::memcmp(a.data(), b.data(), cols * 4)) << "row " << r;
+    for (int64_t i = 0; i < cols; ++i) {  // no other level is nearer
+      uint16_t d16;
+      std::memcpy(&d16, bytes.data() + r * nb * 18 + i / 32 * 18, 2);
+      for (int l = 0; l < 16; ++l)
+        ASSERT_LE(std::fabs(a[i] - src[r * cols + i]),
+                  std::fabs(f16_to_f32(d16) * kLevels[l] - src[r * cols + i]) + 1e-7f);
+    }
+  }
+  const auto x = random_acts(n, cols, 42);
+  std::vector<float> want(n * rows), xd(nb);
+  std::vector<int8_t> xq(cols);
+  for (int64_t t = 0; t < n; ++t) {
+    quantize_activations_q8(&x[t * cols], cols, xd.data(), xq.data());
+    for (int64_t r = 0; r < rows; ++r) {
+      float acc = 0;
+      for (int64_t blk = 0; blk < nb; ++blk) {
+        const uint8_t* p = bytes.data() + (r * nb + blk) * 18;
+        int32_t isum = 0;
+        for (int j = 0; j < 16; ++j)
+          isum += kLevels[p[2 + j] & 0xf] * xq[blk * 32 + j] + kLevels[p[2 + j] >> 4] * xq[blk * 32 + 16 + j];
+        uint16_t d16;
+        std::memcpy(&d16, p, 2);
+        acc = std::fma(f16_to_f32(d16) * xd[blk], static_cast<float>(isum), acc);
+      }
+      want[t * rows + r] = acc;
+    }
+  }
+  std::vector<uint8_t> packed(w8->bytes.size());
+  Weight wp = w8->weight;
+  ASSERT_TRUE(packable(wp));
+  pack_weight(wp, packed.data());
+  wp.packed = packed.data();
+  int compared = 0;
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+    ScopedIsa s(isa);
+    if (!s.ok()) continue;
+    for (const Weight& w : {w8->weight, wp}) {
+      for (int64_t m : {int64_t{1}, int64_t{4}, n}) {
+        std::vector<float> y(m * rows, NAN);
+        matmul(pool, x.data(), m, w, y.data());
+        ASSERT_EQ(0, std::memcmp(y.data(), want.data(), y.size() * 4))
+            << isa_name(isa) << (w.packed ? " packed" : " row-major") << " n=" << m;
+        ++compared;
+      }
+    }
+  }
+  EXPECT_GE(compared, 6);
+}
+
 TEST(WidenWeight, RejectsWhatItCannotWiden) {
   uint8_t dummy[256] = {};
   auto a = widen_weight(Weight{dummy, DType::kQ6_K, 1, 256});
