@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <initializer_list>
 #include <map>
 #include <random>
 #include <string>
@@ -578,6 +579,32 @@ void q3k_reference_decode(const uint8_t* blk, int* scale, int* code) {
   }
 }
 
+// matmul of a widened weight, row-major and packed at load, on every ISA this CPU runs, for each
+// token count: bitwise the definition `want` [max count, rows] (a prefix of it for fewer tokens).
+void expect_widened_matmul_bitwise(ThreadPool& pool, const Weight& widened, const std::vector<float>& x,
+                                   std::initializer_list<int64_t> counts, const std::vector<float>& want) {
+  std::vector<uint8_t> packed(static_cast<size_t>(widened.rows * row_bytes(widened.dtype, widened.cols)));
+  Weight wp = widened;
+  ASSERT_TRUE(packable(wp));
+  pack_weight(wp, packed.data());
+  wp.packed = packed.data();
+  int compared = 0;
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+    ScopedIsa s(isa);
+    if (!s.ok()) continue;
+    for (const Weight& w : {widened, wp}) {
+      for (int64_t m : counts) {
+        std::vector<float> y(m * w.rows, NAN);
+        matmul(pool, x.data(), m, w, y.data());
+        ASSERT_EQ(0, std::memcmp(y.data(), want.data(), y.size() * 4))
+            << isa_name(isa) << (w.packed ? " packed" : " row-major") << " n=" << m;
+        ++compared;
+      }
+    }
+  }
+  EXPECT_GE(compared, 6);
+}
+
 // Q3_K becomes Q6_K at load: the same values (dequantize_row bitwise), and matmul's integer sums
 // are ggml's q3_K · q8_K (Σ scale · Σ code · x per super-block, fma(d·d_x, isum, acc) in block
 // order) — bitwise, on every ISA, row-major and packed.
@@ -626,26 +653,7 @@ TEST(WidenWeight, Q3_KIsExactAndMultipliesAsGgmlsDotProduct) {
       want[t * rows + r] = acc;
     }
   }
-  std::vector<uint8_t> packed(w6->bytes.size());
-  Weight wp = w6->weight;
-  ASSERT_TRUE(packable(wp));
-  pack_weight(wp, packed.data());
-  wp.packed = packed.data();
-  int compared = 0;
-  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
-    ScopedIsa s(isa);
-    if (!s.ok()) continue;
-    for (const Weight& w : {w6->weight, wp}) {
-      for (int64_t m : {int64_t{1}, int64_t{2}, n}) {
-        std::vector<float> y(m * rows, NAN);
-        matmul(pool, x.data(), m, w, y.data());
-        ASSERT_EQ(0, std::memcmp(y.data(), want.data(), y.size() * 4))
-            << isa_name(isa) << (w.packed ? " packed" : " row-major") << " n=" << m;
-        ++compared;
-      }
-    }
-  }
-  EXPECT_GE(compared, 6);
+  expect_widened_matmul_bitwise(pool, w6->weight, x, {1, 2, n}, want);
 }
 
 TEST(DequantizeRow, Q4_1AndQ5_1) {
@@ -836,26 +844,7 @@ TEST(WidenWeight, IQ4_NLIsExactAndMultipliesAsGgmlsDotProduct) {
       want[t * rows + r] = acc;
     }
   }
-  std::vector<uint8_t> packed(w8->bytes.size());
-  Weight wp = w8->weight;
-  ASSERT_TRUE(packable(wp));
-  pack_weight(wp, packed.data());
-  wp.packed = packed.data();
-  int compared = 0;
-  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
-    ScopedIsa s(isa);
-    if (!s.ok()) continue;
-    for (const Weight& w : {w8->weight, wp}) {
-      for (int64_t m : {int64_t{1}, int64_t{4}, n}) {
-        std::vector<float> y(m * rows, NAN);
-        matmul(pool, x.data(), m, w, y.data());
-        ASSERT_EQ(0, std::memcmp(y.data(), want.data(), y.size() * 4))
-            << isa_name(isa) << (w.packed ? " packed" : " row-major") << " n=" << m;
-        ++compared;
-      }
-    }
-  }
-  EXPECT_GE(compared, 6);
+  expect_widened_matmul_bitwise(pool, w8->weight, x, {1, 4, n}, want);
 }
 
 TEST(WidenWeight, RejectsWhatItCannotWiden) {
