@@ -146,15 +146,6 @@ int q3_k_scale(const uint8_t* blk, int k) {
   return (low | ((s[8 + k % 4] >> (2 * (k / 4))) & 3) << 4) - 32;
 }
 
-// As ggml's dequantize_row_q3_K: (d · scale) · code, in f32.
-void dequantize_q3_k(const uint8_t* blk, float* out) {
-  const float d = load_f16(blk + 108);
-  for (int k = 0; k < 16; ++k) {
-    const float dl = d * static_cast<float>(q3_k_scale(blk, k));
-    for (int i = 16 * k; i < 16 * k + 16; ++i) out[i] = dl * static_cast<float>(q3_k_code(blk, i));
-  }
-}
-
 bool is_quantized_q8_path(DType t) { return t == DType::kQ8_0 || t == DType::kQ4_0; }
 bool is_kernel_dtype(DType t) {
   return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16 || is_quantized_q8_path(t);
@@ -202,9 +193,9 @@ int q6k_code(const uint8_t* blk, int i) {
 }
 
 // One super-block's exact integer sums against Q8_K codes xq[256]: isum = Σ_sub-block scale ·
-// Σ code·x (Q6_K: code - 32); msum (Q4_K, Q5_K) = Σ_sub-block min · (sum of its 32 activation
-// codes), 0 for Q6_K. |isum| < 2^31: Q4_K ≤ 8·63·32·15·127, Q5_K ≤ 8·63·32·31·127, Q6_K ≤
-// 16·128·16·32·127.
+// Σ code·x (Q6_K: code - 32; Q3_K: its signed code, scale - 32); msum (Q4_K, Q5_K) = Σ_sub-block
+// min · (sum of its 32 activation codes), 0 for Q6_K and Q3_K. |isum| < 2^31: Q4_K ≤
+// 8·63·32·15·127, Q5_K ≤ 8·63·32·31·127, Q6_K ≤ 16·128·16·32·127, Q3_K ≤ 16·32·16·4·127.
 void kquant_sums(DType t, const uint8_t* blk, const int8_t* xq, const int32_t* b32, int32_t* isum, int32_t* msum) {
   int32_t is = 0, ms = 0;
   if (kquant_has_mins(t)) {
@@ -216,12 +207,18 @@ void kquant_sums(DType t, const uint8_t* blk, const int8_t* xq, const int32_t* b
       is += sc * dot;
       ms += mn * b32[j];
     }
-  } else {
+  } else if (t == DType::kQ6_K) {
     const int8_t* sc = reinterpret_cast<const int8_t*>(blk + 192);
     for (int j = 0; j < 16; ++j) {
       int32_t dot = 0;
       for (int i = 16 * j; i < 16 * j + 16; ++i) dot += (q6k_code(blk, i) - 32) * static_cast<int32_t>(xq[i]);
       is += sc[j] * dot;
+    }
+  } else {  // Q3_K
+    for (int j = 0; j < 16; ++j) {
+      int32_t dot = 0;
+      for (int i = 16 * j; i < 16 * j + 16; ++i) dot += q3_k_code(blk, i) * static_cast<int32_t>(xq[i]);
+      is += q3_k_scale(blk, j) * dot;
     }
   }
   *isum = is;
@@ -322,6 +319,15 @@ void quantize(const float* x, int64_t cols, float* d, int8_t* q, int32_t* s) {
   }
 }
 
+// As ggml's dequantize_row_q3_K: (d · scale) · code, in f32.
+void dequantize_q3_k(const uint8_t* blk, float* out) {
+  const float d = load_f16(blk + 108);
+  for (int k = 0; k < 16; ++k) {
+    const float dl = d * static_cast<float>(q3_k_scale(blk, k));
+    for (int i = 16 * k; i < 16 * k + 16; ++i) out[i] = dl * static_cast<float>(q3_k_code(blk, i));
+  }
+}
+
 void dequant_k(DType dtype, const uint8_t* row, int64_t cols, float* out) {
   dequant_k_row<dequantize_q4_k, dequantize_q5_k, dequantize_q6_k>(dtype, row, cols, out);
 }
@@ -385,6 +391,7 @@ static void rows_k(const KernelArgs& a, int64_t r0, int64_t r1) {
   const int64_t cols = a.cols, nb = cols / kKBlock;
   const int64_t bb = dtype_info(a.dtype).block_bytes;
   const bool q4 = kquant_has_mins(a.dtype);
+  const int64_t d_offset = q4 ? 0 : a.dtype == DType::kQ6_K ? 208 : 108;  // the f16 d
   for (int64_t r = r0; r < r1; ++r) {
     const uint8_t* row = a.w + r * a.w_stride;
     for (int64_t t = 0; t < a.n; ++t) {
@@ -394,7 +401,7 @@ static void rows_k(const KernelArgs& a, int64_t r0, int64_t r1) {
         int32_t isum, msum;
         kquant_sums(a.dtype, blk, a.kq + t * cols + b * kKBlock, a.kb32 + t * (cols / 32) + b * 8, &isum, &msum);
         const float dx = a.kd[t * nb + b];
-        acc = std::fma(load_f16(q4 ? blk : blk + 208) * dx, static_cast<float>(isum), acc);
+        acc = std::fma(load_f16(blk + d_offset) * dx, static_cast<float>(isum), acc);
         if (q4) acc = std::fma(-(load_f16(blk + 2) * dx), static_cast<float>(msum), acc);
       }
       a.y[t * a.y_stride + r] = acc;
@@ -518,8 +525,6 @@ void dequantize_row(const Weight& w, int64_t r, float* out) {
       }
       return;
     case DType::kQ3_K:
-      for (int64_t b = 0; b < w.cols / 256; ++b) dequantize_q3_k(row + b * 110, out + b * 256);
-      return;
     case DType::kQ4_K:
     case DType::kQ5_K:
     case DType::kQ6_K:
@@ -545,8 +550,8 @@ void matmul_ref(const float* x, int64_t n, const Weight& w, float* y) {
 
 void matmul_ref_quantized_acts(const float* x, int64_t n, const Weight& w, float* y) {
   if (is_kquant(w.dtype)) {
-    // Q8_K activations; per super-block the exact integers Σ_sub-block scale·Σ code·x (Q6_K: code - 32)
-    // and Σ min·Σ x, each times its f32 scale product, summed in double.
+    // Q8_K activations; per super-block the exact integers Σ_sub-block scale·Σ code·x (Q6_K: code - 32;
+    // Q3_K: its signed code) and Σ min·Σ x, each times its f32 scale product, summed in double.
     const int64_t cols = w.cols, nb = cols / kKBlock;
     const int64_t bb = dtype_info(w.dtype).block_bytes, stride = row_bytes(w.dtype, cols);
     std::vector<float> kd(n * nb);
@@ -579,7 +584,7 @@ void matmul_ref_quantized_acts(const float* x, int64_t n, const Weight& w, float
             }
             acc += static_cast<double>(load_f16(blk) * dx) * static_cast<double>(isum) -
                    static_cast<double>(load_f16(blk + 2) * dx) * static_cast<double>(msum);
-          } else {
+          } else if (w.dtype == DType::kQ6_K) {
             const int8_t* sc = reinterpret_cast<const int8_t*>(blk + 192);
             for (int j = 0; j < 16; ++j) {
               int64_t dot = 0;
@@ -587,6 +592,13 @@ void matmul_ref_quantized_acts(const float* x, int64_t n, const Weight& w, float
               isum += sc[j] * dot;
             }
             acc += static_cast<double>(load_f16(blk + 208) * dx) * static_cast<double>(isum);
+          } else {  // Q3_K
+            for (int j = 0; j < 16; ++j) {
+              int64_t dot = 0;
+              for (int i = 16 * j; i < 16 * j + 16; ++i) dot += q3_k_code(blk, i) * xq[i];
+              isum += q3_k_scale(blk, j) * dot;
+            }
+            acc += static_cast<double>(load_f16(blk + 108) * dx) * static_cast<double>(isum);
           }
         }
         y[t * w.rows + r] = static_cast<float>(acc);
@@ -645,7 +657,6 @@ DType runtime_dtype(DType stored) {
     case DType::kQ5_0:
     case DType::kQ5_1:
     case DType::kIQ4_NL: return DType::kQ8_0;
-    case DType::kQ3_K: return DType::kQ6_K;
     default: return stored;
   }
 }
@@ -654,7 +665,7 @@ Result<OwnedWeight> widen_weight(const Weight& w) {
   const DType to = runtime_dtype(w.dtype);
   if (to == w.dtype) {
     return Status::error("widen_weight: weight dtype " + std::string(dtype_name(w.dtype)) +
-                         " is not widened (only q4_1, q5_0, q5_1, iq4_nl, q3_k)");
+                         " is not widened (only q4_1, q5_0, q5_1, iq4_nl)");
   }
   const int64_t block = dtype_info(w.dtype).block_elems;
   if (w.cols % block != 0) {
@@ -688,19 +699,11 @@ Result<OwnedWeight> widen_weight(const Weight& w) {
         dst[2 + i] = static_cast<uint8_t>(kIq4nlLevels[src[2 + i] & 0x0f]);
         dst[18 + i] = static_cast<uint8_t>(kIq4nlLevels[src[2 + i] >> 4]);
       }
-    } else if (w.dtype == DType::kQ5_0) {  // the same f16 d, codes q − 16 in [-16, 15]
+    } else {  // Q5_0: the same f16 d, codes q − 16 in [-16, 15]
       std::memcpy(dst, src, 2);
       uint32_t qh;
       std::memcpy(&qh, src + 2, 4);
       for (int i = 0; i < 32; ++i) dst[2 + i] = static_cast<uint8_t>(static_cast<int8_t>(q5_0_code(src, qh, i) - 16));
-    } else {  // Q3_K: the same f16 d, scales in [-32, 31] as int8, codes + 32 in [28, 35]
-      uint8_t codes[256];
-      int8_t scales[16];
-      for (int i = 0; i < 256; ++i) codes[i] = static_cast<uint8_t>(q3_k_code(src, i) + 32);
-      for (int k = 0; k < 16; ++k) scales[k] = static_cast<int8_t>(q3_k_scale(src, k));
-      uint16_t d;
-      std::memcpy(&d, src + 108, 2);
-      gb::pack_q6_K(codes, scales, d, dst);
     }
   }
   o.weight = Weight{o.bytes.data(), to, w.rows, w.cols};

@@ -100,7 +100,7 @@ void matmul_ref(const float* x, int64_t n, const Weight& w, float* y);
 // activations rounded to bf16, then matmul_ref), summed in double (matmul itself sums in f32: the
 // tests bound the difference). Q8_0 / Q4_0: activations rounded to Q8_0 as ggml does, exact integer block dot products,
 // Σ_b (d_w·d_x as f32)·isum_b. K-quants: activations rounded to Q8_K, per super-block the
-// exact Σ_sub-block scale·Σ code·x (Q6_K codes - 32) times (d_w·d_x as f32), Q4_K / Q5_K minus
+// exact Σ_sub-block scale·Σ code·x (Q6_K codes - 32, Q3_K its signed codes) times (d_w·d_x as f32), Q4_K / Q5_K minus
 // (dmin_w·d_x as f32)·Σ_sub-block min·Σ x. For other dtypes it is matmul_ref.
 void matmul_ref_quantized_acts(const float* x, int64_t n, const Weight& w, float* y);
 
@@ -128,19 +128,17 @@ struct OwnedWeight {
 };
 
 // Types with no kernels of their own, widened exactly at load to one that has them
-// (widen_weight): Q5_0 / IQ4_NL → Q8_0, Q4_1 / Q5_1 → Q8_0 with offsets (Weight::mins), Q3_K →
-// Q6_K; every other dtype maps to itself.
+// (widen_weight): Q5_0 / IQ4_NL → Q8_0, Q4_1 / Q5_1 → Q8_0 with offsets (Weight::mins); every
+// other dtype maps to itself.
 DType runtime_dtype(DType stored);
 
-// Load-time exact widening of a Q5_0, Q4_1, Q5_1, IQ4_NL or Q3_K weight to runtime_dtype: Q5_0
+// Load-time exact widening of a Q5_0, Q4_1, Q5_1 or IQ4_NL weight to runtime_dtype: Q5_0
 // keeps its f16 d with codes q − 16 as Q8_0's int8 (what ggml's q5_0 · q8_0 dot product
 // multiplies; 34 bytes per 32 weights instead of 22); IQ4_NL keeps d with its table's int8 levels
 // as the codes (ggml's iq4_nl · q8_0; 34 bytes instead of 18); Q4_1 / Q5_1 keep d and their unsigned codes as Q8_0's,
 // and their f16 offsets m as Weight::mins (ggml's q4_1 · q8_1: d·d_x·Σ q·x + m·s_x; 36 bytes per 32 instead of 20 /
-// 24); Q3_K keeps its f16 d with its 6-bit scales (− 32) as Q6_K's int8 scales and its codes in [-4, 3] as Q6_K codes +
-// 32 (what ggml's q3_K · q8_K multiplies; 210 bytes per 256 instead of 110). dequantize_row gives the same bits before
-// and after, and the integer kernels the same sums as ggml's own dot products. Errors: another dtype, or cols not a
-// multiple of the block.
+// 24). dequantize_row gives the same bits before and after, and the integer kernels the same sums as ggml's own dot
+// products. Errors: another dtype, or cols not a multiple of the block.
 Result<OwnedWeight> widen_weight(const Weight& w);
 
 // Load-time conversion of an F32 / F16 / BF16 weight to Q8_0 (same blocks as a Q8_0 GGUF made

@@ -21,9 +21,13 @@ inline constexpr int64_t mins_index(int64_t rows, int64_t nb, int64_t r, int64_t
 }
 
 // The K-quants with integer kernels against Q8_K activations.
-inline constexpr bool is_kquant(DType t) { return t == DType::kQ4_K || t == DType::kQ5_K || t == DType::kQ6_K; }
+inline constexpr bool is_kquant(DType t) {
+  return t == DType::kQ3_K || t == DType::kQ4_K || t == DType::kQ5_K || t == DType::kQ6_K;
+}
 // Q4_K and Q5_K: ggml's 6-bit scales and mins per sub-block of 32 (value = d·sc·code − dmin·mn,
-// codes unsigned: Q4_K 0..15, Q5_K 0..31); Q6_K: int8 scales per 16, value = d·sc·(code − 32).
+// codes unsigned: Q4_K 0..15, Q5_K 0..31); Q6_K: int8 scales per 16, value = d·sc·(code − 32);
+// Q3_K: 6-bit scales − 32 per 16, value = d·sc·(code − 4), codes 0..7 (two low bits, the hmask
+// bit as bit 2). Kernels that hold Q3_K codes as bytes may add 28 and use Q6_K's − 32.
 inline constexpr bool kquant_has_mins(DType t) { return t == DType::kQ4_K || t == DType::kQ5_K; }
 
 // One matmul call as the kernels see it: compute y[t, r] for every token t < n and a range of
@@ -44,7 +48,7 @@ struct KernelArgs {
   int64_t n = 0;
   const uint8_t* w = nullptr;  // [rows, w_stride bytes] weights in `dtype`, row-major or `packed`
   bool packed = false;         // w is in pack_weight's layout (groups of 8 rows, 8·w_stride bytes each)
-  DType dtype = DType::kF32;   // F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K or Q6_K
+  DType dtype = DType::kF32;   // F32, F16, BF16, Q8_0, Q4_0 or a K-quant (Q3_K ... Q6_K)
   int64_t rows = 0;            // rows of w: kernels prefetch ahead but never past the last row
   int64_t cols = 0;
   int64_t w_stride = 0;  // bytes per weight row
@@ -74,8 +78,9 @@ inline constexpr int64_t kPanelBlock = 8 * 32 + 8 * 4;  // Q8_0 / Q4_0: codes, f
 inline constexpr int64_t kPanelBlockQ4K = 2048 + 256 + 128 + 64;
 inline constexpr int64_t kPanelBlockQ6K = 2048 + 512 + 256 + 32;
 inline constexpr int64_t kPackRows = 64;
+// Q3_K panels are Q6_K panels (codes + 28, the scales as int8).
 inline constexpr int64_t panel_block_bytes(DType d) {
-  return kquant_has_mins(d) ? kPanelBlockQ4K : d == DType::kQ6_K ? kPanelBlockQ6K : kPanelBlock;
+  return kquant_has_mins(d) ? kPanelBlockQ4K : is_kquant(d) ? kPanelBlockQ6K : kPanelBlock;
 }
 inline constexpr int64_t panel_scratch_bytes(DType d, int64_t cols) {
   if (d == DType::kBF16) return kPackRows * ((cols + 1) / 2) * 4;  // 16-row panels of column pairs
@@ -95,6 +100,10 @@ inline constexpr int64_t panel_scratch_bytes(DType d, int64_t cols) {
 //    same lanes of code vectors u, 8 + u, 16 + u, 24 + u).
 //  - Q6_K: 8 f16 d, the 16 int8 sub-block scales as planes (scale s of rows 0..7), 32 vectors of
 //    ql (vector v: ql bytes 4v..4v+3), 16 vectors of qh (qh bytes 4v..4v+3).
+//  - Q3_K: 8 f16 d, the 12 packed scale bytes as planes (plane p at 16 + 8p: byte p of rows
+//    0..7), 16 vectors of qs at 112 (vector v: qs bytes 4v..4v+3), 8 vectors of hmask at 624
+//    (vector u: hmask bytes 4u..4u+3, the high bits of the codes in the same lanes of qs
+//    vectors u and 8 + u).
 // Q8_0 and Q4_0 offsets are the same formula; only whole groups of 8 rows are packed.
 // BF16 (no blocks): panels of 16 rows, column pair i of the 16 rows in the 64 bytes at 64·i
 // (row j's pair at 4j), the prefill panel layout of matmul_avx512.cc; whole panels, even cols.
@@ -114,6 +123,11 @@ inline constexpr int64_t packed_offset(DType d, int64_t j, int64_t i) {
              : i < 192 ? 1168 + 32 * ((i - 128) / 4) + 4 * j + (i - 128) % 4
              : i < 208 ? 16 + 8 * (i - 192) + j
                        : 2 * j + (i - 208);
+    case DType::kQ3_K:
+      return i < 32    ? 624 + 32 * (i / 4) + 4 * j + i % 4
+             : i < 96  ? 112 + 32 * ((i - 32) / 4) + 4 * j + (i - 32) % 4
+             : i < 108 ? 16 + 8 * (i - 96) + j
+                       : 2 * j + (i - 108);
     default: return i < 2 ? 2 * j + i : 16 + 32 * ((i - 2) / 4) + 4 * j + (i - 2) % 4;  // Q8_0, Q4_0
   }
 }
@@ -122,6 +136,7 @@ inline constexpr int64_t packed_run(DType d, int64_t i) {
     case DType::kQ4_K:
     case DType::kQ5_K: return i < 4 ? 2 : i < 16 ? 1 : 4;
     case DType::kQ6_K: return i < 192 ? 4 : i < 208 ? 1 : 2;
+    case DType::kQ3_K: return i < 96 ? 4 : i < 108 ? 1 : 2;
     default: return i < 2 ? 2 : 4;
   }
 }
@@ -150,11 +165,19 @@ using DequantKernel = void (*)(DType dtype, const uint8_t* row, int64_t cols, fl
 // One K-quant super-block of 256 elements -> out [256] f32.
 using SuperBlockFn = void (*)(const uint8_t* blk, float* out);
 
+namespace scalar {
+// ggml's dequantize_row_q3_K for one super-block (every ISA's DequantKernel uses it).
+void dequantize_q3_k(const uint8_t* blk, float* out);
+}  // namespace scalar
+
 // A row of super-blocks -> out [cols] f32 with one ISA's block functions: the loop behind every
 // DequantKernel and the reference dequantize_row.
 template <SuperBlockFn kQ4K, SuperBlockFn kQ5K, SuperBlockFn kQ6K>
 inline void dequant_k_row(DType dtype, const uint8_t* row, int64_t cols, float* out) {
-  const SuperBlockFn f = dtype == DType::kQ4_K ? kQ4K : dtype == DType::kQ5_K ? kQ5K : kQ6K;
+  const SuperBlockFn f = dtype == DType::kQ4_K   ? kQ4K
+                         : dtype == DType::kQ5_K ? kQ5K
+                         : dtype == DType::kQ3_K ? scalar::dequantize_q3_k
+                                                 : kQ6K;
   const int64_t block_bytes = dtype_info(dtype).block_bytes;
   for (int64_t b = 0; b < cols / 256; ++b) f(row + b * block_bytes, out + b * 256);
 }

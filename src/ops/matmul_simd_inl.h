@@ -861,8 +861,22 @@ inline void k_scales_q4(const uint8_t* blk, KScales* s) {
   s->extra = _mm256_cvtepu8_epi32(_mm_srli_si128(v, 8));
 }
 
-inline void k_scales_q6(const uint8_t* blk, KScales* s) {
-  const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 192)));
+// Q3_K's 16 scales − 32 as int8 (ggml's unpacking of its 12 scale bytes, four at a time).
+inline void q3k_scales16(const uint8_t* blk, int8_t* out) {
+  uint32_t u[3];
+  __builtin_memcpy(u, blk + 96, 12);
+  const uint32_t w[4] = {(u[0] & 0x0f0f0f0fu) | ((u[2] & 0x03030303u) << 4),
+                         (u[1] & 0x0f0f0f0fu) | (((u[2] >> 2) & 0x03030303u) << 4),
+                         ((u[0] >> 4) & 0x0f0f0f0fu) | (((u[2] >> 4) & 0x03030303u) << 4),
+                         ((u[1] >> 4) & 0x0f0f0f0fu) | (((u[2] >> 6) & 0x03030303u) << 4)};
+  uint8_t b[16];
+  __builtin_memcpy(b, w, 16);
+  for (int k = 0; k < 16; ++k) out[k] = static_cast<int8_t>(b[k] - 32);
+}
+
+// Q6_K's (and Q3_K's) 16 int8 scales at sc as madd operands.
+inline void k_scales_signed(const int8_t* sc, KScales* s) {
+  const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc)));
   s->extra = sc16;
   const __m256i lo = _mm256_permute2x128_si256(sc16, sc16, 0x00);  // sc0..7 in both halves
   const __m256i hi = _mm256_permute2x128_si256(sc16, sc16, 0x11);  // sc8..15 in both halves
@@ -875,11 +889,19 @@ inline void k_scales_q6(const uint8_t* blk, KScales* s) {
   }
 }
 
-// The 32 unsigned codes of chunk k (elements 32k..32k+31) of a super-block.
+// The 32 unsigned codes of chunk k (elements 32k..32k+31) of a super-block (Q3_K: its codes
+// 0..7 + 28, Q6_K's range, so that Q6_K's − 32 applies).
 template <DType D>
 inline __m256i k_codes(const uint8_t* blk, int k) {
   const __m256i m4 = _mm256_set1_epi8(0x0f);
-  if constexpr (kquant_has_mins(D)) {
+  if constexpr (D == DType::kQ3_K) {  // bits 2g..2g+1 of qs[32h + l], bit 4h + g of hmask[l]
+    const int h = k / 4, g = k % 4;
+    const __m256i qs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32 + 32 * h));
+    const __m256i hm = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk));
+    const __m256i lo = _mm256_and_si256(_mm256_srli_epi16(qs, 2 * g), _mm256_set1_epi8(3));
+    const __m256i hb = _mm256_and_si256(_mm256_srli_epi16(hm, 4 * h + g), _mm256_set1_epi8(1));
+    return _mm256_add_epi8(_mm256_or_si256(lo, _mm256_slli_epi16(hb, 2)), _mm256_set1_epi8(28));
+  } else if constexpr (kquant_has_mins(D)) {
     constexpr int kNibbles = D == DType::kQ4_K ? 16 : 48;
     __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kNibbles + 32 * (k / 2)));
     if (k % 2) v = _mm256_srli_epi16(v, 4);
@@ -904,7 +926,7 @@ inline __m256i k_codes(const uint8_t* blk, int k) {
 // Byte offset of the f16 d in a super-block.
 template <DType D>
 inline constexpr int64_t k_d_offset() {
-  return kquant_has_mins(D) ? 0 : 208;
+  return kquant_has_mins(D) ? 0 : D == DType::kQ6_K ? 208 : 108;
 }
 
 // One row's super-block b against T tokens from t0, in place: lanes whose sum is isum (in[t])
@@ -915,8 +937,12 @@ inline void k_row_lanes(const KernelArgs& a, const uint8_t* blk, int64_t t0, int
   KScales ks;
   if constexpr (kquant_has_mins(D)) {
     k_scales_q4(blk, &ks);
+  } else if constexpr (D == DType::kQ6_K) {
+    k_scales_signed(reinterpret_cast<const int8_t*>(blk + 192), &ks);
   } else {
-    k_scales_q6(blk, &ks);
+    int8_t sc[16];
+    q3k_scales16(blk, sc);
+    k_scales_signed(sc, &ks);
   }
   __m256i s[T];
   for (int t = 0; t < T; ++t) s[t] = _mm256_setzero_si256();
@@ -1015,7 +1041,7 @@ template <DType D>
 inline constexpr int kRunGroups = V::kVnni            ? 64
                                   : D == DType::kQ4_K ? 8
                                   : D == DType::kQ5_K ? 4
-                                                      : 2;
+                                                      : 2;  // Q6_K, Q3_K (its codes + 28 in panels)
 inline __m256i kdot(__m256i acc, __m256i w, __m256i x) {
   if constexpr (V::kVnni) {
     return V::dot_acc(acc, w, x);
@@ -1095,12 +1121,19 @@ inline void pack_panel_k_block(const uint8_t* blk, int64_t stride, int64_t m, ui
       d[j] = real ? load_f16_scalar(bj) : 0.0f;
       dmin[j] = real ? load_f16_scalar(bj + 2) : 0.0f;
     } else {
-      const int8_t* s6 = reinterpret_cast<const int8_t*>(bj + 192);
+      int8_t s6[16] = {};
+      if (real) {
+        if constexpr (D == DType::kQ6_K) {
+          __builtin_memcpy(s6, bj + 192, 16);
+        } else {
+          q3k_scales16(bj, s6);
+        }
+      }
       for (int s = 0; s < 16; ++s) {
         sc[s][j] = real ? s6[s] : 0;
         pairs[s][j] = real ? s6[s] : 0;
       }
-      d[j] = real ? load_f16_scalar(bj + 208) : 0.0f;
+      d[j] = real ? load_f16_scalar(bj + k_d_offset<D>()) : 0.0f;
     }
   }
   for (int s = 0; s < P::kSubs; ++s) {
@@ -1300,6 +1333,57 @@ inline void q6k_codes(I l0_, I l1_, I hv_, I* cv) {
   __builtin_memcpy(cv, c, sizeof c);
 }
 
+// Q3_K's four code vectors (0..7) of a packed step (elements 128h + 32g + 4q + i, g = 0..3)
+// from its qs vector (8h + q) and its hmask vector (q): bits 2g..2g+1 of each qs byte, bit
+// 4h + g of each hmask byte as bit 2. As in q6k_codes, every byte is masked after its shift
+// (right by at most 6, left by at most 2), which keeps only bits from that same byte.
+template <class U, class I>
+inline void q3k_codes(I qs_, I hm_, int h, I* cv) {
+  static_assert(sizeof(U) == sizeof(I));
+  U qs, hm;
+  __builtin_memcpy(&qs, &qs_, sizeof qs);
+  __builtin_memcpy(&hm, &hm_, sizeof hm);
+  const U m3 = U{} + 0x0303030303030303ULL, m4 = U{} + 0x0404040404040404ULL;
+  U c[4];
+#pragma GCC unroll 4
+  for (int g = 0; g < 4; ++g) {
+    const int b = 4 * h + g;
+    c[g] = ((qs >> (2 * g)) & m3) | ((b >= 2 ? hm >> (b - 2) : hm << (2 - b)) & m4);
+  }
+  __builtin_memcpy(cv, c, sizeof c);
+}
+
+// A packed Q3_K group block's 16 scales − 32 of its 8 rows as int8 planes (scale s of row j at
+// out[8s + j], Q6_K's packed layout) from its 12 packed scale-byte planes: low 4 bits from planes
+// 0..7 (scales 8..15: their high nibbles), high 2 bits from planes 8..11 (bits 2·(s / 4)). 16-bit
+// shifts by at most 4, each byte masked after.
+inline void q3k_scale_planes8(const uint8_t* blk, uint8_t* out) {
+  const __m256i y0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16));
+  const __m256i y1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 48));
+  const __m256i y2 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 80));
+  const __m256i m0f = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30), c32 = _mm256_set1_epi8(32);
+  const __m256i v[4] = {_mm256_or_si256(_mm256_and_si256(y0, m0f), _mm256_and_si256(_mm256_slli_epi16(y2, 4), m30)),
+                        _mm256_or_si256(_mm256_and_si256(y1, m0f), _mm256_and_si256(_mm256_slli_epi16(y2, 2), m30)),
+                        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(y0, 4), m0f), _mm256_and_si256(y2, m30)),
+                        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(y1, 4), m0f),
+                                        _mm256_and_si256(_mm256_srli_epi16(y2, 2), m30))};
+  for (int k = 0; k < 4; ++k) _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 32 * k), _mm256_sub_epi8(v[k], c32));
+}
+
+// Q6_K / Q3_K packed group blocks: where the 16 int8 scale planes are (Q3_K: unpacked into buf),
+// and the shift of the codes' offset (Q6_K − 32, Q3_K − 4).
+template <DType D>
+inline const uint8_t* k_signed_scales(const uint8_t* blk, uint8_t* buf) {
+  if constexpr (D == DType::kQ3_K) {
+    q3k_scale_planes8(blk, buf);
+    return buf;
+  } else {
+    return blk + 16;
+  }
+}
+template <DType D>
+inline constexpr int kOffsetShift = D == DType::kQ3_K ? 2 : 5;
+
 // A packed step's codes, low nibbles to cl (sub-block 2c of group c) and high nibbles to ch
 // (sub-block 2c + 1), from its code vector raw; Q5_K also their fifth bits from its qh vector hv
 // (qh bytes in the same lanes): bit 2c of each byte into cl, bit 2c + 1 into ch. (256 bits:
@@ -1434,16 +1518,25 @@ inline void rows8_packed_k(const KernelArgs& a, int64_t t0, int64_t r0) {
         acc[t] = _mm256_fnmadd_ps(_mm256_mul_ps(dm, dx), _mm256_cvtepi32_ps(msum), acc[t]);
       }
     } else {
-// Element 128h + 32g + 4q + i of each row: low 4 bits from ql vector 16h + 8(g & 1) + q
-// (g ≥ 2: its high nibbles), high 2 bits from qh vector 8h + q (bits 2g). Sub-block
-// 8h + 2g + q/4.
+      // Element 128h + 32g + 4q + i of each row: Q6_K: low 4 bits from ql vector 16h + 8(g & 1) + q
+      // (g ≥ 2: its high nibbles), high 2 bits from qh vector 8h + q (bits 2g); Q3_K: q3k_codes of qs
+      // vector 8h + q and hmask vector q. Sub-block 8h + 2g + q/4.
+      alignas(32) uint8_t q3s[128];
+      const uint8_t* scp = k_signed_scales<D>(blk, q3s);
+#if defined(__AVX512F__)
+      // Z: each sub-block's sums scaled in both halves (the scales broadcast), halves folded once
+      // per super-block (the same exact int32 sums).
+      __m512i zsum[T];
+      if constexpr (Z)
+        for (int t = 0; t < T; ++t) zsum[t] = _mm512_setzero_si512();
+#endif
 #pragma GCC unroll 8
       for (int h = 0; h < 2; ++h) {
 #pragma GCC unroll 8
         for (int qq = 0; qq < 2; ++qq) {
           __m256i sc[4];  // sub-blocks 8h + 2g + qq
 #pragma GCC unroll 8
-          for (int g = 0; g < 4; ++g) sc[g] = kscale_operand(scales8_i8(blk + 16 + 8 * (8 * h + 2 * g + qq)));
+          for (int g = 0; g < 4; ++g) sc[g] = kscale_operand(scales8_i8(scp + 8 * (8 * h + 2 * g + qq)));
           if constexpr (Z) {
 #if defined(__AVX512F__)
             // Groups q = 4qq + 2p and q + 1 (one sub-block per g); element 128h + 32g + 4q + i's
@@ -1458,11 +1551,16 @@ inline void rows8_packed_k(const KernelArgs& a, int64_t t0, int64_t r0) {
 #pragma GCC unroll 8
             for (int p = 0; p < 2; ++p) {
               const int q = 4 * qq + 2 * p;
-              const __m512i hv = _mm512_loadu_si512(blk + 1168 + 32 * (8 * h + q));
-              const __m512i l0 = _mm512_loadu_si512(blk + 144 + 32 * (16 * h + q));
-              const __m512i l1 = _mm512_loadu_si512(blk + 144 + 32 * (16 * h + 8 + q));
               __m512i cv[4];
-              q6k_codes<KLanes512>(l0, l1, hv, cv);
+              if constexpr (D == DType::kQ3_K) {
+                q3k_codes<KLanes512>(_mm512_loadu_si512(blk + 112 + 32 * (8 * h + q)),
+                                     _mm512_loadu_si512(blk + 624 + 32 * q), h, cv);
+              } else {
+                const __m512i hv = _mm512_loadu_si512(blk + 1168 + 32 * (8 * h + q));
+                const __m512i l0 = _mm512_loadu_si512(blk + 144 + 32 * (16 * h + q));
+                const __m512i l1 = _mm512_loadu_si512(blk + 144 + 32 * (16 * h + 8 + q));
+                q6k_codes<KLanes512>(l0, l1, hv, cv);
+              }
 #pragma GCC unroll 8
               for (int t = 0; t < T; ++t)
 #pragma GCC unroll 8
@@ -1471,9 +1569,11 @@ inline void rows8_packed_k(const KernelArgs& a, int64_t t0, int64_t r0) {
                                                  _mm512_permutexvar_epi32(idx[4 * (g & 1) + q / 2], xv[t][g >> 1]));
             }
 #pragma GCC unroll 8
-            for (int g = 0; g < 4; ++g)
+            for (int g = 0; g < 4; ++g) {
+              const __m512i sz = _mm512_broadcast_i64x4(sc[g]);
 #pragma GCC unroll 8
-              for (int t = 0; t < T; ++t) isum[t] = kscale(isum[t], kzmm_fold(zs[t][g]), sc[g]);
+              for (int t = 0; t < T; ++t) zsum[t] = _mm512_add_epi32(zsum[t], _mm512_mullo_epi32(zs[t][g], sz));
+            }
 #endif
             continue;
           }
@@ -1487,12 +1587,17 @@ inline void rows8_packed_k(const KernelArgs& a, int64_t t0, int64_t r0) {
               for (int g = 0; g < 4; ++g) s4[t][g] = _mm256_setzero_si256();
 #pragma GCC unroll 8
             for (int q = q0; q < q0 + kRun; ++q) {
-              const __m256i hv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 1168 + 32 * (8 * h + q)));
-              const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 144 + 32 * (16 * h + q)));
-              const __m256i l1 =
-                  _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 144 + 32 * (16 * h + 8 + q)));
               __m256i cv[4];
-              q6k_codes<KLanes256>(l0, l1, hv, cv);
+              if constexpr (D == DType::kQ3_K) {
+                q3k_codes<KLanes256>(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 112 + 32 * (8 * h + q))),
+                                     _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 624 + 32 * q)), h, cv);
+              } else {
+                const __m256i hv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 1168 + 32 * (8 * h + q)));
+                const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 144 + 32 * (16 * h + q)));
+                const __m256i l1 =
+                    _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 144 + 32 * (16 * h + 8 + q)));
+                q6k_codes<KLanes256>(l0, l1, hv, cv);
+              }
 #pragma GCC unroll 8
               for (int t = 0; t < T; ++t) {
                 const int8_t* xq = a.kq + (t0 + t) * cols + b * kKBlock + 128 * h + 4 * q;
@@ -1507,14 +1612,18 @@ inline void rows8_packed_k(const KernelArgs& a, int64_t t0, int64_t r0) {
           }
         }
       }
-      // The codes' −32: isum −= 32·Σ_s sc_s·bsum_s, as 8 int16 pair products (sub-blocks 2p, 2p + 1)
-      // per token. The same int32 as subtracting 32·bsum_s from each sub-block's sum.
+#if defined(__AVX512F__)
+      if constexpr (Z)
+        for (int t = 0; t < T; ++t) isum[t] = kzmm_fold(zsum[t]);
+#endif
+      // The codes' −32 (Q3_K −4): isum −= 32·Σ_s sc_s·bsum_s, as 8 int16 pair products (sub-blocks
+      // 2p, 2p + 1) per token. The same int32 as subtracting 32·bsum_s from each sub-block's sum.
       __m256i off[T];
 #pragma GCC unroll 8
       for (int t = 0; t < T; ++t) off[t] = _mm256_setzero_si256();
 #pragma GCC unroll 8
       for (int p = 0; p < 8; ++p) {
-        const __m256i pairs = scale_pairs8(blk + 16 + 16 * p);
+        const __m256i pairs = scale_pairs8(scp + 16 * p);
 #pragma GCC unroll 8
         for (int t = 0; t < T; ++t) {
           int32_t bs2;
@@ -1525,7 +1634,7 @@ inline void rows8_packed_k(const KernelArgs& a, int64_t t0, int64_t r0) {
 #pragma GCC unroll 8
       for (int t = 0; t < T; ++t) {
         const __m256 dx = _mm256_set1_ps(a.kd[(t0 + t) * nb + b]);
-        const __m256i sum = _mm256_sub_epi32(isum[t], _mm256_slli_epi32(off[t], 5));
+        const __m256i sum = _mm256_sub_epi32(isum[t], _mm256_slli_epi32(off[t], kOffsetShift<D>));
         acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(dw, dx), _mm256_cvtepi32_ps(sum), acc[t]);
       }
     }
@@ -1597,21 +1706,29 @@ inline void rows16_packed_k_zmm(const KernelArgs& a, int64_t t0, int64_t r0) {
       }
     } else {
       // Element 128h + 32g + 4q + i of each row: as in rows8_packed_k; sub-block 8h + 2g + q/4.
+      alignas(32) uint8_t q3s[2][128];
+      const uint8_t* spa = k_signed_scales<D>(ba, q3s[0]);
+      const uint8_t* spb = k_signed_scales<D>(bb, q3s[1]);
       for (int h = 0; h < 2; ++h) {
         for (int qq = 0; qq < 2; ++qq) {
           __m512i sc[4];
           for (int g = 0; g < 4; ++g) {
-            const int64_t o = 16 + 8 * (8 * h + 2 * g + qq);
-            sc[g] = _mm512_cvtepi8_epi32(join64(ba + o, bb + o));
+            const int64_t o = 8 * (8 * h + 2 * g + qq);
+            sc[g] = _mm512_cvtepi8_epi32(join64(spa + o, spb + o));
           }
           __m512i s4[T][4];
           for (int t = 0; t < T; ++t)
             for (int g = 0; g < 4; ++g) s4[t][g] = _mm512_setzero_si512();
           for (int q = 4 * qq; q < 4 * qq + 4; ++q) {
             __m512i cv[4];
-            q6k_codes<KLanes512>(join256(ba + 144 + 32 * (16 * h + q), bb + 144 + 32 * (16 * h + q)),
-                                 join256(ba + 144 + 32 * (16 * h + 8 + q), bb + 144 + 32 * (16 * h + 8 + q)),
-                                 join256(ba + 1168 + 32 * (8 * h + q), bb + 1168 + 32 * (8 * h + q)), cv);
+            if constexpr (D == DType::kQ3_K) {
+              q3k_codes<KLanes512>(join256(ba + 112 + 32 * (8 * h + q), bb + 112 + 32 * (8 * h + q)),
+                                   join256(ba + 624 + 32 * q, bb + 624 + 32 * q), h, cv);
+            } else {
+              q6k_codes<KLanes512>(join256(ba + 144 + 32 * (16 * h + q), bb + 144 + 32 * (16 * h + q)),
+                                   join256(ba + 144 + 32 * (16 * h + 8 + q), bb + 144 + 32 * (16 * h + 8 + q)),
+                                   join256(ba + 1168 + 32 * (8 * h + q), bb + 1168 + 32 * (8 * h + q)), cv);
+            }
             for (int t = 0; t < T; ++t) {
               const int8_t* xq = a.kq + (t0 + t) * cols + b * kKBlock + 128 * h + 4 * q;
               for (int g = 0; g < 4; ++g) s4[t][g] = _mm512_dpbusd_epi32(s4[t][g], cv[g], set1_x4(xq + 32 * g));
@@ -1621,12 +1738,12 @@ inline void rows16_packed_k_zmm(const KernelArgs& a, int64_t t0, int64_t r0) {
             for (int t = 0; t < T; ++t) isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(s4[t][g], sc[g]));
         }
       }
-      // The codes' −32 as in rows8_packed_k: isum −= 32·Σ_s sc_s·bsum_s.
+      // The codes' −32 (Q3_K −4) as in rows8_packed_k: isum −= 32·Σ_s sc_s·bsum_s.
       __m512i off[T];
       for (int t = 0; t < T; ++t) off[t] = _mm512_setzero_si512();
       for (int p = 0; p < 8; ++p) {
-        const __m512i pairs = _mm512_inserti64x4(_mm512_castsi256_si512(scale_pairs8(ba + 16 + 16 * p)),
-                                                 scale_pairs8(bb + 16 + 16 * p), 1);
+        const __m512i pairs =
+            _mm512_inserti64x4(_mm512_castsi256_si512(scale_pairs8(spa + 16 * p)), scale_pairs8(spb + 16 * p), 1);
         for (int t = 0; t < T; ++t) {
           int32_t bs2;
           __builtin_memcpy(&bs2, a.kb + (t0 + t) * (cols / 16) + b * 16 + 2 * p, 4);
@@ -1635,7 +1752,7 @@ inline void rows16_packed_k_zmm(const KernelArgs& a, int64_t t0, int64_t r0) {
       }
       for (int t = 0; t < T; ++t) {
         const __m512 dx = _mm512_set1_ps(a.kd[(t0 + t) * nb + b]);
-        const __m512i sum = _mm512_sub_epi32(isum[t], _mm512_slli_epi32(off[t], 5));
+        const __m512i sum = _mm512_sub_epi32(isum[t], _mm512_slli_epi32(off[t], kOffsetShift<D>));
         acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(dw, dx), _mm512_cvtepi32_ps(sum), acc[t]);
       }
     }
@@ -1700,6 +1817,7 @@ inline void rows_any(const KernelArgs& a, int64_t r0, int64_t r1, uint8_t* scrat
     case DType::kBF16: rows_dtype<DType::kBF16>(a, r0, r1); return;
     case DType::kQ8_0: rows_q<DType::kQ8_0>(a, r0, r1, scratch); return;
     case DType::kQ4_0: rows_q<DType::kQ4_0>(a, r0, r1, scratch); return;
+    case DType::kQ3_K: rows_kquant<DType::kQ3_K>(a, r0, r1, scratch); return;
     case DType::kQ4_K: rows_kquant<DType::kQ4_K>(a, r0, r1, scratch); return;
     case DType::kQ5_K: rows_kquant<DType::kQ5_K>(a, r0, r1, scratch); return;
     case DType::kQ6_K: rows_kquant<DType::kQ6_K>(a, r0, r1, scratch); return;
