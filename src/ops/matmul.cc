@@ -146,7 +146,7 @@ int q3_k_scale(const uint8_t* blk, int k) {
   return (low | ((s[8 + k % 4] >> (2 * (k / 4))) & 3) << 4) - 32;
 }
 
-bool is_quantized_q8_path(DType t) { return t == DType::kQ8_0 || t == DType::kQ4_0; }
+bool is_quantized_q8_path(DType t) { return t == DType::kQ8_0 || t == DType::kQ4_0 || t == DType::kQ5_0; }
 bool is_kernel_dtype(DType t) {
   return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16 || is_quantized_q8_path(t);
 }
@@ -157,6 +157,10 @@ int32_t block_isum(DType t, const uint8_t* blk, const int8_t* xq) {
   if (t == DType::kQ8_0) {
     const int8_t* q = reinterpret_cast<const int8_t*>(blk + 2);
     for (int i = 0; i < 32; ++i) s += static_cast<int32_t>(q[i]) * xq[i];
+  } else if (t == DType::kQ5_0) {
+    uint32_t qh;
+    std::memcpy(&qh, blk + 2, 4);
+    for (int i = 0; i < 32; ++i) s += (q5_0_code(blk, qh, i) - 16) * static_cast<int32_t>(xq[i]);
   } else {
     for (int i = 0; i < 16; ++i) {
       s += ((blk[2 + i] & 0xf) - 8) * static_cast<int32_t>(xq[i]);
@@ -654,7 +658,6 @@ void quantize_activations_q8k(const float* x, int64_t cols, float* d, int8_t* q,
 DType runtime_dtype(DType stored) {
   switch (stored) {
     case DType::kQ4_1:
-    case DType::kQ5_0:
     case DType::kQ5_1:
     case DType::kIQ4_NL: return DType::kQ8_0;
     default: return stored;
@@ -665,7 +668,7 @@ Result<OwnedWeight> widen_weight(const Weight& w) {
   const DType to = runtime_dtype(w.dtype);
   if (to == w.dtype) {
     return Status::error("widen_weight: weight dtype " + std::string(dtype_name(w.dtype)) +
-                         " is not widened (only q4_1, q5_0, q5_1, iq4_nl)");
+                         " is not widened (only q4_1, q5_1, iq4_nl)");
   }
   const int64_t block = dtype_info(w.dtype).block_elems;
   if (w.cols % block != 0) {
@@ -693,17 +696,12 @@ Result<OwnedWeight> widen_weight(const Weight& w) {
         dst[18 + i] = static_cast<uint8_t>((qs[i] >> 4) | ((qh >> (i + 16)) & 1) << 4);
       }
       std::memcpy(&mins[mins_index(w.rows, nb, b / nb, b % nb)], src + 2, 2);
-    } else if (w.dtype == DType::kIQ4_NL) {  // the same f16 d, the levels as int8 codes
+    } else {  // IQ4_NL: the same f16 d, the levels as int8 codes
       std::memcpy(dst, src, 2);
       for (int i = 0; i < 16; ++i) {
         dst[2 + i] = static_cast<uint8_t>(kIq4nlLevels[src[2 + i] & 0x0f]);
         dst[18 + i] = static_cast<uint8_t>(kIq4nlLevels[src[2 + i] >> 4]);
       }
-    } else {  // Q5_0: the same f16 d, codes q − 16 in [-16, 15]
-      std::memcpy(dst, src, 2);
-      uint32_t qh;
-      std::memcpy(&qh, src + 2, 4);
-      for (int i = 0; i < 32; ++i) dst[2 + i] = static_cast<uint8_t>(static_cast<int8_t>(q5_0_code(src, qh, i) - 16));
     }
   }
   o.weight = Weight{o.bytes.data(), to, w.rows, w.cols};

@@ -48,7 +48,7 @@ struct KernelArgs {
   int64_t n = 0;
   const uint8_t* w = nullptr;  // [rows, w_stride bytes] weights in `dtype`, row-major or `packed`
   bool packed = false;         // w is in pack_weight's layout (groups of 8 rows, 8·w_stride bytes each)
-  DType dtype = DType::kF32;   // F32, F16, BF16, Q8_0, Q4_0 or a K-quant (Q3_K ... Q6_K)
+  DType dtype = DType::kF32;   // F32, F16, BF16, Q8_0, Q4_0, Q5_0 or a K-quant (Q3_K ... Q6_K)
   int64_t rows = 0;            // rows of w: kernels prefetch ahead but never past the last row
   int64_t cols = 0;
   int64_t w_stride = 0;  // bytes per weight row
@@ -93,6 +93,8 @@ inline constexpr int64_t panel_scratch_bytes(DType d, int64_t cols) {
 // the bytes from i on up to packed_run(d, i) stay together:
 //  - Q8_0 / Q4_0: the 8 f16 scales, then 32-byte code vectors of 4 bytes per row (row j at 4j):
 //    vector v holds block bytes 2 + 4v .. 5 + 4v (Q8_0: codes 4v..4v+3; Q4_0: nibbles).
+//  - Q5_0: Q4_0's layout for the scales and the 4 nibble vectors (its block bytes 6 + 4v ..),
+//    then one vector of the 8 rows' qh words (row j's 4 bytes at 144 + 4j).
 //  - Q4_K: 8 f16 d, 8 f16 dmin, the 12 packed scale bytes as planes (plane p: byte p of rows
 //    0..7), then 32 code vectors (vector v: code bytes 4v..4v+3 of each row).
 //  - Q5_K: Q4_K's layout for d, dmin, scales and the 32 vectors of low nibbles, then 8 vectors of
@@ -123,6 +125,8 @@ inline constexpr int64_t packed_offset(DType d, int64_t j, int64_t i) {
              : i < 192 ? 1168 + 32 * ((i - 128) / 4) + 4 * j + (i - 128) % 4
              : i < 208 ? 16 + 8 * (i - 192) + j
                        : 2 * j + (i - 208);
+    case DType::kQ5_0:
+      return i < 2 ? 2 * j + i : i < 6 ? 144 + 4 * j + (i - 2) : 16 + 32 * ((i - 6) / 4) + 4 * j + (i - 6) % 4;
     case DType::kQ3_K:
       return i < 32    ? 624 + 32 * (i / 4) + 4 * j + i % 4
              : i < 96  ? 112 + 32 * ((i - 32) / 4) + 4 * j + (i - 32) % 4
@@ -137,6 +141,7 @@ inline constexpr int64_t packed_run(DType d, int64_t i) {
     case DType::kQ5_K: return i < 4 ? 2 : i < 16 ? 1 : 4;
     case DType::kQ6_K: return i < 192 ? 4 : i < 208 ? 1 : 2;
     case DType::kQ3_K: return i < 96 ? 4 : i < 108 ? 1 : 2;
+    case DType::kQ5_0: return i < 2 ? 2 : 4;
     default: return i < 2 ? 2 : 4;
   }
 }

@@ -198,7 +198,7 @@ inline void tile_float(const KernelArgs& a, int64_t t0, int64_t r0) {
   }
 }
 
-// ---- quantized-weight family (Q8_0 / Q4_0) against Q8_0-rounded activations ----
+// ---- quantized-weight family (Q8_0 / Q4_0 / Q5_0) against Q8_0-rounded activations ----
 //
 // The numerics, the same in every kernel and at every ISA level (scalar::rows states them): for
 // weight row r, token t and block b, isum = the exact integer dot product of the block's 32 weight
@@ -207,23 +207,42 @@ inline void tile_float(const KernelArgs& a, int64_t t0, int64_t r0) {
 // isum is exact, how a kernel computes it (maddubs, vpdpbusd, codes offset to unsigned) does not
 // matter: every path gives the same bits, whatever n, tile or thread computes the pair.
 
-// The 32 weight codes of one block in element order: Q8_0 signed, Q4_0 as unsigned nibbles
-// 0..15 (the low nibbles are elements 0..15, the high ones 16..31).
+// Bytes whose mask bits are all set in sel (each byte tested against its own mask byte) as 0x10,
+// the others 0: Q5_0's fifth code bits, placed by a byte shuffle of its qh words.
+inline __m256i fifth_bits(__m256i sel, __m256i mask) {
+  return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(sel, mask), mask), _mm256_set1_epi8(0x10));
+}
+
+// The 32 weight codes of one block in element order (p: the block's bytes after d): Q8_0 signed,
+// Q4_0 as unsigned nibbles 0..15 (the low nibbles are elements 0..15, the high ones 16..31),
+// Q5_0 as unsigned 0..31 (Q4_0's nibbles, bit i of the qh word before them as bit 4 of element i).
 template <DType D>
-inline __m256i load_wq(const uint8_t* qs) {
+inline __m256i load_wq(const uint8_t* p) {
   if constexpr (D == DType::kQ8_0) {
-    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs));
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
   } else {
+    const uint8_t* qs = D == DType::kQ5_0 ? p + 4 : p;
     const __m128i tmp = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
     const __m256i bytes = _mm256_insertf128_si256(_mm256_castsi128_si256(tmp), _mm_srli_epi16(tmp, 4), 1);
-    return _mm256_and_si256(bytes, _mm256_set1_epi8(0x0f));
+    const __m256i nib = _mm256_and_si256(bytes, _mm256_set1_epi8(0x0f));
+    if constexpr (D == DType::kQ4_0) return nib;
+    int32_t qh;
+    __builtin_memcpy(&qh, p, 4);
+    const __m256i sel =
+        _mm256_shuffle_epi8(_mm256_set1_epi32(qh), _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2,
+                                                                    2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3));
+    return _mm256_or_si256(nib, fifth_bits(sel, _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ULL))));
   }
 }
 
 template <DType D>
 inline constexpr int64_t block_bytes() {
-  return D == DType::kQ8_0 ? 34 : 18;
+  return D == DType::kQ8_0 ? 34 : D == DType::kQ5_0 ? 22 : 18;
 }
+
+// Q4_0 / Q5_0 codes are used unsigned: Σ (w + k)·x = Σ w·x + k·Σx, k = 8 / 16 as log2 k.
+template <DType D>
+inline constexpr int kUnsignedShift = D == DType::kQ4_0 ? 3 : 4;
 
 // The f16 block scales of 8 rows (the block at p, rows `stride` bytes apart) as 8 f32 lanes.
 inline __m256 load_scales8(const uint8_t* p, int64_t stride) {
@@ -282,7 +301,8 @@ inline void rows8_q(const KernelArgs& a, int64_t t0, int64_t r0) {
       __m256i p[8];
       for (int r = 0; r < 8; ++r) p[r] = block_lanes<D>(wq[r], xv, xabs);
       __m256i isum = reduce8(p);
-      if constexpr (D == DType::kQ4_0) isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(8 * a.xs[tt * nb + b]));
+      if constexpr (D != DType::kQ8_0)
+        isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(a.xs[tt * nb + b] << kUnsignedShift<D>));
       const __m256 scale = _mm256_mul_ps(dw, _mm256_set1_ps(a.xd[tt * nb + b]));
       acc[t] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(isum), acc[t]);
     }
@@ -305,7 +325,7 @@ inline void row1_q(const KernelArgs& a, int64_t t0, int64_t r) {
       const int64_t tt = t0 + t;
       const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.xq + tt * cols + b * kQBlock));
       int32_t isum = hsum_i32(block_lanes<D>(wq, xv, _mm256_abs_epi8(xv)));
-      if constexpr (D == DType::kQ4_0) isum -= 8 * a.xs[tt * nb + b];
+      if constexpr (D != DType::kQ8_0) isum -= a.xs[tt * nb + b] << kUnsignedShift<D>;
       acc[t] = __builtin_fmaf(dw * a.xd[tt * nb + b], static_cast<float>(isum), acc[t]);
     }
   }
@@ -342,13 +362,13 @@ inline void rows_q_small(const KernelArgs& a, int64_t r0, int64_t r1) {
 // rows' partial sums in the 8 lanes of one vpdpbusd (maddubs + madd on AVX2), with no horizontal
 // reduction; per block, one conversion and one fma per 8 rows. Panel block layout (288 bytes):
 // group g = 0..7 at byte 32·g holds row j's codes 4g..4g+3 at bytes 4j..4j+3 (Q4_0: nibbles
-// 0..15; Q8_0: signed codes, or codes + 128 with VNNI, which wants the unsigned operand there),
+// 0..15; Q5_0: 0..31; Q8_0: signed codes, or codes + 128 with VNNI, which wants the unsigned operand there),
 // then the 8 rows' scales as f32 at byte 256.
 
 // The correction for codes used unsigned, Σ (w + k)·x = Σ w·x + k·Σx, as log2 k (-1: none).
 template <DType D>
 inline constexpr int panel_shift() {
-  return D == DType::kQ4_0 ? 3 : (V::kVnni ? 7 : -1);
+  return D != DType::kQ8_0 ? kUnsignedShift<D> : (V::kVnni ? 7 : -1);
 }
 
 // The 8×8 transpose of 32-bit elements: v[j] holds row j's groups 0..7; afterwards v[g] holds
@@ -551,9 +571,20 @@ inline void rows_dtype(const KernelArgs& a, int64_t r0, int64_t r1) {
 // give the 8 rows' partial sums in the lanes of one vpdpbusd: no reduction across lanes, one
 // stream of contiguous bytes per 8 rows. Same integers and f32 steps as the row-major kernels.
 
+// Packed Q5_0: the shuffle that gives every byte of row j's 4-byte lane the qh byte `b` of row j
+// (qh vector: row j's word at 4j), and the mask of the bits 4·half + k for the lane's bytes k —
+// the fifth bits of the codes in nibble vector 2b + half (low nibbles; b = 2 + ...: high ones).
+inline __m256i q5_select(int b) {
+  return _mm256_add_epi8(_mm256_set1_epi8(static_cast<char>(b)),
+                         _mm256_setr_epi8(0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12, 0, 0, 0, 0, 4, 4, 4, 4, 8,
+                                          8, 8, 8, 12, 12, 12, 12));
+}
+inline __m256i q5_mask(int half) { return _mm256_set1_epi32(static_cast<int>(0x08040201u << (4 * half))); }
+
 // The 8 code vectors of one packed block in group order (group g: codes 4g..4g+3 of the 8
-// rows), as the panel layout has them: Q4_0 unsigned nibbles; Q8_0 + 128 with VNNI (vpdpbusd
-// wants the unsigned operand there), else signed.
+// rows), as the panel layout has them: Q4_0 unsigned nibbles; Q5_0 unsigned 0..31 (group g's
+// fifth bits: qh bits 4g..4g+3 of each row); Q8_0 + 128 with VNNI (vpdpbusd wants the unsigned
+// operand there), else signed.
 template <DType D>
 inline void packed_codes(const uint8_t* blk, __m256i* v) {
   if constexpr (D == DType::kQ8_0) {
@@ -567,6 +598,11 @@ inline void packed_codes(const uint8_t* blk, __m256i* v) {
       const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16 + 32 * g));
       v[g] = _mm256_and_si256(raw, m4);
       v[g + 4] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+    }
+    if constexpr (D == DType::kQ5_0) {
+      const __m256i hq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 144));
+      for (int g = 0; g < 8; ++g)
+        v[g] = _mm256_or_si256(v[g], fifth_bits(_mm256_shuffle_epi8(hq, q5_select(g / 2)), q5_mask(g % 2)));
     }
   }
 }
@@ -632,7 +668,7 @@ inline void rows8_packed_q_zmm(const KernelArgs& a, int64_t t0, int64_t r0) {
   __m512i idx[4];
   constexpr int kLow[2][4] = {{0, 2, 4, 6}, {0, 4, 2, 6}};
   for (int k = 0; k < 4; ++k) {
-    const int g = kLow[D == DType::kQ4_0][k];
+    const int g = kLow[D != DType::kQ8_0][k];
     idx[k] = _mm512_mask_blend_epi32(0xff00, _mm512_set1_epi32(g), _mm512_set1_epi32(g + 1));
   }
   __m256 acc[T];
@@ -650,6 +686,14 @@ inline void rows8_packed_q_zmm(const KernelArgs& a, int64_t t0, int64_t r0) {
         const __m512i raw = _mm512_loadu_si512(blk + 16 + 64 * k);
         v[2 * k] = _mm512_and_si512(raw, m4);
         v[2 * k + 1] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
+      }
+      if constexpr (D == DType::kQ5_0) {  // v[k] holds groups g | g + 1 (g even): qh byte g / 2, bits 0..3 | 4..7
+        const __m512i hz = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 144)));
+        const __m512i mask = _mm512_inserti64x4(_mm512_castsi256_si512(q5_mask(0)), q5_mask(1), 1);
+        for (int k = 0; k < 4; ++k) {
+          const __m512i sel = _mm512_shuffle_epi8(hz, _mm512_broadcast_i64x4(q5_select(kLow[1][k] / 2)));
+          v[k] = _mm512_mask_add_epi8(v[k], _mm512_test_epi8_mask(sel, mask), v[k], _mm512_set1_epi8(0x10));
+        }
       }
     }
     const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk)));
@@ -697,7 +741,7 @@ inline void rows16_packed_q_zmm(const KernelArgs& a, int64_t t0, int64_t r0) {
   const int64_t cols = a.cols, nb = cols / kQBlock;
   constexpr int64_t kGB = 8 * block_bytes<D>();
   constexpr int kShift = panel_shift<D>();
-  constexpr int kVecs = D == DType::kQ8_0 ? 8 : 4;  // 32-byte code vectors per group block
+  constexpr int kVecs = D == DType::kQ8_0 ? 8 : 4;  // 32-byte code vectors per group block (Q5_0: + qh)
   const uint8_t* wa = a.w + r0 * a.w_stride;
   const uint8_t* wb = wa + 8 * a.w_stride;
   const NextRowsPrefetch pf(a, t0 == 0 ? r0 : a.rows, 16, nb);  // past the last row: none
@@ -716,6 +760,14 @@ inline void rows16_packed_q_zmm(const KernelArgs& a, int64_t t0, int64_t r0) {
       } else {
         v[k] = _mm512_and_si512(raw, _mm512_set1_epi8(0x0f));
         v[k + 4] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), _mm512_set1_epi8(0x0f));
+      }
+    }
+    if constexpr (D == DType::kQ5_0) {  // group g: qh byte g / 2, bits 4·(g % 2) + k, both groups alike
+      const __m512i hz = join256(ba + 144, bb + 144);
+      for (int g = 0; g < 8; ++g) {
+        const __m512i sel = _mm512_shuffle_epi8(hz, _mm512_broadcast_i64x4(q5_select(g / 2)));
+        v[g] = _mm512_mask_add_epi8(v[g], _mm512_test_epi8_mask(sel, _mm512_broadcast_i64x4(q5_mask(g % 2))), v[g],
+                                    _mm512_set1_epi8(0x10));
       }
     }
     const __m512 dw = _mm512_cvtph_ps(join128(ba, bb));
@@ -743,7 +795,7 @@ inline void rows16_packed_q_zmm(const KernelArgs& a, int64_t t0, int64_t r0) {
 // kernel's one stream follows best).
 template <DType D>
 inline constexpr int64_t rows16_min_tokens() {
-  return D == DType::kQ4_0 ? 4 : kPanelMinTokens;
+  return D != DType::kQ8_0 ? 4 : kPanelMinTokens;
 }
 
 // The 16-row drivers' blocking: per 64 rows, the tokens in tiles (of 8 first when kT8, then 4,
@@ -1817,6 +1869,7 @@ inline void rows_any(const KernelArgs& a, int64_t r0, int64_t r1, uint8_t* scrat
     case DType::kBF16: rows_dtype<DType::kBF16>(a, r0, r1); return;
     case DType::kQ8_0: rows_q<DType::kQ8_0>(a, r0, r1, scratch); return;
     case DType::kQ4_0: rows_q<DType::kQ4_0>(a, r0, r1, scratch); return;
+    case DType::kQ5_0: rows_q<DType::kQ5_0>(a, r0, r1, scratch); return;
     case DType::kQ3_K: rows_kquant<DType::kQ3_K>(a, r0, r1, scratch); return;
     case DType::kQ4_K: rows_kquant<DType::kQ4_K>(a, r0, r1, scratch); return;
     case DType::kQ5_K: rows_kquant<DType::kQ5_K>(a, r0, r1, scratch); return;

@@ -56,7 +56,7 @@ std::vector<uint8_t> random_weight_bytes(DType dtype, int64_t rows, int64_t cols
           uint8_t* blk = out + b * dtype_info(dtype).block_bytes;
           const uint16_t d = f32_to_f16(0.002f + 0.01f * (rng() % 100) / 100.0f);
           const uint16_t dmin = f32_to_f16(0.001f * (rng() % 100) / 100.0f);
-          if (dtype == DType::kQ4_0) std::memcpy(blk, &d, 2);
+          if (dtype == DType::kQ4_0 || dtype == DType::kQ5_0) std::memcpy(blk, &d, 2);
           if (dtype == DType::kQ4_K || dtype == DType::kQ5_K) {
             std::memcpy(blk, &d, 2);
             std::memcpy(blk + 2, &dmin, 2);
@@ -80,7 +80,7 @@ std::vector<float> random_acts(int64_t n, int64_t cols, uint32_t seed) {
   return x;
 }
 
-bool quantized_acts(DType t) { return t == DType::kQ8_0 || t == DType::kQ4_0; }
+bool quantized_acts(DType t) { return t == DType::kQ8_0 || t == DType::kQ4_0 || t == DType::kQ5_0; }
 bool kquant(DType t) { return t == DType::kQ3_K || t == DType::kQ4_K || t == DType::kQ5_K || t == DType::kQ6_K; }
 
 // The Q8_K-rounded activations d·q as f32 [n, cols].
@@ -129,10 +129,10 @@ std::vector<double> magnitudes(const std::vector<float>& x, int64_t n, const Wei
 // exact integers and only the f32 sum over ≤ 128 blocks rounds; worst seen 2e-7, so 1e-6.
 // K-quants: exact integers per super-block, f32 only in 8-lane sums over ≤ 16 super-blocks
 // (and the f32 scale products); 1e-6 like Q8_0.
-double tolerance_factor(DType t) { return t == DType::kQ8_0 || t == DType::kQ4_0 || kquant(t) ? 1e-6 : 2e-6; }
+double tolerance_factor(DType t) { return quantized_acts(t) || kquant(t) ? 1e-6 : 2e-6; }
 
 const Isa kAllIsas[] = {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Bf16};
-const DType kKernelDTypes[] = {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0};
+const DType kKernelDTypes[] = {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ5_0};
 
 struct Case {
   DType dtype;
@@ -195,8 +195,8 @@ TEST_P(MatmulIsaTest, ThreadAndBatchInvariantBitwise) {
   ThreadPool one(1), two(2);
   const int64_t rows = 77, cols = 256, n = 17;
   uint32_t seed = 100;
-  for (DType dt : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ3_K, DType::kQ4_K,
-                   DType::kQ5_K, DType::kQ6_K}) {
+  for (DType dt : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ5_0, DType::kQ3_K,
+                   DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
     // BF16 at kAvx512Bf16: invariant within each kernel only (MatmulBf16Dot.BatchAndThreadInvariantWithinEachKernel).
     if (dt == DType::kBF16 && isa == Isa::kAvx512Bf16) continue;
     const auto bytes = random_weight_bytes(dt, rows, cols, seed++);
@@ -256,7 +256,7 @@ TEST(PackedWeights, EveryIsaMatchesRowMajorScalarBitwise) {
   ThreadPool pool1(1), pool2(2);
   uint32_t seed = 900;
   int compared = 0;
-  for (DType dt : {DType::kQ8_0, DType::kQ4_0, DType::kQ3_K, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
+  for (DType dt : {DType::kQ8_0, DType::kQ4_0, DType::kQ5_0, DType::kQ3_K, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
     for (int64_t rows : {8, 24, 136}) {
       const bool kq = kquant(dt);
       for (int64_t cols : kq ? std::vector<int64_t>{256, 768, 2048} : std::vector<int64_t>{32, 96, 1024}) {
@@ -331,7 +331,7 @@ TEST(MatmulMulti, EachOutputEqualsItsOwnMatmul) {
   uint32_t seed = 1700;
   const int64_t cols = 512;
   const std::vector<std::vector<DType>> mixes = {{DType::kQ3_K, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K},
-                                                 {DType::kQ8_0, DType::kQ4_0},
+                                                 {DType::kQ8_0, DType::kQ4_0, DType::kQ5_0},
                                                  {DType::kBF16, DType::kF32, DType::kQ8_0, DType::kQ6_K}};
   const int64_t rows[4] = {64, 24, 48, 136};
   for (Isa isa : kAllIsas) {
@@ -520,9 +520,8 @@ TEST(DequantizeRow, Q5_0) {
   EXPECT_EQ(out[2], 2.0f * -16);  // code 0
 }
 
-// Q5_0 becomes Q8_0 at load with the same values (exactly), so it runs on the Q8_0 kernels;
 // Q5_0 files written by the quantizer stay within half a step of the source.
-TEST(WidenWeight, Q5_0IsExactAndItsQuantizerWithinHalfAStep) {
+TEST(QuantizeQ5_0, WithinHalfAStep) {
   const int64_t rows = 7, cols = 96;
   std::mt19937 rng(11);
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -534,15 +533,9 @@ TEST(WidenWeight, Q5_0IsExactAndItsQuantizerWithinHalfAStep) {
     ASSERT_TRUE(
         gb::convert_row(&x[r * cols], cols, DType::kQ5_0, q5.data() + r * row_bytes(DType::kQ5_0, cols)).is_ok());
   const Weight w5{q5.data(), DType::kQ5_0, rows, cols};
-  ASSERT_EQ(runtime_dtype(DType::kQ5_0), DType::kQ8_0);
-  auto q8 = widen_weight(w5);
-  ASSERT_TRUE(q8.is_ok()) << q8.message();
-  ASSERT_EQ(q8->weight.dtype, DType::kQ8_0);
-  std::vector<float> a(cols), b(cols);
+  std::vector<float> a(cols);
   for (int64_t r = 0; r < rows; ++r) {
     dequantize_row(w5, r, a.data());
-    dequantize_row(q8->weight, r, b.data());
-    ASSERT_EQ(0, std::memcmp(a.data(), b.data(), cols * 4)) << "row " << r;
     for (int64_t blk = 0; blk < cols / 32; ++blk) {
       float m = 0;  // the block's value of largest magnitude, with its sign
       for (int i = 0; i < 32; ++i)
@@ -556,6 +549,53 @@ TEST(WidenWeight, Q5_0IsExactAndItsQuantizerWithinHalfAStep) {
         ASSERT_LE(std::fabs(a[blk * 32 + i] - x[k]), bound) << "element " << k;
       }
     }
+  }
+}
+
+void expect_matmul_bitwise(ThreadPool& pool, const Weight& weight, const std::vector<float>& x,
+                           std::initializer_list<int64_t> counts, const std::vector<float>& want);
+
+// Q5_0 runs natively (packed: Q4_0's nibble vectors plus one vector of the rows' qh words, the
+// fifth bits placed by a byte shuffle and a bit test; its codes taken 0..31 with −16·Σx):
+// matmul's integer sums are ggml's q5_0 · q8_0 (its decode written out as ggml's
+// dequantize_row_q5_0 has it), fma(d·d_x, isum, acc) in block order — bitwise, on every ISA,
+// row-major and packed, through every kernel (in place, 512-bit, 16-row from 4 tokens, panels
+// from 8), with rows past the last group of 8.
+TEST(MatmulQ5_0, NativeKernelsMultiplyAsGgmlsDotProduct) {
+  ThreadPool pool(2);
+  EXPECT_EQ(runtime_dtype(DType::kQ5_0), DType::kQ5_0);
+  for (int64_t rows : {24, 13}) {
+    const int64_t cols = 160, nb = cols / 32, n = 70;
+    std::mt19937 rng(57 + static_cast<uint32_t>(rows));
+    std::vector<uint8_t> q5(static_cast<size_t>(rows * row_bytes(DType::kQ5_0, cols)));
+    for (auto& v : q5) v = static_cast<uint8_t>(rng());
+    for (int64_t b = 0; b < rows * nb; ++b) put16(&q5[b * 22], f32_to_f16(0.001f + 0.01f * (rng() % 100) / 100.0f));
+    const Weight w5{q5.data(), DType::kQ5_0, rows, cols};
+    const auto x = random_acts(n, cols, 58);
+    std::vector<float> want(n * rows), d(nb);
+    std::vector<int8_t> q(cols);
+    for (int64_t t = 0; t < n; ++t) {
+      quantize_activations_q8(&x[t * cols], cols, d.data(), q.data());
+      for (int64_t r = 0; r < rows; ++r) {
+        float acc = 0;
+        for (int64_t b = 0; b < nb; ++b) {
+          const uint8_t* blk = &q5[(r * nb + b) * 22];
+          uint32_t qh;
+          std::memcpy(&qh, blk + 2, 4);
+          int32_t isum = 0;
+          for (int j = 0; j < 16; ++j) {
+            const int x0 = ((blk[6 + j] & 0x0f) | (((qh >> j) << 4) & 0x10)) - 16;
+            const int x1 = ((blk[6 + j] >> 4) | ((qh >> (j + 12)) & 0x10)) - 16;
+            isum += x0 * q[b * 32 + j] + x1 * q[b * 32 + j + 16];
+          }
+          uint16_t dw;
+          std::memcpy(&dw, blk, 2);
+          acc = std::fma(f16_to_f32(dw) * d[b], static_cast<float>(isum), acc);
+        }
+        want[t * rows + r] = acc;
+      }
+    }
+    expect_matmul_bitwise(pool, w5, x, {1, 2, 3, 4, 5, 8, 9, 17, n}, want);
   }
 }
 
@@ -851,7 +891,7 @@ TEST(WidenWeight, RejectsWhatItCannotWiden) {
   auto a = widen_weight(Weight{dummy, DType::kQ6_K, 1, 256});
   ASSERT_FALSE(a.is_ok());
   EXPECT_NE(a.message().find("q6_k"), std::string::npos);
-  auto b = widen_weight(Weight{dummy, DType::kQ5_0, 1, 48});
+  auto b = widen_weight(Weight{dummy, DType::kQ4_1, 1, 48});
   ASSERT_FALSE(b.is_ok());
   EXPECT_NE(b.message().find("multiple of 32"), std::string::npos);
   EXPECT_EQ(runtime_dtype(DType::kQ4_K), DType::kQ4_K);
