@@ -69,7 +69,7 @@ class Binder {
   Result<ops::Weight> matrix(const std::string& name, int64_t rows, int64_t cols) {
     GB_ASSIGN_OR_RETURN(const TensorView* t, get(name, {rows, cols}));
     const bool plain = t->dtype == DType::kF32 || t->dtype == DType::kF16 || t->dtype == DType::kBF16;
-    // Q4_1 / Q5_1 / IQ4_NL are widened after binding (convert_matrices).
+    // Q4_1 / Q5_1 are widened after binding (convert_matrices).
     if (!ops::matmul_supported(ops::runtime_dtype(t->dtype)) || (!plain && !ts_.quantized_ok)) {
       return Status::error(
           ts_.where + ": tensor '" + name + "' has dtype " + std::string(dtype_name(t->dtype)) +
@@ -383,7 +383,7 @@ void release_source(const ops::Weight& m, const std::vector<std::shared_ptr<Mapp
 }
 
 // Load-time conversions of every matrix (embedding included): types without kernels of their
-// own widened exactly (ops::widen_weight: Q4_1 / Q5_1 / IQ4_NL → Q8_0) and, with `plain_to_q8`,
+// own widened exactly (ops::widen_weight: Q4_1 / Q5_1 → Q8_0 with offsets) and, with `plain_to_q8`,
 // every f32/f16/bf16 matrix
 // whose rows are whole Q8_0 blocks rounded to Q8_0 as llama-quantize does (half the bytes of bf16
 // per decode step). A widened matrix's file bytes go back to the page cache (nothing reads them).

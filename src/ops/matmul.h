@@ -98,10 +98,10 @@ void matmul_ref(const float* x, int64_t n, const Weight& w, float* y);
 
 // Scalar reference of what matmul computes for quantized weights (and BF16 at kAvx512Bf16: the
 // activations rounded to bf16, then matmul_ref), summed in double (matmul itself sums in f32: the
-// tests bound the difference). Q8_0 / Q4_0 / Q5_0: activations rounded to Q8_0 as ggml does, exact integer block dot
-// products, Σ_b (d_w·d_x as f32)·isum_b (Q5_0 likewise, its codes − 16). K-quants: activations rounded to Q8_K, per
-// super-block the exact Σ_sub-block scale·Σ code·x (Q6_K codes - 32, Q3_K its signed codes) times (d_w·d_x as f32),
-// Q4_K / Q5_K minus (dmin_w·d_x as f32)·Σ_sub-block min·Σ x. For other dtypes it is matmul_ref.
+// tests bound the difference). Q8_0 / Q4_0 / Q5_0 / IQ4_NL: activations rounded to Q8_0 as ggml does, exact integer
+// block dot products, Σ_b (d_w·d_x as f32)·isum_b (Q5_0 likewise, its codes − 16). K-quants: activations rounded to
+// Q8_K, per super-block the exact Σ_sub-block scale·Σ code·x (Q6_K codes - 32, Q3_K its signed codes) times (d_w·d_x as
+// f32), Q4_K / Q5_K minus (dmin_w·d_x as f32)·Σ_sub-block min·Σ x. For other dtypes it is matmul_ref.
 void matmul_ref_quantized_acts(const float* x, int64_t n, const Weight& w, float* y);
 
 // out[cols] = row r of w as f32 (embedding lookup, tests). Every dtype of DType with a block
@@ -128,16 +128,15 @@ struct OwnedWeight {
 };
 
 // Types with no kernels of their own, widened exactly at load to one that has them
-// (widen_weight): IQ4_NL → Q8_0, Q4_1 / Q5_1 → Q8_0 with offsets (Weight::mins); every other
-// dtype maps to itself.
+// (widen_weight): Q4_1 / Q5_1 → Q8_0 with offsets (Weight::mins); every other dtype maps to
+// itself.
 DType runtime_dtype(DType stored);
 
-// Load-time exact widening of a Q4_1, Q5_1 or IQ4_NL weight to runtime_dtype: IQ4_NL keeps its
-// f16 d with its table's int8 levels as the codes (ggml's iq4_nl · q8_0; 34 bytes per 32 weights
-// instead of 18); Q4_1 / Q5_1 keep d and their unsigned codes as Q8_0's, and their f16 offsets m
-// as Weight::mins (ggml's q4_1 · q8_1: d·d_x·Σ q·x + m·s_x; 36 bytes per 32 instead of 20 / 24).
-// dequantize_row gives the same bits before and after, and the integer kernels the same sums as
-// ggml's own dot products. Errors: another dtype, or cols not a multiple of the block.
+// Load-time exact widening of a Q4_1 or Q5_1 weight to runtime_dtype: d and the unsigned codes
+// as Q8_0's, the f16 offsets m as Weight::mins (ggml's q4_1 · q8_1: d·d_x·Σ q·x + m·s_x; 36 bytes
+// per 32 weights instead of 20 / 24). dequantize_row gives the same bits before and after, and
+// the integer kernels the same sums as ggml's own dot products. Errors: another dtype, or cols not
+// a multiple of the block.
 Result<OwnedWeight> widen_weight(const Weight& w);
 
 // Load-time conversion of an F32 / F16 / BF16 weight to Q8_0 (same blocks as a Q8_0 GGUF made

@@ -198,7 +198,7 @@ inline void tile_float(const KernelArgs& a, int64_t t0, int64_t r0) {
   }
 }
 
-// ---- quantized-weight family (Q8_0 / Q4_0 / Q5_0) against Q8_0-rounded activations ----
+// ---- quantized-weight family (Q8_0 / Q4_0 / Q5_0 / IQ4_NL) against Q8_0-rounded activations ----
 //
 // The numerics, the same in every kernel and at every ISA level (scalar::rows states them): for
 // weight row r, token t and block b, isum = the exact integer dot product of the block's 32 weight
@@ -213,9 +213,21 @@ inline __m256i fifth_bits(__m256i sel, __m256i mask) {
   return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(sel, mask), mask), _mm256_set1_epi8(0x10));
 }
 
+// Codes used signed (Q8_0's, IQ4_NL's table levels: |x|·sign(w, x) on AVX2, + 128 for VNNI's
+// unsigned operand) or unsigned (Q4_0 0..15, Q5_0 0..31: their −8 / −16 as 8·Σx / 16·Σx).
+template <DType D>
+inline constexpr bool kSignedCodes = D == DType::kQ8_0 || D == DType::kIQ4_NL;
+
+// IQ4_NL's 16 levels (ggml's kvalues_iq4nl) in both 128-bit lanes, the vpshufb table from nibbles.
+inline __m256i iq4nl_levels() {
+  return _mm256_setr_epi8(-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113, -127, -104, -83,
+                          -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113);
+}
+
 // The 32 weight codes of one block in element order (p: the block's bytes after d): Q8_0 signed,
 // Q4_0 as unsigned nibbles 0..15 (the low nibbles are elements 0..15, the high ones 16..31),
-// Q5_0 as unsigned 0..31 (Q4_0's nibbles, bit i of the qh word before them as bit 4 of element i).
+// Q5_0 as unsigned 0..31 (Q4_0's nibbles, bit i of the qh word before them as bit 4 of element i),
+// IQ4_NL as its signed levels (Q4_0's nibbles looked up).
 template <DType D>
 inline __m256i load_wq(const uint8_t* p) {
   if constexpr (D == DType::kQ8_0) {
@@ -226,6 +238,7 @@ inline __m256i load_wq(const uint8_t* p) {
     const __m256i bytes = _mm256_insertf128_si256(_mm256_castsi128_si256(tmp), _mm_srli_epi16(tmp, 4), 1);
     const __m256i nib = _mm256_and_si256(bytes, _mm256_set1_epi8(0x0f));
     if constexpr (D == DType::kQ4_0) return nib;
+    if constexpr (D == DType::kIQ4_NL) return _mm256_shuffle_epi8(iq4nl_levels(), nib);
     int32_t qh;
     __builtin_memcpy(&qh, p, 4);
     const __m256i sel =
@@ -271,7 +284,7 @@ inline int32_t hsum_i32(__m256i v) {
 // The 8 int32 lanes of one block's products (4 elements each) of a weight row with a token.
 template <DType D>
 inline __m256i block_lanes(__m256i wq, __m256i xv, __m256i xabs) {
-  if constexpr (D == DType::kQ8_0) {
+  if constexpr (kSignedCodes<D>) {
     return V::dot_block(xabs, _mm256_sign_epi8(wq, xv));  // |x|·sign(w, x): unsigned × signed
   } else {
     (void)xabs;
@@ -301,7 +314,7 @@ inline void rows8_q(const KernelArgs& a, int64_t t0, int64_t r0) {
       __m256i p[8];
       for (int r = 0; r < 8; ++r) p[r] = block_lanes<D>(wq[r], xv, xabs);
       __m256i isum = reduce8(p);
-      if constexpr (D != DType::kQ8_0)
+      if constexpr (!kSignedCodes<D>)
         isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(a.xs[tt * nb + b] << kUnsignedShift<D>));
       const __m256 scale = _mm256_mul_ps(dw, _mm256_set1_ps(a.xd[tt * nb + b]));
       acc[t] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(isum), acc[t]);
@@ -325,7 +338,7 @@ inline void row1_q(const KernelArgs& a, int64_t t0, int64_t r) {
       const int64_t tt = t0 + t;
       const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.xq + tt * cols + b * kQBlock));
       int32_t isum = hsum_i32(block_lanes<D>(wq, xv, _mm256_abs_epi8(xv)));
-      if constexpr (D != DType::kQ8_0) isum -= a.xs[tt * nb + b] << kUnsignedShift<D>;
+      if constexpr (!kSignedCodes<D>) isum -= a.xs[tt * nb + b] << kUnsignedShift<D>;
       acc[t] = __builtin_fmaf(dw * a.xd[tt * nb + b], static_cast<float>(isum), acc[t]);
     }
   }
@@ -368,7 +381,7 @@ inline void rows_q_small(const KernelArgs& a, int64_t r0, int64_t r1) {
 // The correction for codes used unsigned, Σ (w + k)·x = Σ w·x + k·Σx, as log2 k (-1: none).
 template <DType D>
 inline constexpr int panel_shift() {
-  return D != DType::kQ8_0 ? kUnsignedShift<D> : (V::kVnni ? 7 : -1);
+  return !kSignedCodes<D> ? kUnsignedShift<D> : (V::kVnni ? 7 : -1);
 }
 
 // The 8×8 transpose of 32-bit elements: v[j] holds row j's groups 0..7; afterwards v[g] holds
@@ -406,7 +419,7 @@ inline void pack_panel(const KernelArgs& a, int64_t r0, int64_t m, uint8_t* out)
     for (int j = 0; j < 8; ++j) {
       if (j < m) {
         v[j] = load_wq<D>(blk + j * a.w_stride + 2);
-        if constexpr (D == DType::kQ8_0 && V::kVnni) v[j] = _mm256_xor_si256(v[j], _mm256_set1_epi8(-128));
+        if constexpr (kSignedCodes<D> && V::kVnni) v[j] = _mm256_xor_si256(v[j], _mm256_set1_epi8(-128));
         __builtin_memcpy(&h[j], blk + j * a.w_stride, 2);
       } else {
         v[j] = _mm256_setzero_si256();
@@ -461,7 +474,7 @@ inline void panel_tile(const KernelArgs& a, const uint8_t* pan, int64_t pan_stri
         int32_t x4;
         __builtin_memcpy(&x4, a.xq + (t0 + t) * cols + b * kQBlock + 4 * g, 4);
         const __m256i xb = _mm256_set1_epi32(x4);
-        if constexpr (D == DType::kQ8_0 && !V::kVnni) {
+        if constexpr (kSignedCodes<D> && !V::kVnni) {
           const __m256i xab = _mm256_abs_epi8(xb);
           for (int p = 0; p < P; ++p) is[t][p] = V::dot_acc(is[t][p], xab, _mm256_sign_epi8(wv[p], xb));
         } else {
@@ -604,6 +617,10 @@ inline void packed_codes(const uint8_t* blk, __m256i* v) {
       for (int g = 0; g < 8; ++g)
         v[g] = _mm256_or_si256(v[g], fifth_bits(_mm256_shuffle_epi8(hq, q5_select(g / 2)), q5_mask(g % 2)));
     }
+    if constexpr (D == DType::kIQ4_NL) {  // the levels, + 128 with VNNI (a table of level ^ 0x80)
+      const __m256i lv = V::kVnni ? _mm256_xor_si256(iq4nl_levels(), _mm256_set1_epi8(-128)) : iq4nl_levels();
+      for (int g = 0; g < 8; ++g) v[g] = _mm256_shuffle_epi8(lv, v[g]);
+    }
   }
 }
 
@@ -631,7 +648,7 @@ inline void rows8_packed_q(const KernelArgs& a, int64_t t0, int64_t r0) {
         int32_t x4;
         __builtin_memcpy(&x4, xq + 4 * g, 4);
         const __m256i xb = _mm256_set1_epi32(x4);
-        if constexpr (D == DType::kQ8_0 && !V::kVnni) {
+        if constexpr (kSignedCodes<D> && !V::kVnni) {
           is = V::dot_acc(is, _mm256_abs_epi8(xb), _mm256_sign_epi8(v[g], xb));
         } else {
           is = V::dot_acc(is, v[g], xb);
@@ -686,6 +703,10 @@ inline void rows8_packed_q_zmm(const KernelArgs& a, int64_t t0, int64_t r0) {
         const __m512i raw = _mm512_loadu_si512(blk + 16 + 64 * k);
         v[2 * k] = _mm512_and_si512(raw, m4);
         v[2 * k + 1] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
+      }
+      if constexpr (D == DType::kIQ4_NL) {  // the levels + 128 (vpdpbusd's unsigned operand)
+        const __m512i lv = _mm512_broadcast_i64x4(_mm256_xor_si256(iq4nl_levels(), _mm256_set1_epi8(-128)));
+        for (int k = 0; k < 4; ++k) v[k] = _mm512_shuffle_epi8(lv, v[k]);
       }
       if constexpr (D == DType::kQ5_0) {  // v[k] holds groups g | g + 1 (g even): qh byte g / 2, bits 0..3 | 4..7
         const __m512i hz = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 144)));
@@ -761,6 +782,10 @@ inline void rows16_packed_q_zmm(const KernelArgs& a, int64_t t0, int64_t r0) {
         v[k] = _mm512_and_si512(raw, _mm512_set1_epi8(0x0f));
         v[k + 4] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), _mm512_set1_epi8(0x0f));
       }
+    }
+    if constexpr (D == DType::kIQ4_NL) {  // the levels + 128 (vpdpbusd's unsigned operand)
+      const __m512i lv = _mm512_broadcast_i64x4(_mm256_xor_si256(iq4nl_levels(), _mm256_set1_epi8(-128)));
+      for (int g = 0; g < 8; ++g) v[g] = _mm512_shuffle_epi8(lv, v[g]);
     }
     if constexpr (D == DType::kQ5_0) {  // group g: qh byte g / 2, bits 4·(g % 2) + k, both groups alike
       const __m512i hz = join256(ba + 144, bb + 144);
@@ -1870,6 +1895,7 @@ inline void rows_any(const KernelArgs& a, int64_t r0, int64_t r1, uint8_t* scrat
     case DType::kQ8_0: rows_q<DType::kQ8_0>(a, r0, r1, scratch); return;
     case DType::kQ4_0: rows_q<DType::kQ4_0>(a, r0, r1, scratch); return;
     case DType::kQ5_0: rows_q<DType::kQ5_0>(a, r0, r1, scratch); return;
+    case DType::kIQ4_NL: rows_q<DType::kIQ4_NL>(a, r0, r1, scratch); return;
     case DType::kQ3_K: rows_kquant<DType::kQ3_K>(a, r0, r1, scratch); return;
     case DType::kQ4_K: rows_kquant<DType::kQ4_K>(a, r0, r1, scratch); return;
     case DType::kQ5_K: rows_kquant<DType::kQ5_K>(a, r0, r1, scratch); return;

@@ -56,7 +56,7 @@ std::vector<uint8_t> random_weight_bytes(DType dtype, int64_t rows, int64_t cols
           uint8_t* blk = out + b * dtype_info(dtype).block_bytes;
           const uint16_t d = f32_to_f16(0.002f + 0.01f * (rng() % 100) / 100.0f);
           const uint16_t dmin = f32_to_f16(0.001f * (rng() % 100) / 100.0f);
-          if (dtype == DType::kQ4_0 || dtype == DType::kQ5_0) std::memcpy(blk, &d, 2);
+          if (dtype == DType::kQ4_0 || dtype == DType::kQ5_0 || dtype == DType::kIQ4_NL) std::memcpy(blk, &d, 2);
           if (dtype == DType::kQ4_K || dtype == DType::kQ5_K) {
             std::memcpy(blk, &d, 2);
             std::memcpy(blk + 2, &dmin, 2);
@@ -80,7 +80,9 @@ std::vector<float> random_acts(int64_t n, int64_t cols, uint32_t seed) {
   return x;
 }
 
-bool quantized_acts(DType t) { return t == DType::kQ8_0 || t == DType::kQ4_0 || t == DType::kQ5_0; }
+bool quantized_acts(DType t) {
+  return t == DType::kQ8_0 || t == DType::kQ4_0 || t == DType::kQ5_0 || t == DType::kIQ4_NL;
+}
 bool kquant(DType t) { return t == DType::kQ3_K || t == DType::kQ4_K || t == DType::kQ5_K || t == DType::kQ6_K; }
 
 // The Q8_K-rounded activations d·q as f32 [n, cols].
@@ -132,7 +134,8 @@ std::vector<double> magnitudes(const std::vector<float>& x, int64_t n, const Wei
 double tolerance_factor(DType t) { return quantized_acts(t) || kquant(t) ? 1e-6 : 2e-6; }
 
 const Isa kAllIsas[] = {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Bf16};
-const DType kKernelDTypes[] = {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ5_0};
+const DType kKernelDTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16,  DType::kQ8_0,
+                               DType::kQ4_0, DType::kQ5_0, DType::kIQ4_NL};
 
 struct Case {
   DType dtype;
@@ -195,8 +198,8 @@ TEST_P(MatmulIsaTest, ThreadAndBatchInvariantBitwise) {
   ThreadPool one(1), two(2);
   const int64_t rows = 77, cols = 256, n = 17;
   uint32_t seed = 100;
-  for (DType dt : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ5_0, DType::kQ3_K,
-                   DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
+  for (DType dt : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ5_0, DType::kIQ4_NL,
+                   DType::kQ3_K, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
     // BF16 at kAvx512Bf16: invariant within each kernel only (MatmulBf16Dot.BatchAndThreadInvariantWithinEachKernel).
     if (dt == DType::kBF16 && isa == Isa::kAvx512Bf16) continue;
     const auto bytes = random_weight_bytes(dt, rows, cols, seed++);
@@ -256,7 +259,8 @@ TEST(PackedWeights, EveryIsaMatchesRowMajorScalarBitwise) {
   ThreadPool pool1(1), pool2(2);
   uint32_t seed = 900;
   int compared = 0;
-  for (DType dt : {DType::kQ8_0, DType::kQ4_0, DType::kQ5_0, DType::kQ3_K, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
+  for (DType dt : {DType::kQ8_0, DType::kQ4_0, DType::kQ5_0, DType::kIQ4_NL, DType::kQ3_K, DType::kQ4_K, DType::kQ5_K,
+                   DType::kQ6_K}) {
     for (int64_t rows : {8, 24, 136}) {
       const bool kq = kquant(dt);
       for (int64_t cols : kq ? std::vector<int64_t>{256, 768, 2048} : std::vector<int64_t>{32, 96, 1024}) {
@@ -331,7 +335,7 @@ TEST(MatmulMulti, EachOutputEqualsItsOwnMatmul) {
   uint32_t seed = 1700;
   const int64_t cols = 512;
   const std::vector<std::vector<DType>> mixes = {{DType::kQ3_K, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K},
-                                                 {DType::kQ8_0, DType::kQ4_0, DType::kQ5_0},
+                                                 {DType::kQ8_0, DType::kQ4_0, DType::kQ5_0, DType::kIQ4_NL},
                                                  {DType::kBF16, DType::kF32, DType::kQ8_0, DType::kQ6_K}};
   const int64_t rows[4] = {64, 24, 48, 136};
   for (Isa isa : kAllIsas) {
@@ -833,12 +837,14 @@ TEST(DequantizeRow, IQ4_NL) {
   EXPECT_EQ(out[2], 2.0f * -127);
 }
 
-// IQ4_NL becomes Q8_0 at load with its table's levels as the codes: the same values, and matmul's
-// integer sums are ggml's iq4_nl · q8_0 (Σ level · x per block) — bitwise on every ISA, packed and
-// row-major. Its encoder puts each value on its nearest level.
-TEST(WidenWeight, IQ4_NLIsExactAndMultipliesAsGgmlsDotProduct) {
+// IQ4_NL runs natively (packed as Q4_0; each nibble vector looked up in its 16-level table by
+// one vpshufb, the levels signed like Q8_0's codes): matmul's integer sums are ggml's
+// iq4_nl · q8_0 (Σ level · x per block) — bitwise on every ISA, packed and row-major, through
+// every kernel (in place, 16-row from 4 tokens, panels from 8). Its encoder puts each value on
+// its nearest level.
+TEST(MatmulIQ4_NL, NativeKernelsMultiplyAsGgmlsDotProduct) {
   ThreadPool pool(2);
-  const int64_t rows = 24, cols = 96, nb = cols / 32, n = 9;
+  const int64_t rows = 24, cols = 96, nb = cols / 32, n = 70;
   static constexpr int kLevels[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
   std::mt19937 rng(41);
   std::normal_distribution<float> normal(0.0f, 0.05f);
@@ -848,14 +854,10 @@ TEST(WidenWeight, IQ4_NLIsExactAndMultipliesAsGgmlsDotProduct) {
   for (int64_t r = 0; r < rows; ++r)
     ASSERT_TRUE(gb::convert_row(&src[r * cols], cols, DType::kIQ4_NL, bytes.data() + r * nb * 18).is_ok());
   const Weight wi{bytes.data(), DType::kIQ4_NL, rows, cols};
-  ASSERT_EQ(runtime_dtype(DType::kIQ4_NL), DType::kQ8_0);
-  auto w8 = widen_weight(wi);
-  ASSERT_TRUE(w8.is_ok()) << w8.message();
-  std::vector<float> a(cols), b(cols);
+  EXPECT_EQ(runtime_dtype(DType::kIQ4_NL), DType::kIQ4_NL);
+  std::vector<float> a(cols);
   for (int64_t r = 0; r < rows; ++r) {
     dequantize_row(wi, r, a.data());
-    dequantize_row(w8->weight, r, b.data());
-    ASSERT_EQ(0, std::memcmp(a.data(), b.data(), cols * 4)) << "row " << r;
     for (int64_t i = 0; i < cols; ++i) {  // no other level is nearer
       uint16_t d16;
       std::memcpy(&d16, bytes.data() + r * nb * 18 + i / 32 * 18, 2);
@@ -883,7 +885,7 @@ TEST(WidenWeight, IQ4_NLIsExactAndMultipliesAsGgmlsDotProduct) {
       want[t * rows + r] = acc;
     }
   }
-  expect_matmul_bitwise(pool, w8->weight, x, {1, 4, n}, want);
+  expect_matmul_bitwise(pool, wi, x, {1, 2, 3, 4, 5, 8, 9, 17, n}, want);
 }
 
 TEST(WidenWeight, RejectsWhatItCannotWiden) {
