@@ -69,8 +69,7 @@ class Binder {
   Result<ops::Weight> matrix(const std::string& name, int64_t rows, int64_t cols) {
     GB_ASSIGN_OR_RETURN(const TensorView* t, get(name, {rows, cols}));
     const bool plain = t->dtype == DType::kF32 || t->dtype == DType::kF16 || t->dtype == DType::kBF16;
-    // Q4_1 / Q5_1 are widened after binding (convert_matrices).
-    if (!ops::matmul_supported(ops::runtime_dtype(t->dtype)) || (!plain && !ts_.quantized_ok)) {
+    if (!ops::matmul_supported(t->dtype) || (!plain && !ts_.quantized_ok)) {
       return Status::error(
           ts_.where + ": tensor '" + name + "' has dtype " + std::string(dtype_name(t->dtype)) +
           ", which is not supported for weight matrices (f32, f16, bf16" +
@@ -369,9 +368,9 @@ Result<bool> is_gguf_file(const std::string& path) {
 }
 
 // The file bytes of a packed matrix are read rarely from now on (a tied embedding's rows, a
-// variant's hash check, kernels without a packed path), those of a widened one never: their
-// in-memory copy goes back and any reads come from the page cache, so a packed model holds its
-// matrices once (also while loading: each is released as soon as it is packed or widened).
+// variant's hash check, kernels without a packed path): their in-memory copy goes back and any
+// reads come from the page cache, so a packed model holds its matrices once (also while loading:
+// each is released as soon as it is packed).
 void release_source(const ops::Weight& m, const std::vector<std::shared_ptr<MappedFile>>& files) {
   const size_t n = static_cast<size_t>(m.rows * row_bytes(m.dtype, m.cols));
   for (const auto& f : files) {
@@ -382,20 +381,17 @@ void release_source(const ops::Weight& m, const std::vector<std::shared_ptr<Mapp
   }
 }
 
-// Load-time conversions of every matrix (embedding included): types without kernels of their
-// own widened exactly (ops::widen_weight: Q4_1 / Q5_1 → Q8_0 with offsets) and, with `plain_to_q8`,
-// every f32/f16/bf16 matrix
-// whose rows are whole Q8_0 blocks rounded to Q8_0 as llama-quantize does (half the bytes of bf16
-// per decode step). A widened matrix's file bytes go back to the page cache (nothing reads them).
-Status convert_matrices(const ModelConfig& c, bool plain_to_q8, const std::vector<std::shared_ptr<MappedFile>>& files,
-                        ModelWeights* w, std::vector<ops::OwnedWeight>* store) {
+// Load-time conversions of every matrix (embedding included): Q4_1 / Q5_1 get their blocks'
+// offsets copied out (ops::with_block_offsets, which matmul reads) and, with `plain_to_q8`, every
+// f32/f16/bf16 matrix whose rows are whole Q8_0 blocks is rounded to Q8_0 as llama-quantize does
+// (half the bytes of bf16 per decode step).
+Status convert_matrices(const ModelConfig& c, bool plain_to_q8, ModelWeights* w, std::vector<ops::OwnedWeight>* store) {
   auto convert = [&](ops::Weight* m) -> Status {
     const bool plain = m->dtype == DType::kF32 || m->dtype == DType::kF16 || m->dtype == DType::kBF16;
-    const bool widen = ops::runtime_dtype(m->dtype) != m->dtype;
-    if (!widen && !(plain_to_q8 && plain && m->cols % 32 == 0)) return Status::ok();
-    GB_ASSIGN_OR_RETURN(ops::OwnedWeight o, widen ? ops::widen_weight(*m) : ops::convert_to_q8(*m));
+    const bool offsets = m->dtype == DType::kQ4_1 || m->dtype == DType::kQ5_1;
+    if (!offsets && !(plain_to_q8 && plain && m->cols % 32 == 0)) return Status::ok();
+    GB_ASSIGN_OR_RETURN(ops::OwnedWeight o, offsets ? ops::with_block_offsets(*m) : ops::convert_to_q8(*m));
     store->push_back(std::move(o));
-    if (widen) release_source(*m, files);
     *m = store->back().weight;  // points into bytes, which moving the vector keeps in place
     return Status::ok();
   };
@@ -488,7 +484,7 @@ Result<std::unique_ptr<Model>> load_model(const std::string& path, const LoadOpt
   }
   const DType file_dtype = representative_dtype(weights);
   std::vector<ops::OwnedWeight> converted;
-  GB_RETURN_IF_ERROR(convert_matrices(loaded.config, options.convert_to_q8, loaded.files, &weights, &converted));
+  GB_RETURN_IF_ERROR(convert_matrices(loaded.config, options.convert_to_q8, &weights, &converted));
   std::unique_ptr<HugePages> packed = options.pack_weights ? pack_matrices(&weights, loaded.files) : nullptr;
   std::unique_ptr<Model> m(new Model(std::move(loaded.config), options));
   m->weights_ = std::move(weights);

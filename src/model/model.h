@@ -92,7 +92,7 @@ class Model {
   DType file_dtype_ = DType::kF32;                  // describe()'s matrix as the file stores it
   std::vector<std::shared_ptr<MappedFile>> files_;  // keep the weight mappings alive
   std::vector<std::vector<float>> f32_store_;       // f32 copies of norm weights / biases / rope factors
-  std::vector<ops::OwnedWeight> owned_weights_;     // matrices converted at load (widened, convert_to_q8)
+  std::vector<ops::OwnedWeight> owned_weights_;     // at load: Q4_1 / Q5_1 offsets, convert_to_q8 results
   std::unique_ptr<HugePages> packed_;               // matrices repacked at load (pack_weights)
   std::unique_ptr<ThreadPool> own_pool_;
   ThreadPool* pool_;

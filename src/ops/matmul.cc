@@ -147,7 +147,8 @@ int q3_k_scale(const uint8_t* blk, int k) {
 }
 
 bool is_quantized_q8_path(DType t) {
-  return t == DType::kQ8_0 || t == DType::kQ4_0 || t == DType::kQ5_0 || t == DType::kIQ4_NL;
+  return t == DType::kQ8_0 || t == DType::kQ4_0 || t == DType::kQ5_0 || t == DType::kIQ4_NL || t == DType::kQ4_1 ||
+         t == DType::kQ5_1;
 }
 bool is_kernel_dtype(DType t) {
   return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16 || is_quantized_q8_path(t);
@@ -159,6 +160,8 @@ int32_t block_isum(DType t, const uint8_t* blk, const int8_t* xq) {
   if (t == DType::kQ8_0) {
     const int8_t* q = reinterpret_cast<const int8_t*>(blk + 2);
     for (int i = 0; i < 32; ++i) s += static_cast<int32_t>(q[i]) * xq[i];
+  } else if (t == DType::kQ4_1 || t == DType::kQ5_1) {  // the codes unsigned: the offsets are Weight::mins
+    for (int i = 0; i < 32; ++i) s += q_1_code(t, blk, i) * static_cast<int32_t>(xq[i]);
   } else if (t == DType::kIQ4_NL) {
     for (int i = 0; i < 16; ++i) {
       s += kIq4nlLevels[blk[2 + i] & 0x0f] * static_cast<int32_t>(xq[i]);
@@ -662,47 +665,22 @@ void quantize_activations_q8k(const float* x, int64_t cols, float* d, int8_t* q,
   scalar::quantize_k(x, cols, d, q, bsums16, bsums32);
 }
 
-DType runtime_dtype(DType stored) {
-  switch (stored) {
-    case DType::kQ4_1:
-    case DType::kQ5_1: return DType::kQ8_0;
-    default: return stored;
+Result<OwnedWeight> with_block_offsets(const Weight& w) {
+  if (w.dtype != DType::kQ4_1 && w.dtype != DType::kQ5_1) {
+    return Status::error("with_block_offsets: weight dtype " + std::string(dtype_name(w.dtype)) +
+                         " has no block offsets (only q4_1, q5_1)");
   }
-}
-
-Result<OwnedWeight> widen_weight(const Weight& w) {
-  const DType to = runtime_dtype(w.dtype);
-  if (to == w.dtype) {
-    return Status::error("widen_weight: weight dtype " + std::string(dtype_name(w.dtype)) +
-                         " is not widened (only q4_1, q5_1)");
+  if (w.cols % kQBlock != 0) {
+    return Status::error("with_block_offsets: row length " + std::to_string(w.cols) + " is not a multiple of 32");
   }
-  const int64_t block = dtype_info(w.dtype).block_elems;
-  if (w.cols % block != 0) {
-    return Status::error("widen_weight: row length " + std::to_string(w.cols) + " is not a multiple of " +
-                         std::to_string(block));
-  }
-  // The same f16 d and the unsigned codes as Q8_0's int8; the f16 offsets m after the codes,
-  // 64-byte aligned.
+  const int64_t nb = w.cols / kQBlock, bb = dtype_info(w.dtype).block_bytes;
   OwnedWeight o;
-  const int64_t code_bytes = (w.rows * row_bytes(to, w.cols) + 63) / 64 * 64, nb = w.cols / block;
-  o.bytes.resize(static_cast<size_t>(code_bytes + w.rows * nb * 2));
-  uint16_t* mins = reinterpret_cast<uint16_t*>(o.bytes.data() + code_bytes);
-  const int64_t blocks = w.rows * nb, from_bytes = dtype_info(w.dtype).block_bytes,
-                to_bytes = dtype_info(to).block_bytes;
-  const uint8_t* src = w.data;
-  uint8_t* dst = o.bytes.data();
-  for (int64_t b = 0; b < blocks; ++b, src += from_bytes, dst += to_bytes) {
-    std::memcpy(dst, src, 2);
-    uint32_t qh = 0;  // Q5_1's fifth bits (q_1_code, a block at a time)
-    if (w.dtype == DType::kQ5_1) std::memcpy(&qh, src + 4, 4);
-    const uint8_t* qs = src + (w.dtype == DType::kQ4_1 ? 4 : 8);
-    for (int i = 0; i < 16; ++i) {
-      dst[2 + i] = static_cast<uint8_t>((qs[i] & 0x0f) | ((qh >> i) & 1) << 4);
-      dst[18 + i] = static_cast<uint8_t>((qs[i] >> 4) | ((qh >> (i + 16)) & 1) << 4);
-    }
-    std::memcpy(&mins[mins_index(w.rows, nb, b / nb, b % nb)], src + 2, 2);
-  }
-  o.weight = Weight{o.bytes.data(), to, w.rows, w.cols};
+  o.bytes.resize(static_cast<size_t>(w.rows * nb * 2));
+  uint16_t* mins = reinterpret_cast<uint16_t*>(o.bytes.data());
+  for (int64_t r = 0; r < w.rows; ++r)
+    for (int64_t b = 0; b < nb; ++b)
+      std::memcpy(&mins[mins_index(w.rows, nb, r, b)], w.data + (r * nb + b) * bb + 2, 2);
+  o.weight = w;
   o.weight.mins = mins;
   return o;
 }
@@ -777,7 +755,7 @@ KernelArgs weight_args(const KernelSet& k, const float* x, int64_t n, const Weig
   a.w_stride = row_bytes(w.dtype, w.cols);
   a.y = y;
   a.y_stride = w.rows;
-  a.mins = w.dtype == DType::kQ8_0 ? w.mins : nullptr;
+  a.mins = w.mins;
   return a;
 }
 

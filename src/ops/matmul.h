@@ -25,9 +25,10 @@ struct Weight {
   // matmul reads it where its kernels can; everything else (embedding rows, hashes, edits)
   // reads data.
   const uint8_t* packed = nullptr;
-  // Q8_0 only (Q4_1 / Q5_1 widened at load, widen_weight): each block's offset m, so that element
-  // i of block b of row r is d·q_i + m; f16 bits, rows·cols/32 of them in mins_index order
-  // (matmul_kernels.h: 8 rows' offsets side by side per block). Null: no offsets.
+  // Q4_1 / Q5_1 (required; with_block_offsets): each block's offset m, so that element i of
+  // block b of row r is d·q_i + m, copied out of the blocks; f16 bits, rows·cols/32 of them in
+  // mins_index order (matmul_kernels.h: 8 rows' offsets side by side per block). matmul adds the
+  // offsets' term from here (the kernels skip the blocks' own m). Null for every other dtype.
   const uint16_t* mins = nullptr;
 };
 
@@ -127,17 +128,12 @@ struct OwnedWeight {
   Weight weight;
 };
 
-// Types with no kernels of their own, widened exactly at load to one that has them
-// (widen_weight): Q4_1 / Q5_1 → Q8_0 with offsets (Weight::mins); every other dtype maps to
-// itself.
-DType runtime_dtype(DType stored);
-
-// Load-time exact widening of a Q4_1 or Q5_1 weight to runtime_dtype: d and the unsigned codes
-// as Q8_0's, the f16 offsets m as Weight::mins (ggml's q4_1 · q8_1: d·d_x·Σ q·x + m·s_x; 36 bytes
-// per 32 weights instead of 20 / 24). dequantize_row gives the same bits before and after, and
-// the integer kernels the same sums as ggml's own dot products. Errors: another dtype, or cols not
-// a multiple of the block.
-Result<OwnedWeight> widen_weight(const Weight& w);
+// w (Q4_1 / Q5_1) with Weight::mins: its blocks' f16 offsets m copied out in mins_index order
+// (OwnedWeight::bytes holds them; weight.data stays w.data). matmul computes ggml's q4_1 · q8_1,
+// d·d_x·Σ q·x + m·(d_x·Σ x), as two f32 chains over the blocks: the codes' (the Q4_0 / Q5_0
+// kernels with the codes unsigned and no offset) and the offsets' (add_mins), added. Errors:
+// another dtype, or cols not a multiple of 32.
+Result<OwnedWeight> with_block_offsets(const Weight& w);
 
 // Load-time conversion of an F32 / F16 / BF16 weight to Q8_0 (same blocks as a Q8_0 GGUF made
 // by llama-quantize from the same values), for faster decode: 34 bytes per 32 weights instead

@@ -44,11 +44,11 @@ struct KernelArgs {
   const int32_t* xs = nullptr;     // [n, cols/32] the sum of each block's 32 codes: the correction for
                                    // weights stored unsigned (Q4_0 nibbles, Q8_0 codes + 128)
   const float* xsd = nullptr;      // [n, cols/32] xd · f32(xs): each block's activation sum (the offsets' term)
-  const uint16_t* mins = nullptr;  // Q8_0 with offsets: Weight::mins (f16, mins_index order), else null
+  const uint16_t* mins = nullptr;  // Q4_1 / Q5_1: Weight::mins (f16, mins_index order), else null
   int64_t n = 0;
   const uint8_t* w = nullptr;  // [rows, w_stride bytes] weights in `dtype`, row-major or `packed`
   bool packed = false;         // w is in pack_weight's layout (groups of 8 rows, 8·w_stride bytes each)
-  DType dtype = DType::kF32;   // F32, F16, BF16, Q8_0, Q4_0, Q5_0 or a K-quant (Q3_K ... Q6_K)
+  DType dtype = DType::kF32;   // F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q4_1, Q5_1, IQ4_NL or a K-quant
   int64_t rows = 0;            // rows of w: kernels prefetch ahead but never past the last row
   int64_t cols = 0;
   int64_t w_stride = 0;  // bytes per weight row
@@ -95,6 +95,8 @@ inline constexpr int64_t panel_scratch_bytes(DType d, int64_t cols) {
 //    vector v holds block bytes 2 + 4v .. 5 + 4v (Q8_0: codes 4v..4v+3; Q4_0: nibbles).
 //  - Q5_0: Q4_0's layout for the scales and the 4 nibble vectors (its block bytes 6 + 4v ..),
 //    then one vector of the 8 rows' qh words (row j's 4 bytes at 144 + 4j).
+//  - Q4_1 / Q5_1: the 8 f16 d, the 8 f16 m, then Q4_0's / Q5_0's vectors 16 bytes later (the
+//    kernels skip the m: matmul reads the offsets from Weight::mins).
 //  - Q4_K: 8 f16 d, 8 f16 dmin, the 12 packed scale bytes as planes (plane p: byte p of rows
 //    0..7), then 32 code vectors (vector v: code bytes 4v..4v+3 of each row).
 //  - Q5_K: Q4_K's layout for d, dmin, scales and the 32 vectors of low nibbles, then 8 vectors of
@@ -127,12 +129,17 @@ inline constexpr int64_t packed_offset(DType d, int64_t j, int64_t i) {
                        : 2 * j + (i - 208);
     case DType::kQ5_0:
       return i < 2 ? 2 * j + i : i < 6 ? 144 + 4 * j + (i - 2) : 16 + 32 * ((i - 6) / 4) + 4 * j + (i - 6) % 4;
+    case DType::kQ4_1: return i < 4 ? 16 * (i / 2) + 2 * j + i % 2 : 32 + 32 * ((i - 4) / 4) + 4 * j + (i - 4) % 4;
+    case DType::kQ5_1:
+      return i < 4   ? 16 * (i / 2) + 2 * j + i % 2
+             : i < 8 ? 160 + 4 * j + (i - 4)
+                     : 32 + 32 * ((i - 8) / 4) + 4 * j + (i - 8) % 4;
     case DType::kQ3_K:
       return i < 32    ? 624 + 32 * (i / 4) + 4 * j + i % 4
              : i < 96  ? 112 + 32 * ((i - 32) / 4) + 4 * j + (i - 32) % 4
              : i < 108 ? 16 + 8 * (i - 96) + j
                        : 2 * j + (i - 108);
-    default: return i < 2 ? 2 * j + i : 16 + 32 * ((i - 2) / 4) + 4 * j + (i - 2) % 4;  // Q8_0, Q4_0
+    default: return i < 2 ? 2 * j + i : 16 + 32 * ((i - 2) / 4) + 4 * j + (i - 2) % 4;  // Q8_0, Q4_0, IQ4_NL
   }
 }
 inline constexpr int64_t packed_run(DType d, int64_t i) {
@@ -141,8 +148,9 @@ inline constexpr int64_t packed_run(DType d, int64_t i) {
     case DType::kQ5_K: return i < 4 ? 2 : i < 16 ? 1 : 4;
     case DType::kQ6_K: return i < 192 ? 4 : i < 208 ? 1 : 2;
     case DType::kQ3_K: return i < 96 ? 4 : i < 108 ? 1 : 2;
-    case DType::kQ5_0: return i < 2 ? 2 : 4;
-    default: return i < 2 ? 2 : 4;
+    case DType::kQ4_1:
+    case DType::kQ5_1: return i < 4 ? 2 : 4;
+    default: return i < 2 ? 2 : 4;  // Q8_0, Q4_0, Q5_0, IQ4_NL
   }
 }
 

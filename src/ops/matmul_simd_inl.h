@@ -227,18 +227,25 @@ inline __m256i iq4nl_levels() {
 // The 32 weight codes of one block in element order (p: the block's bytes after d): Q8_0 signed,
 // Q4_0 as unsigned nibbles 0..15 (the low nibbles are elements 0..15, the high ones 16..31),
 // Q5_0 as unsigned 0..31 (Q4_0's nibbles, bit i of the qh word before them as bit 4 of element i),
-// IQ4_NL as its signed levels (Q4_0's nibbles looked up).
+// IQ4_NL as its signed levels (Q4_0's nibbles looked up), Q4_1 / Q5_1 as Q4_0 / Q5_0 after their
+// f16 offset m (which the kernels skip: matmul adds the offsets' term from Weight::mins).
+template <DType D>
+inline constexpr bool kHasQh = D == DType::kQ5_0 || D == DType::kQ5_1;
+template <DType D>
+inline constexpr bool kHasM = D == DType::kQ4_1 || D == DType::kQ5_1;
+
 template <DType D>
 inline __m256i load_wq(const uint8_t* p) {
   if constexpr (D == DType::kQ8_0) {
     return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
   } else {
-    const uint8_t* qs = D == DType::kQ5_0 ? p + 4 : p;
+    if constexpr (kHasM<D>) p += 2;
+    const uint8_t* qs = kHasQh<D> ? p + 4 : p;
     const __m128i tmp = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
     const __m256i bytes = _mm256_insertf128_si256(_mm256_castsi128_si256(tmp), _mm_srli_epi16(tmp, 4), 1);
     const __m256i nib = _mm256_and_si256(bytes, _mm256_set1_epi8(0x0f));
-    if constexpr (D == DType::kQ4_0) return nib;
     if constexpr (D == DType::kIQ4_NL) return _mm256_shuffle_epi8(iq4nl_levels(), nib);
+    if constexpr (!kHasQh<D>) return nib;
     int32_t qh;
     __builtin_memcpy(&qh, p, 4);
     const __m256i sel =
@@ -250,12 +257,22 @@ inline __m256i load_wq(const uint8_t* p) {
 
 template <DType D>
 inline constexpr int64_t block_bytes() {
-  return D == DType::kQ8_0 ? 34 : D == DType::kQ5_0 ? 22 : 18;
+  return D == DType::kQ8_0 ? 34 : D == DType::kQ5_0 || D == DType::kQ5_1 ? 22 + 2 * kHasM<D> : 18 + 2 * kHasM<D>;
 }
 
-// Q4_0 / Q5_0 codes are used unsigned: Σ (w + k)·x = Σ w·x + k·Σx, k = 8 / 16 as log2 k.
+// Q4_0 / Q5_0 codes are used unsigned: Σ (w + k)·x = Σ w·x + k·Σx, k = 8 / 16 as log2 k (-1:
+// no such term — Q4_1 / Q5_1, whose codes are unsigned as stored).
 template <DType D>
-inline constexpr int kUnsignedShift = D == DType::kQ4_0 ? 3 : 4;
+inline constexpr int kUnsignedShift = D == DType::kQ4_0   ? 3
+                                      : D == DType::kQ5_0 ? 4
+                                                          : -1;
+
+// Packed blocks of the nibble types: the 4 code vectors after the 8 rows' d (and m), the qh
+// vector after them.
+template <DType D>
+inline constexpr int64_t kPackedCodes = kHasM<D> ? 32 : 16;
+template <DType D>
+inline constexpr int64_t kPackedQh = kPackedCodes<D> + 128;
 
 // The f16 block scales of 8 rows (the block at p, rows `stride` bytes apart) as 8 f32 lanes.
 inline __m256 load_scales8(const uint8_t* p, int64_t stride) {
@@ -314,7 +331,7 @@ inline void rows8_q(const KernelArgs& a, int64_t t0, int64_t r0) {
       __m256i p[8];
       for (int r = 0; r < 8; ++r) p[r] = block_lanes<D>(wq[r], xv, xabs);
       __m256i isum = reduce8(p);
-      if constexpr (!kSignedCodes<D>)
+      if constexpr (kUnsignedShift<D> >= 0)
         isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(a.xs[tt * nb + b] << kUnsignedShift<D>));
       const __m256 scale = _mm256_mul_ps(dw, _mm256_set1_ps(a.xd[tt * nb + b]));
       acc[t] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(isum), acc[t]);
@@ -338,7 +355,7 @@ inline void row1_q(const KernelArgs& a, int64_t t0, int64_t r) {
       const int64_t tt = t0 + t;
       const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.xq + tt * cols + b * kQBlock));
       int32_t isum = hsum_i32(block_lanes<D>(wq, xv, _mm256_abs_epi8(xv)));
-      if constexpr (!kSignedCodes<D>) isum -= a.xs[tt * nb + b] << kUnsignedShift<D>;
+      if constexpr (kUnsignedShift<D> >= 0) isum -= a.xs[tt * nb + b] << kUnsignedShift<D>;
       acc[t] = __builtin_fmaf(dw * a.xd[tt * nb + b], static_cast<float>(isum), acc[t]);
     }
   }
@@ -608,12 +625,12 @@ inline void packed_codes(const uint8_t* blk, __m256i* v) {
   } else {
     const __m256i m4 = _mm256_set1_epi8(0x0f);
     for (int g = 0; g < 4; ++g) {
-      const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16 + 32 * g));
+      const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kPackedCodes<D> + 32 * g));
       v[g] = _mm256_and_si256(raw, m4);
       v[g + 4] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
     }
-    if constexpr (D == DType::kQ5_0) {
-      const __m256i hq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 144));
+    if constexpr (kHasQh<D>) {
+      const __m256i hq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kPackedQh<D>));
       for (int g = 0; g < 8; ++g)
         v[g] = _mm256_or_si256(v[g], fifth_bits(_mm256_shuffle_epi8(hq, q5_select(g / 2)), q5_mask(g % 2)));
     }
@@ -700,7 +717,7 @@ inline void rows8_packed_q_zmm(const KernelArgs& a, int64_t t0, int64_t r0) {
     } else {
       const __m512i m4 = _mm512_set1_epi8(0x0f);
       for (int k = 0; k < 2; ++k) {
-        const __m512i raw = _mm512_loadu_si512(blk + 16 + 64 * k);
+        const __m512i raw = _mm512_loadu_si512(blk + kPackedCodes<D> + 64 * k);
         v[2 * k] = _mm512_and_si512(raw, m4);
         v[2 * k + 1] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
       }
@@ -708,8 +725,9 @@ inline void rows8_packed_q_zmm(const KernelArgs& a, int64_t t0, int64_t r0) {
         const __m512i lv = _mm512_broadcast_i64x4(_mm256_xor_si256(iq4nl_levels(), _mm256_set1_epi8(-128)));
         for (int k = 0; k < 4; ++k) v[k] = _mm512_shuffle_epi8(lv, v[k]);
       }
-      if constexpr (D == DType::kQ5_0) {  // v[k] holds groups g | g + 1 (g even): qh byte g / 2, bits 0..3 | 4..7
-        const __m512i hz = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 144)));
+      if constexpr (kHasQh<D>) {  // v[k] holds groups g | g + 1 (g even): qh byte g / 2, bits 0..3 | 4..7
+        const __m512i hz =
+            _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kPackedQh<D>)));
         const __m512i mask = _mm512_inserti64x4(_mm512_castsi256_si512(q5_mask(0)), q5_mask(1), 1);
         for (int k = 0; k < 4; ++k) {
           const __m512i sel = _mm512_shuffle_epi8(hz, _mm512_broadcast_i64x4(q5_select(kLow[1][k] / 2)));
@@ -775,7 +793,7 @@ inline void rows16_packed_q_zmm(const KernelArgs& a, int64_t t0, int64_t r0) {
     // v[g]: codes 4g..4g+3 of the 16 rows (Q4_0 nibbles; Q8_0 + 128).
     __m512i v[8];
     for (int k = 0; k < kVecs; ++k) {
-      const __m512i raw = join256(ba + 16 + 32 * k, bb + 16 + 32 * k);
+      const __m512i raw = join256(ba + kPackedCodes<D> + 32 * k, bb + kPackedCodes<D> + 32 * k);
       if constexpr (D == DType::kQ8_0) {
         v[k] = _mm512_xor_si512(raw, _mm512_set1_epi8(-128));
       } else {
@@ -787,8 +805,8 @@ inline void rows16_packed_q_zmm(const KernelArgs& a, int64_t t0, int64_t r0) {
       const __m512i lv = _mm512_broadcast_i64x4(_mm256_xor_si256(iq4nl_levels(), _mm256_set1_epi8(-128)));
       for (int g = 0; g < 8; ++g) v[g] = _mm512_shuffle_epi8(lv, v[g]);
     }
-    if constexpr (D == DType::kQ5_0) {  // group g: qh byte g / 2, bits 4·(g % 2) + k, both groups alike
-      const __m512i hz = join256(ba + 144, bb + 144);
+    if constexpr (kHasQh<D>) {  // group g: qh byte g / 2, bits 4·(g % 2) + k, both groups alike
+      const __m512i hz = join256(ba + kPackedQh<D>, bb + kPackedQh<D>);
       for (int g = 0; g < 8; ++g) {
         const __m512i sel = _mm512_shuffle_epi8(hz, _mm512_broadcast_i64x4(q5_select(g / 2)));
         v[g] = _mm512_mask_add_epi8(v[g], _mm512_test_epi8_mask(sel, _mm512_broadcast_i64x4(q5_mask(g % 2))), v[g],
@@ -1896,6 +1914,8 @@ inline void rows_any(const KernelArgs& a, int64_t r0, int64_t r1, uint8_t* scrat
     case DType::kQ4_0: rows_q<DType::kQ4_0>(a, r0, r1, scratch); return;
     case DType::kQ5_0: rows_q<DType::kQ5_0>(a, r0, r1, scratch); return;
     case DType::kIQ4_NL: rows_q<DType::kIQ4_NL>(a, r0, r1, scratch); return;
+    case DType::kQ4_1: rows_q<DType::kQ4_1>(a, r0, r1, scratch); return;
+    case DType::kQ5_1: rows_q<DType::kQ5_1>(a, r0, r1, scratch); return;
     case DType::kQ3_K: rows_kquant<DType::kQ3_K>(a, r0, r1, scratch); return;
     case DType::kQ4_K: rows_kquant<DType::kQ4_K>(a, r0, r1, scratch); return;
     case DType::kQ5_K: rows_kquant<DType::kQ5_K>(a, r0, r1, scratch); return;
