@@ -14,11 +14,11 @@ enum class DType : uint8_t {
   kBF16,
   kQ8_0,    // blocks of 32: f16 scale d, 32 x int8 q; x = d * q
   kQ4_0,    // blocks of 32: f16 scale d, 16 bytes; low nibbles = x[0..15], high = x[16..31]; x = d * (q - 8)
-  kQ5_0,    // blocks of 32: f16 d, 32 fifth bits, Q4_0's nibbles; x = d * (q - 16); widened to Q8_0 at load
-  kQ4_1,    // blocks of 32: f16 d, f16 m, Q4_0's nibbles; x = d * q + m; widened to Q8_0 + mins at load
-  kQ5_1,    // blocks of 32: f16 d, f16 m, Q5_0's fifth bits and nibbles; x = d * q + m; widened likewise
-  kIQ4_NL,  // blocks of 32: f16 d, Q4_0's nibbles indexing a 16-entry int8 table; x = d * table[q]; widened to Q8_0
-  kQ3_K,  // super-blocks of 256 (GGML block_q3_K, 110 bytes): 6-bit scales per 16, 3-bit codes; widened to Q6_K at load
+  kQ5_0,    // blocks of 32: f16 d, 32 fifth bits, Q4_0's nibbles; x = d * (q - 16)
+  kQ4_1,    // blocks of 32: f16 d, f16 m, Q4_0's nibbles; x = d * q + m
+  kQ5_1,    // blocks of 32: f16 d, f16 m, Q5_0's fifth bits and nibbles; x = d * q + m
+  kIQ4_NL,  // blocks of 32: f16 d, Q4_0's nibbles indexing a 16-entry int8 table; x = d * table[q]
+  kQ3_K,  // super-blocks of 256 (GGML block_q3_K, 110 bytes): 6-bit scales per 16, 3-bit codes
   kQ4_K,  // super-blocks of 256 (GGML block_q4_K, 144 bytes)
   kQ5_K,  // super-blocks of 256 (GGML block_q5_K, 176 bytes): Q4_K's scales and mins, a fifth code bit
   kQ6_K,  // super-blocks of 256 (GGML block_q6_K, 210 bytes)

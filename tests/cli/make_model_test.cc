@@ -124,7 +124,7 @@ std::vector<float> prompt_logits(const std::string& path, const std::vector<int3
 
 // --types q3_k_m / q4_k_m / q5_k_m write llama.cpp's Q3_K_M / Q4_K_M / Q5_K_M mixes (tensor types
 // as llama-quantize picks them from the same bf16 file), which Glassbox loads and runs (the
-// integer K-quant kernels; Q3_K widened to Q6_K) close to the bf16 file of the same weights, each
+// integer K-quant kernels, Q3_K's included) close to the bf16 file of the same weights, each
 // extra bit closer.
 TEST(MakeModel, KQuantMixesLoadAndTrackTheBf16File) {
   const std::string cwd = test::temp_dir();
@@ -214,8 +214,8 @@ TEST(MakeModel, KQuantMixesLoadAndTrackTheBf16File) {
 }
 
 // Rows that are not whole super-blocks (hidden 384): llama.cpp's Q4_K_M falls back to Q5_0 there,
-// its Q5_K_M to Q5_1 (and Q6_K to Q8_0); Glassbox widens Q5_0 to Q8_0 and Q5_1 to Q8_0 with
-// offsets, exactly, at load and tracks the bf16 file.
+// its Q5_K_M to Q5_1 (and Q6_K to Q8_0); Glassbox runs them on their own kernels and tracks the
+// bf16 file.
 TEST(MakeModel, KMixFallbacksToQ5_0AndQ5_1LoadAndTrackTheBf16File) {
   const std::string cwd = test::temp_dir();
   const std::string out = cwd + "/q50";
