@@ -18,10 +18,10 @@ enum class DType : uint8_t {
   kQ4_1,    // blocks of 32: f16 d, f16 m, Q4_0's nibbles; x = d * q + m
   kQ5_1,    // blocks of 32: f16 d, f16 m, Q5_0's fifth bits and nibbles; x = d * q + m
   kIQ4_NL,  // blocks of 32: f16 d, Q4_0's nibbles indexing a 16-entry int8 table; x = d * table[q]
-  kQ3_K,  // super-blocks of 256 (GGML block_q3_K, 110 bytes): 6-bit scales per 16, 3-bit codes
-  kQ4_K,  // super-blocks of 256 (GGML block_q4_K, 144 bytes)
-  kQ5_K,  // super-blocks of 256 (GGML block_q5_K, 176 bytes): Q4_K's scales and mins, a fifth code bit
-  kQ6_K,  // super-blocks of 256 (GGML block_q6_K, 210 bytes)
+  kQ3_K,    // super-blocks of 256 (GGML block_q3_K, 110 bytes): 6-bit scales per 16, 3-bit codes
+  kQ4_K,    // super-blocks of 256 (GGML block_q4_K, 144 bytes)
+  kQ5_K,    // super-blocks of 256 (GGML block_q5_K, 176 bytes): Q4_K's scales and mins, a fifth code bit
+  kQ6_K,    // super-blocks of 256 (GGML block_q6_K, 210 bytes)
   kI8,
   kI32,
   kI64,
