@@ -154,7 +154,8 @@ bool is_kernel_dtype(DType t) {
   return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16 || is_quantized_q8_path(t);
 }
 
-// Integer dot product of one Q8_0 / Q4_0 weight block with one block of activation codes.
+// Integer dot product of one 32-element weight block (Q8_0, Q4_0, Q5_0, IQ4_NL, Q4_1, Q5_1) with
+// one block of activation codes; Q4_1 / Q5_1 give their unsigned codes' sum (m is added apart).
 int32_t block_isum(DType t, const uint8_t* blk, const int8_t* xq) {
   int32_t s = 0;
   if (t == DType::kQ8_0) {
