@@ -259,18 +259,20 @@ KernelSet kernel_set(Isa isa) {
 #if defined(__x86_64__)
   switch (isa) {
     case Isa::kAvx512Bf16:
-      return {avx512::rows_bf16dot, true,          avx2::quantize, 0, avx512::round_bf16, avx2::dequant_k,
-              avx2::quantize_k,     avx2::add_mins};
+      return {avx512::rows_bf16dot, true,           avx2::quantize, 0, avx512::round_bf16, avx2::dequant_k,
+              avx2::quantize_k,     avx2::add_mins, false};
     case Isa::kAvx512:
-      return {avx512::rows, true, avx2::quantize, 32, nullptr, avx2::dequant_k, avx2::quantize_k, avx2::add_mins};
+      return {avx512::rows,     true,           avx2::quantize, 32, nullptr, avx2::dequant_k,
+              avx2::quantize_k, avx2::add_mins, false};
     case Isa::kAvx2:
-      return {avx2::rows, true, avx2::quantize, 16, nullptr, avx2::dequant_k, avx2::quantize_k, avx2::add_mins};
+      return {avx2::rows, true, avx2::quantize, 16, nullptr, avx2::dequant_k, avx2::quantize_k, avx2::add_mins, true};
     case Isa::kScalar: break;
   }
 #else
   (void)isa;
 #endif
-  return {scalar::rows, false, scalar::quantize, 0, nullptr, scalar::dequant_k, scalar::quantize_k, scalar::add_mins};
+  return {scalar::rows,     false, scalar::quantize, 0, nullptr, scalar::dequant_k, scalar::quantize_k,
+          scalar::add_mins, false};
 }
 
 // Activation rounding of n tokens: on the calling thread when small, else split over the pool.
@@ -761,12 +763,14 @@ KernelArgs weight_args(const KernelSet& k, const float* x, int64_t n, const Weig
 }
 
 // Which rounding of the activations a dtype's kernels read (one scratch buffer each).
-enum class ActForm { kF32, kBf16, kBf16Pairs, kQ8_0, kQ8_K };
+// kQ8_0Wide: kQ8_0 plus the codes widened to int16 (KernelSet::wide_signed_panels).
+enum class ActForm { kF32, kBf16, kBf16Pairs, kQ8_0, kQ8_0Wide, kQ8_K };
 
-ActForm act_form(const KernelSet& k, DType d) {
+ActForm act_form(const KernelSet& k, DType d, int64_t n) {
   if (d == DType::kBF16)
     return k.round_bf16 != nullptr ? ActForm::kBf16 : k.bf16_group > 0 ? ActForm::kBf16Pairs : ActForm::kF32;
-  if (is_quantized_q8_path(d)) return ActForm::kQ8_0;
+  if (is_quantized_q8_path(d))
+    return k.wide_signed_panels && has_signed_codes(d) && n >= kPanelMinTokens ? ActForm::kQ8_0Wide : ActForm::kQ8_0;
   if (is_kquant(d) && (g_kernel_variant & 4) == 0) return ActForm::kQ8_K;
   return ActForm::kF32;
 }
@@ -776,7 +780,8 @@ ActForm act_form(const KernelSet& k, DType d) {
 void round_activations(ThreadPool& pool, const KernelSet& k, KernelArgs* a) {
   const float* x = a->x;
   const int64_t n = a->n, cols = a->cols;
-  switch (act_form(k, a->dtype)) {
+  const ActForm form = act_form(k, a->dtype, n);
+  switch (form) {
     case ActForm::kF32: return;
     case ActForm::kBf16: {
       thread_local Scratch scratch;
@@ -809,25 +814,35 @@ void round_activations(ThreadPool& pool, const KernelSet& k, KernelArgs* a) {
       a->xp = xp;
       return;
     }
-    case ActForm::kQ8_0: {
+    case ActForm::kQ8_0:
+    case ActForm::kQ8_0Wide: {
       thread_local Scratch scratch;
       const int64_t nb = cols / kQBlock;
-      // [n·nb] f32 d | [n·nb] i32 block sums | [n·nb] f32 d · sum | [n·cols] i8 q.
-      uint8_t* buf = scratch.get(static_cast<size_t>(n * nb * 12 + n * cols));
+      const bool wide = form == ActForm::kQ8_0Wide;
+      // [n·nb] f32 d | [n·nb] i32 block sums | [n·nb] f32 d · sum | [n·cols] i8 q | wide: i16 q.
+      const int64_t wide_bytes = wide ? (n + 3) / 4 * 4 * cols * 2 : 0;
+      uint8_t* buf = scratch.get(static_cast<size_t>(n * nb * 12 + n * cols + wide_bytes));
       float* xd = reinterpret_cast<float*>(buf);
       int32_t* xs = reinterpret_cast<int32_t*>(buf + n * nb * 4);
       float* xsd = reinterpret_cast<float*>(buf + n * nb * 8);
       int8_t* xq = reinterpret_cast<int8_t*>(buf + n * nb * 12);
+      int16_t* xw = wide ? reinterpret_cast<int16_t*>(buf + n * nb * 12 + n * cols) : nullptr;
       for_token_ranges(pool, n, cols, [&](int64_t t0, int64_t t1) {
         for (int64_t t = t0; t < t1; ++t) {
           k.quantize(x + t * cols, cols, xd + t * nb, xq + t * cols, xs + t * nb);
           for (int64_t b = t * nb; b < (t + 1) * nb; ++b) xsd[b] = xd[b] * static_cast<float>(xs[b]);
+          if (wide) {
+            int16_t* dst = xw + wide_x_offset(t, 0, cols);
+            const int8_t* src = xq + t * cols;
+            for (int64_t i = 0; i < cols / 2; ++i) dst[8 * i] = src[2 * i], dst[8 * i + 1] = src[2 * i + 1];
+          }
         }
       });
       a->xd = xd;
       a->xs = xs;
       a->xsd = xsd;
       a->xq = xq;
+      a->xw = xw;
       return;
     }
     case ActForm::kQ8_K: {
@@ -910,11 +925,11 @@ void matmul_multi(ThreadPool& pool, const float* x, int64_t n, std::initializer_
     a = weight_args(k, x, n, w, o.y);
     // Weights whose kernels read the same rounding share it (q/k/v, gate/up: one rounding).
     size_t same = 0;
-    while (same < jobs && act_form(k, args[same].dtype) != act_form(k, w.dtype)) ++same;
+    while (same < jobs && act_form(k, args[same].dtype, n) != act_form(k, w.dtype, n)) ++same;
     if (same < jobs) {
       const KernelArgs& s = args[same];
-      a.xb = s.xb, a.xp = s.xp, a.xd = s.xd, a.xq = s.xq, a.xs = s.xs, a.xsd = s.xsd, a.kd = s.kd, a.kq = s.kq,
-      a.kb = s.kb, a.kb32 = s.kb32;
+      a.xb = s.xb, a.xp = s.xp, a.xd = s.xd, a.xq = s.xq, a.xs = s.xs, a.xsd = s.xsd, a.xw = s.xw, a.kd = s.kd,
+      a.kq = s.kq, a.kb = s.kb, a.kb32 = s.kb32;
     } else {
       round_activations(pool, k, &a);
     }

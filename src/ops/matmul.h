@@ -46,9 +46,9 @@ struct Weight {
 //    d_x·f32(xsum_b), macc) over the blocks in order (xsum_b = the block's activation codes
 //    summed: ggml's q4_1 · q8_1 term m·s), y = acc + macc. Every ISA level computes exactly this (bitwise
 //    equal to scalar), in place for few tokens and on weights repacked into 8-row panels (a
-//    vpdpbusd / maddubs GEMM) from kPanelMinTokens tokens on — at AVX-512 on weights packed at
-//    load, in place 16 rows per vector at every count from 4 (Q4_0) / 8 (Q8_0) tokens. (Not
-//    ggml's bits: it sums 8 lanes.)
+//    vpdpbusd / maddubs GEMM; Q8_0 / IQ4_NL on AVX2 in int16, vpmaddwd) from kPanelMinTokens tokens on — at AVX-512 on
+//    weights packed at load, in place 16 rows per vector at every count from 4 (Q4_0) / 8 (Q8_0) tokens. (Not ggml's
+//    bits: it sums 8 lanes.)
 //  - Q4_K / Q5_K / Q6_K: like llama.cpp's CPU backend, each activation row is first rounded to Q8_K
 //    (quantize_activations_q8k: blocks of 256, f32 d, int8 codes, code sums per 16 and 32), then
 //    per super-block the exact int32 isum = Σ sub-block scale·Σ code·x (Q6_K: code - 32) and

@@ -44,6 +44,8 @@ struct KernelArgs {
   const int32_t* xs = nullptr;     // [n, cols/32] the sum of each block's 32 codes: the correction for
                                    // weights stored unsigned (Q4_0 nibbles, Q8_0 codes + 128)
   const float* xsd = nullptr;      // [n, cols/32] xd · f32(xs): each block's activation sum (the offsets' term)
+  const int16_t* xw = nullptr;     // xq widened to int16 in groups of 4 tokens (wide_x_offset), where
+                                   // KernelSet::wide_signed_panels and n ≥ kPanelMinTokens, else null
   const uint16_t* mins = nullptr;  // Q4_1 / Q5_1: Weight::mins (f16, mins_index order), else null
   int64_t n = 0;
   const uint8_t* w = nullptr;  // [rows, w_stride bytes] weights in `dtype`, row-major or `packed`
@@ -72,6 +74,15 @@ inline constexpr int64_t kPanelMinTokens = 8;
 // in place 1.7–1.8× the panels at 16 tokens, 1.3–1.4× at 32, equal at 64).
 inline constexpr int64_t kPackedKPanelMinTokens = 64;
 inline constexpr int64_t kPanelBlock = 8 * 32 + 8 * 4;  // Q8_0 / Q4_0: codes, f32 scales
+// Q8_0 / IQ4_NL where KernelSet::wide_signed_panels: the codes as int16 (16 vectors of 2 codes
+// × 8 rows), f32 scales.
+inline constexpr int64_t kPanelBlockWide = 8 * 64 + 8 * 4;
+inline constexpr bool has_signed_codes(DType d) { return d == DType::kQ8_0 || d == DType::kIQ4_NL; }
+// KernelArgs::xw: codes 2i, 2i + 1 of token t at this int16 offset, so that a 4-token tile's pairs
+// lie side by side (ceil(n / 4) · 4 · cols elements).
+inline constexpr int64_t wide_x_offset(int64_t t, int64_t i, int64_t cols) {
+  return t / 4 * 4 * cols + 8 * i + 2 * (t % 4);
+}
 // Q4_K: codes (64 groups of 4 × 8 rows), sub-block scales (8 × 8 int32), min pairs (4 × 8 × 2
 // int16), d and dmin (8 f32 each). Q6_K: codes, sub-block scales (16 × 8 int32), scale pairs
 // (8 × 8 × 2 int16), d (8 f32). See pack_panel_k in matmul_simd_inl.h.
@@ -84,6 +95,8 @@ inline constexpr int64_t panel_block_bytes(DType d) {
 }
 inline constexpr int64_t panel_scratch_bytes(DType d, int64_t cols) {
   if (d == DType::kBF16) return kPackRows * ((cols + 1) / 2) * 4;  // 16-row panels of column pairs
+  // The wide panels, then one panel of bytes to widen from.
+  if (has_signed_codes(d)) return (kPackRows / 8 * kPanelBlockWide + kPanelBlock) * (cols / kQBlock);
   return kPackRows / 8 * (cols / (is_kquant(d) ? kKBlock : kQBlock)) * panel_block_bytes(d);
 }
 
@@ -213,6 +226,9 @@ struct KernelSet {
   DequantKernel dequant_k;
   QuantizeKKernel quantize_k;
   MinsKernel add_mins;
+  // Q8_0 / IQ4_NL panels (from kPanelMinTokens tokens) multiply int16 codes with vpmaddwd and
+  // read KernelArgs::xw: AVX2, where the int8 route needs a vpsignb per maddubs (see panel_tile_wide).
+  bool wide_signed_panels;
 };
 
 // Switches for A/B benchmarks only (bench/ops_matmul --variant); 0 = the shipped kernels.
