@@ -65,11 +65,12 @@ struct RowStreamPrefetch {
   int next_rows;
   RowStreamPrefetch(const KernelArgs& a, const uint8_t* w, int pf_rows) {
     const bool off = (g_kernel_variant & 1) != 0;
+    const bool long_rows = a.w_stride > kStreamAhead;  // else: the next rows at the same column
     base = w + kStreamAhead;
     rows = off ? 0 : R;
-    turn = a.w_stride - kStreamAhead;
-    next_base = w + R * a.w_stride + kStreamAhead - a.w_stride;
-    next_rows = pf_rows;
+    turn = long_rows ? a.w_stride - kStreamAhead : 0;
+    next_base = w + R * a.w_stride + (long_rows ? kStreamAhead - a.w_stride : 0);
+    next_rows = pf_rows;  // never past the matrix's last row
   }
   void at(int64_t c, int64_t stride) {
     if (c >= turn) base = next_base, rows = next_rows;
