@@ -252,10 +252,11 @@ inline __m256i fifth_bits(__m256i sel, __m256i mask) {
   return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(sel, mask), mask), _mm256_set1_epi8(0x10));
 }
 
-// Codes used signed (Q8_0's, IQ4_NL's table levels: |x|·sign(w, x) on AVX2, + 128 for VNNI's
-// unsigned operand) or unsigned (Q4_0 0..15, Q5_0 0..31: their −8 / −16 as 8·Σx / 16·Σx).
+// Codes used signed (Q8_0's, IQ4_NL's table levels: + 128 for VNNI's unsigned operand; on AVX2
+// |x|·sign(w, x) in place and int16 in the panels, panel_tile_wide) or unsigned (Q4_0 0..15, Q5_0
+// 0..31: their −8 / −16 as 8·Σx / 16·Σx).
 template <DType D>
-inline constexpr bool kSignedCodes = D == DType::kQ8_0 || D == DType::kIQ4_NL;
+inline constexpr bool kSignedCodes = has_signed_codes(D);
 
 // IQ4_NL's 16 levels (ggml's kvalues_iq4nl) in both 128-bit lanes, the vpshufb table from nibbles.
 inline __m256i iq4nl_levels() {
@@ -509,9 +510,11 @@ inline void store_panel_tile(const KernelArgs& a, const __m256 (&acc)[T][P], int
 }
 
 // y for T tokens from t0 and P panels (8·P rows from r0, of which `valid` exist) over all blocks.
+// Codes unsigned, or signed with VNNI (panel_shift); AVX2 takes signed codes through panel_tile_wide.
 template <DType D, int T, int P>
 inline void panel_tile(const KernelArgs& a, const uint8_t* pan, int64_t pan_stride, int64_t t0, int64_t r0,
                        int64_t valid) {
+  static_assert(!kSignedCodes<D> || V::kVnni);
   const int64_t cols = a.cols, nb = cols / kQBlock;
   constexpr int kShift = panel_shift<D>();
   __m256 acc[T][P];
@@ -530,12 +533,7 @@ inline void panel_tile(const KernelArgs& a, const uint8_t* pan, int64_t pan_stri
         int32_t x4;
         __builtin_memcpy(&x4, a.xq + (t0 + t) * cols + b * kQBlock + 4 * g, 4);
         const __m256i xb = _mm256_set1_epi32(x4);
-        if constexpr (kSignedCodes<D> && !V::kVnni) {
-          const __m256i xab = _mm256_abs_epi8(xb);
-          for (int p = 0; p < P; ++p) is[t][p] = V::dot_acc(is[t][p], xab, _mm256_sign_epi8(wv[p], xb));
-        } else {
-          for (int p = 0; p < P; ++p) is[t][p] = V::dot_acc(is[t][p], wv[p], xb);
-        }
+        for (int p = 0; p < P; ++p) is[t][p] = V::dot_acc(is[t][p], wv[p], xb);
       }
     }
     for (int t = 0; t < T; ++t) {
@@ -722,28 +720,26 @@ inline void panel_tile_wide(const KernelArgs& a, const uint8_t* pan, int64_t pan
 template <DType D, typename PackBytes>
 inline void rows_q_panels(const KernelArgs& a, int64_t r0, int64_t r1, uint8_t* scratch, const PackBytes& pack_bytes) {
   const int64_t nb = a.cols / kQBlock;
-  if constexpr (kSignedCodes<D> && !V::kVnni) {
-    if (a.xw != nullptr) {
-      const int64_t pan_stride = nb * kPanelBlockWide;
-      uint8_t* bytes = scratch + kPackRows / 8 * pan_stride;  // panel_scratch_bytes keeps room for it
-      rows_packed<kPanelTokens, 2>(
-          a, r0, r1, scratch, pan_stride,
-          [&](int64_t r, int64_t m, uint8_t* out) {
-            pack_bytes(r, m, bytes);
-            widen_panel(bytes, nb, out);
-          },
-          [&]<int T, int P>(TokTile<T>, TokTile<P>, const uint8_t* pan, int64_t t, int64_t r, int64_t valid) {
-            panel_tile_wide<T, P>(a, pan, pan_stride, t, r, valid);
-          });
-      return;
-    }
+  if constexpr (kSignedCodes<D> && !V::kVnni) {  // a.xw is set (act_form's kQ8_0Wide)
+    const int64_t pan_stride = nb * kPanelBlockWide;
+    uint8_t* bytes = scratch + kPackRows / 8 * pan_stride;  // panel_scratch_bytes keeps room for it
+    rows_packed<kPanelTokens, 2>(
+        a, r0, r1, scratch, pan_stride,
+        [&](int64_t r, int64_t m, uint8_t* out) {
+          pack_bytes(r, m, bytes);
+          widen_panel(bytes, nb, out);
+        },
+        [&]<int T, int P>(TokTile<T>, TokTile<P>, const uint8_t* pan, int64_t t, int64_t r, int64_t valid) {
+          panel_tile_wide<T, P>(a, pan, pan_stride, t, r, valid);
+        });
+  } else {
+    const int64_t pan_stride = nb * kPanelBlock;
+    rows_packed<kPanelTokens, 2>(
+        a, r0, r1, scratch, pan_stride, pack_bytes,
+        [&]<int T, int P>(TokTile<T>, TokTile<P>, const uint8_t* pan, int64_t t, int64_t r, int64_t valid) {
+          panel_tile<D, T, P>(a, pan, pan_stride, t, r, valid);
+        });
   }
-  const int64_t pan_stride = nb * kPanelBlock;
-  rows_packed<kPanelTokens, 2>(
-      a, r0, r1, scratch, pan_stride, pack_bytes,
-      [&]<int T, int P>(TokTile<T>, TokTile<P>, const uint8_t* pan, int64_t t, int64_t r, int64_t valid) {
-        panel_tile<D, T, P>(a, pan, pan_stride, t, r, valid);
-      });
 }
 
 // ---- drivers ----
