@@ -3,14 +3,16 @@
 // it (a strong neuron scale) and one that truncates it (max_tokens 4). The report's numbers must
 // be the ones counted here by hand from the stored samples (read with the sqlite3 CLI, not through
 // glassbox), the paired test's p-value the exact binomial one; a run killed with SIGKILL half way
-// and re-run must end with the same report (latencies aside) without recomputing a stored sample;
-// and --url against `glassbox serve` must give the in-process run's samples.
+// (after exactly 12 samples, the next request held at a proxy) and re-run must end with the same
+// report (latencies aside) without recomputing a stored sample; and --url against `glassbox serve`
+// must give the in-process run's samples.
 //
 // GB_E2E_GLASSBOX: the glassbox binary; GB_E2E_SHARED: the shared data directory.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync, spawn, spawnSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, writeFileSync, existsSync } from 'node:fs';
+import http from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { require, startServer } from './server_process.mjs';
@@ -124,35 +126,69 @@ test('the report is what the stored samples count to; base 100%, steered and sho
 test('SIGKILL half way, then the same command: the same report, and no stored sample recomputed', async () => {
   const out = join(dir, 'killed');
   const db = join(out, 'samples.db');
-  const child = spawn(BIN, ['eval', '--model', MODEL, '--threads', '1', '--concurrency', '1', ...COMMON, '--out', out],
-    { stdio: 'ignore' });
-  let before = [];
-  for (let i = 0; i < 600 && before.length < 12; i++) {
-    await new Promise((r) => setTimeout(r, 50));
-    try {
-      before = sql(db, 'SELECT arm, problem_id, sample, finished_ms FROM samples');
-    } catch {
-      // not created yet
+  // The run goes to the server through a proxy that forwards the first STOP generation requests
+  // and holds the next one unanswered, so the kill lands after exactly STOP stored samples however
+  // loaded the machine is (a whole run takes ~0.2 s: polling for a count alone raced it).
+  const STOP = 12;
+  let posts = 0;
+  let gate = true;
+  const held = [];
+  const target = new URL(server.origin);
+  const proxy = http.createServer((req, res) => {
+    if (req.method === 'POST' && gate && ++posts > STOP) {
+      held.push(res);
+      return;
     }
+    const up = http.request(
+      { host: target.hostname, port: target.port, path: req.url, method: req.method, headers: req.headers },
+      (ur) => {
+        res.writeHead(ur.statusCode, ur.headers);
+        ur.pipe(res);
+      });
+    up.on('error', () => res.destroy());
+    req.pipe(up);
+  });
+  await new Promise((r) => proxy.listen(0, '127.0.0.1', r));
+  try {
+    const args = ['--url', `http://127.0.0.1:${proxy.address().port}`, '--api-key', KEY, ...COMMON, '--out', out];
+    const child = spawn(BIN, ['eval', '--concurrency', '1', ...args], { stdio: 'ignore' });
+    let before = [];
+    for (let i = 0; i < 2400 && before.length < STOP; i++) {
+      await new Promise((r) => setTimeout(r, 50));
+      try {
+        before = sql(db, 'SELECT arm, problem_id, sample, finished_ms FROM samples');
+      } catch {
+        // not created yet
+      }
+    }
+    child.kill('SIGKILL');
+    await new Promise((r) => child.on('exit', r));
+    before = sql(db, 'SELECT arm, problem_id, sample, finished_ms, text FROM samples');
+    assert.equal(before.length, STOP, `${before.length} samples stored when killed`);
+    gate = false;
+    const r = await new Promise((resolve) => {  // async: the proxy runs in this process
+      const c = spawn(BIN, ['eval', '--concurrency', '2', ...args], { stdio: ['ignore', 'ignore', 'pipe'] });
+      let stderr = '';
+      c.stderr.on('data', (d) => (stderr += d));
+      c.on('exit', (status) => resolve({ status, stderr }));
+    });
+    assert.equal(r.status, 0, r.stderr);
+    assert.match(r.stderr, new RegExp(`resuming .*: ${STOP} samples stored, ${36 - STOP} to run`));
+    const afterRows = sql(db, 'SELECT arm, problem_id, sample, finished_ms, text FROM samples');
+    assert.equal(afterRows.length, 36);
+    for (const b of before) {
+      const a = afterRows.find((x) => x.arm === b.arm && x.problem_id === b.problem_id && x.sample === b.sample);
+      assert.deepEqual(a, b, 'a stored sample is kept as it was');
+    }
+    assert.deepEqual(stable(report(out)), stable(report(join(dir, 'run'))));
+    // A store made with other settings is refused, naming them.
+    const other = evalRun(['--model', MODEL, '--threads', '1', ...COMMON, '--samples', '2', '--out', out]);
+    assert.equal(other.status, 2);
+    assert.match(other.stderr, /other settings \(.*samples_per_problem/);
+  } finally {
+    for (const res of held) res.destroy();
+    proxy.close();
   }
-  child.kill('SIGKILL');
-  await new Promise((r) => child.on('exit', r));
-  before = sql(db, 'SELECT arm, problem_id, sample, finished_ms, text FROM samples');
-  assert.ok(before.length >= 12 && before.length < 36, `${before.length} samples stored when killed`);
-  const r = evalRun(['--model', MODEL, '--threads', '1', '--concurrency', '2', ...COMMON, '--out', out]);
-  assert.equal(r.status, 0, r.stderr);
-  assert.match(r.stderr, new RegExp(`resuming .*: ${before.length} samples stored, ${36 - before.length} to run`));
-  const afterRows = sql(db, 'SELECT arm, problem_id, sample, finished_ms, text FROM samples');
-  assert.equal(afterRows.length, 36);
-  for (const b of before) {
-    const a = afterRows.find((x) => x.arm === b.arm && x.problem_id === b.problem_id && x.sample === b.sample);
-    assert.deepEqual(a, b, 'a stored sample is kept as it was');
-  }
-  assert.deepEqual(stable(report(out)), stable(report(join(dir, 'run'))));
-  // A store made with other settings is refused, naming them.
-  const other = evalRun(['--model', MODEL, '--threads', '1', ...COMMON, '--samples', '2', '--out', out]);
-  assert.equal(other.status, 2);
-  assert.match(other.stderr, /other settings \(.*samples_per_problem/);
 });
 
 test('--url against glassbox serve gives the in-process samples', async () => {
