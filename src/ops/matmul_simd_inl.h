@@ -612,12 +612,6 @@ inline void widen_panel(const uint8_t* in, int64_t nb, uint8_t* out) {
   }
 }
 
-inline int32_t load_i32(const int16_t* p) {
-  int32_t v;
-  __builtin_memcpy(&v, p, 4);
-  return v;
-}
-
 // One block's integer sums of a T-token × P-panel tile over wide panels (pb: the block of the
 // first panel, xb: the tile's first token's pairs of the block): is[t][p] = Σ_h madd(vector h of
 // panel p, token t's pair h broadcast).
@@ -627,7 +621,7 @@ inline void wide_sums(const uint8_t* pb, int64_t pan_stride, const int16_t* xb, 
     // The main tile in assembly: 8 sums, 2 weight vectors, a broadcast and a product in 12 of
     // the 16 YMM registers. Written with intrinsics, GCC 12 adds each product into a fresh
     // register and copies it back, and the copies spill sums to the stack: 100–155 GFLOP/s
-    // depending on the surrounding code, against 155–160 here (Q8_0 up, 512 tokens, 1 thread).
+    // depending on the surrounding code, against 160–163 here (Q8_0, 512 tokens, 1 thread).
     __m256i s00 = _mm256_setzero_si256(), s01 = s00, s10 = s00, s11 = s00, s20 = s00, s21 = s00, s30 = s00, s31 = s00,
             w0, w1, x, prod;
     const uint8_t* w = pb;
