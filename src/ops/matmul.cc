@@ -302,14 +302,86 @@ constexpr int64_t kDequantRows = 16;
 // 1024) 50–92% → 94–113%; Qwen3-0.6B decode +4–8% (median per pair, q4_0, q4_k_m, q8_0, bf16)
 // on a loaded host (PERFORMANCE.md, fifth pass). Prefetching the next chunk's first rows instead
 // did not help; at n = 16 the unit count made no difference.
+constexpr int64_t kDecodeShapedTokens = 4;
 int64_t row_chunk(int64_t rows, int64_t n, int n_threads) {
-  const int64_t units = n <= 4 ? 2 : 8;
+  const bool decode = n <= kDecodeShapedTokens;
+  const int64_t units = decode ? 2 : 8;
   int64_t c = rows / (static_cast<int64_t>(n_threads) * units);
   c = std::max<int64_t>(16, c / 16 * 16);
-  if (n > 4) c = std::min<int64_t>(c, 256);
+  if (!decode) c = std::min<int64_t>(c, 256);
   return c;
 }
 
+// A parallel region's rows as pieces (rows [r0, r1) of the region's matrix `job`), claimed in
+// order from one counter by whichever thread is free: on a shared host a descheduled thread then
+// delays the step by one piece, not by its whole share. Pieces are whole register tiles (16 rows;
+// a matrix's last may be shorter) and a token's results do not depend on which thread computes
+// which piece.
+//  - Several tokens: each matrix in row_chunk's chunks.
+//  - Decode-shaped calls (kDecodeShapedTokens): guided, each piece a 1 / (2 · threads) share of the
+//    rows left in the whole region, at least kMinDecodePieceBytes of weights: the first pieces are
+//    row_chunk's long contiguous runs, the last ones short, so the threads end together instead of
+//    one of them streaming the region's last quarter-matrix alone. Measured on Zen 5, 2 threads,
+//    Qwen3-0.6B tg64 (per-region timestamps): the caller's wait for the other thread per region
+//    2.4 → 0.2–0.3 µs, the regions' time −4…−5%; t/s beside row_chunk's pieces, medians of 5
+//    interleaved pairs: q4_0 +3.1%, q8_0 +2.0%, q4_k_m +1.5% (each pair −7…+7%: a noisy host).
+//    32 KiB pieces instead of 128 KiB measured no better; pieces of 64 KiB claimed from both ends
+//    of the region (one thread forward, one backward) −8…−11%.
+struct RowPiece {
+  size_t job;
+  int64_t r0, r1;
+};
+
+class RowPieces {
+ public:
+  static constexpr size_t kMaxJobs = 4;
+
+  RowPieces(const KernelArgs* args, size_t jobs, int64_t n, int n_threads) : args_(args) {
+    guided_ = n <= kDecodeShapedTokens && n_threads > 1;
+    if (!guided_) {
+      first_[0] = 0;
+      for (size_t j = 0; j < jobs; ++j) {
+        chunk_[j] = row_chunk(args[j].rows, n, n_threads);
+        first_[j + 1] = first_[j] + (args[j].rows + chunk_[j] - 1) / chunk_[j];
+      }
+      size_ = first_[jobs];
+      return;
+    }
+    int64_t left = 0;
+    for (size_t j = 0; j < jobs; ++j) left += args[j].rows;
+    size_ = 0;
+    for (size_t j = 0; j < jobs; ++j) {
+      const int64_t min_rows = std::max<int64_t>(16, kMinDecodePieceBytes / args[j].w_stride / 16 * 16);
+      for (int64_t r = 0; r < args[j].rows;) {
+        int64_t rows = std::max(min_rows, left / (2 * n_threads) / 16 * 16);
+        if (size_ == kMaxGuided - 1) rows = args[j].rows - r;  // the table is full: the rest in one
+        const int64_t r1 = std::min(args[j].rows, r + rows);
+        guided_pieces_[size_++] = {j, r, r1};
+        left -= r1 - r;
+        r = r1;
+      }
+    }
+  }
+
+  int64_t size() const { return size_; }
+
+  RowPiece operator[](int64_t c) const {
+    if (guided_) return guided_pieces_[c];
+    size_t j = 0;
+    while (c >= first_[j + 1]) ++j;
+    const int64_t r0 = (c - first_[j]) * chunk_[j];
+    return {j, r0, std::min(args_[j].rows, r0 + chunk_[j])};
+  }
+
+ private:
+  static constexpr int64_t kMinDecodePieceBytes = 128 << 10;
+  static constexpr int64_t kMaxGuided = 256;  // lm_head-sized regions at 16 threads take ~200
+  const KernelArgs* args_;
+  bool guided_;
+  int64_t size_;
+  int64_t chunk_[kMaxJobs], first_[kMaxJobs + 1];
+  RowPiece guided_pieces_[kMaxGuided];
+};
 }  // namespace
 
 int g_kernel_variant = 0;
@@ -909,15 +981,13 @@ void matmul(ThreadPool& pool, const float* x, int64_t n, const Weight& w, float*
 }
 
 void matmul_multi(ThreadPool& pool, const float* x, int64_t n, std::initializer_list<MatmulOut> outs) {
-  constexpr size_t kMax = 4;
+  constexpr size_t kMax = RowPieces::kMaxJobs;
   if (n <= 0 || outs.size() == 0 || outs.size() > kMax) return;
   const KernelSet k = kernel_set(active_isa());
   const int n_threads = pool.size();
   KernelArgs args[kMax];
-  int64_t chunk[kMax], first_chunk[kMax + 1];
   size_t jobs = 0, pan_bytes = 0;
   bool panels = false;
-  first_chunk[0] = 0;
   for (const MatmulOut& o : outs) {
     const Weight& w = *o.w;
     if (w.rows <= 0 || !matmul_supported(w.dtype)) continue;  // unsupported dtypes are rejected at load time
@@ -942,15 +1012,10 @@ void matmul_multi(ThreadPool& pool, const float* x, int64_t n, std::initializer_
       panels = true;
       pan_bytes = std::max(pan_bytes, static_cast<size_t>(panel_scratch_bytes(w.dtype, w.cols)));
     }
-    chunk[jobs] = row_chunk(w.rows, n, n_threads);
-    first_chunk[jobs + 1] = first_chunk[jobs] + (w.rows + chunk[jobs] - 1) / chunk[jobs];
     ++jobs;
   }
   if (jobs == 0) return;
-  // Rows are handed out in chunks from a shared counter rather than split statically: on a
-  // shared host a descheduled thread then delays the step by one chunk, not by its whole share.
-  // Chunks are multiples of 16 rows (whole register tiles); a token's results do not depend on
-  // which thread computes which chunk. Each thread sweeps all tokens over its chunk. Several
+  // Rows are handed out in RowPieces; each thread sweeps all tokens over its piece. Several
   // matrices of one input share one parallel region (one wait instead of one per matrix).
   //
   // Panel scratch per job index, owned by the calling thread: the pool hands job indices to
@@ -960,17 +1025,16 @@ void matmul_multi(ThreadPool& pool, const float* x, int64_t n, std::initializer_
   thread_local std::vector<Scratch> caller_panels;
   std::vector<Scratch>& panel_scratch = caller_panels;
   if (panels && panel_scratch.size() < static_cast<size_t>(n_threads)) panel_scratch.resize(n_threads);
-  const int64_t n_chunks = first_chunk[jobs];
-  std::atomic<int64_t> next_chunk{0};
+  const RowPieces pieces(args, jobs, n, n_threads);
+  std::atomic<int64_t> next_piece{0};
   pool.run([&](int ti) {
     uint8_t* pan = panels ? panel_scratch[ti].get(pan_bytes) : nullptr;
-    size_t j = 0;
-    for (int64_t c; (c = next_chunk.fetch_add(1, std::memory_order_relaxed)) < n_chunks;) {
-      while (c >= first_chunk[j + 1]) ++j;  // chunks are claimed in increasing order
-      const int64_t r0 = (c - first_chunk[j]) * chunk[j], r1 = std::min(args[j].rows, r0 + chunk[j]);
-      if (args[j].mins != nullptr) prefetch_mins(args[j], r0, r1);
-      k.rows(args[j], r0, r1, pan);
-      if (args[j].mins != nullptr) k.add_mins(args[j], r0, r1);
+    for (int64_t c; (c = next_piece.fetch_add(1, std::memory_order_relaxed)) < pieces.size();) {
+      const RowPiece p = pieces[c];
+      const KernelArgs& a = args[p.job];
+      if (a.mins != nullptr) prefetch_mins(a, p.r0, p.r1);
+      k.rows(a, p.r0, p.r1, pan);
+      if (a.mins != nullptr) k.add_mins(a, p.r0, p.r1);
     }
   });
 }

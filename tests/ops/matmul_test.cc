@@ -379,6 +379,42 @@ TEST(MatmulMulti, EachOutputEqualsItsOwnMatmul) {
   }
 }
 
+// Decode-shaped regions are handed out in guided pieces (long runs first, shorter towards the
+// end, each a share of the rows left in the whole region, cut at each matrix's end): a region of
+// several matrices of megabytes, odd row counts, at 1 to 7 threads, computes every row exactly
+// as one thread does.
+TEST(MatmulMulti, DecodePiecesCoverEveryRowAtAnyThreadCount) {
+  uint32_t seed = 1900;
+  const int64_t cols = 1024;
+  const DType types[3] = {DType::kQ4_0, DType::kF32, DType::kQ8_0};
+  const int64_t rows[3] = {4000, 1000, 40};
+  std::vector<std::vector<uint8_t>> bytes;
+  std::vector<Weight> w;
+  for (int i = 0; i < 3; ++i) {
+    bytes.push_back(random_weight_bytes(types[i], rows[i], cols, seed++));
+    w.push_back(Weight{bytes.back().data(), types[i], rows[i], cols});
+  }
+  std::vector<uint8_t> packed(packable(w[0]) ? bytes[0].size() : 0);
+  pack_weight(w[0], packed.data());
+  if (packable(w[0])) w[0].packed = packed.data();
+  for (int64_t n : {int64_t{1}, int64_t{4}}) {
+    const auto x = random_acts(n, cols, seed++);
+    std::vector<std::vector<float>> want(3);
+    for (int threads : {1, 2, 3, 7}) {
+      ThreadPool pool(threads);
+      std::vector<std::vector<float>> got(3);
+      for (int i = 0; i < 3; ++i) got[i].assign(n * rows[i], NAN);
+      matmul_multi(pool, x.data(), n, {{&w[0], got[0].data()}, {&w[1], got[1].data()}, {&w[2], got[2].data()}});
+      for (int i = 0; i < 3; ++i) {
+        for (float v : got[i]) ASSERT_FALSE(std::isnan(v)) << "a row left unwritten: output " << i;
+        if (threads == 1) want[i] = got[i];
+        ASSERT_EQ(0, std::memcmp(got[i].data(), want[i].data(), want[i].size() * 4))
+            << "output " << i << " (" << dtype_name(types[i]) << ") n=" << n << " threads=" << threads;
+      }
+    }
+  }
+}
+
 TEST(PackedWeights, OnlyWholeGroupsOfEightRowsArePacked) {
   const auto bytes = random_weight_bytes(DType::kQ8_0, 12, 64, 7);
   const Weight odd{bytes.data(), DType::kQ8_0, 12, 64};
