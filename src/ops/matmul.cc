@@ -312,21 +312,22 @@ int64_t row_chunk(int64_t rows, int64_t n, int n_threads) {
   return c;
 }
 
-// A parallel region's rows as pieces (rows [r0, r1) of the region's matrix `job`), claimed in
-// order from one counter by whichever thread is free: on a shared host a descheduled thread then
-// delays the step by one piece, not by its whole share. Pieces are whole register tiles (16 rows;
-// a matrix's last may be shorter) and a token's results do not depend on which thread computes
-// which piece.
+// A parallel region's rows as pieces (rows [r0, r1) of the region's matrix `job`), claimed one
+// after another by whichever thread is free: on a shared host a descheduled thread then delays
+// the step by one piece, not by its whole share. Where a piece ends depends only on where it
+// starts, so the pieces are the same whichever threads claim them; they are whole register tiles
+// (multiples of 16 rows from their matrix's first row; a matrix's last may be shorter), and a
+// token's results do not depend on which thread computes which piece.
 //  - Several tokens: each matrix in row_chunk's chunks.
 //  - Decode-shaped calls (kDecodeShapedTokens): guided, each piece a 1 / (2 · threads) share of the
 //    rows left in the whole region, at least kMinDecodePieceBytes of weights: the first pieces are
 //    row_chunk's long contiguous runs, the last ones short, so the threads end together instead of
 //    one of them streaming the region's last quarter-matrix alone. Measured on Zen 5, 2 threads,
-//    Qwen3-0.6B tg64 (per-region timestamps): the caller's wait for the other thread per region
-//    2.4 → 0.2–0.3 µs, the regions' time −4…−5%; t/s beside row_chunk's pieces, medians of 5
-//    interleaved pairs: q4_0 +3.1%, q8_0 +2.0%, q4_k_m +1.5% (each pair −7…+7%: a noisy host).
-//    32 KiB pieces instead of 128 KiB measured no better; pieces of 64 KiB claimed from both ends
-//    of the region (one thread forward, one backward) −8…−11%.
+//    Qwen3-0.6B tg64 (per-region timestamps, two runs each): the caller's wait for the other
+//    thread 4–12 → 0.7–1.5 µs per region, the regions' time −4…−5%; t/s beside row_chunk's pieces,
+//    medians of 5 interleaved pairs: q4_0 +3.1%, q8_0 +2.0%, q4_k_m +1.5% (each pair −7…+7%: a
+//    noisy host). 32 KiB pieces instead of 128 KiB measured no better; pieces of 64 KiB claimed
+//    from both ends of the region (one thread forward, one backward) −8…−11%.
 struct RowPiece {
   size_t job;
   int64_t r0, r1;
@@ -336,51 +337,42 @@ class RowPieces {
  public:
   static constexpr size_t kMaxJobs = 4;
 
-  RowPieces(const KernelArgs* args, size_t jobs, int64_t n, int n_threads) : args_(args) {
+  RowPieces(const KernelArgs* args, size_t jobs, int64_t n, int n_threads)
+      : jobs_(jobs), shares_(2 * int64_t{n_threads}) {
     guided_ = n <= kDecodeShapedTokens && n_threads > 1;
-    if (!guided_) {
-      first_[0] = 0;
-      for (size_t j = 0; j < jobs; ++j) {
-        chunk_[j] = row_chunk(args[j].rows, n, n_threads);
-        first_[j + 1] = first_[j] + (args[j].rows + chunk_[j] - 1) / chunk_[j];
-      }
-      size_ = first_[jobs];
-      return;
-    }
-    int64_t left = 0;
-    for (size_t j = 0; j < jobs; ++j) left += args[j].rows;
-    size_ = 0;
+    start_[0] = 0;
     for (size_t j = 0; j < jobs; ++j) {
-      const int64_t min_rows = std::max<int64_t>(16, kMinDecodePieceBytes / args[j].w_stride / 16 * 16);
-      for (int64_t r = 0; r < args[j].rows;) {
-        int64_t rows = std::max(min_rows, left / (2 * n_threads) / 16 * 16);
-        if (size_ == kMaxGuided - 1) rows = args[j].rows - r;  // the table is full: the rest in one
-        const int64_t r1 = std::min(args[j].rows, r + rows);
-        guided_pieces_[size_++] = {j, r, r1};
-        left -= r1 - r;
-        r = r1;
-      }
+      start_[j + 1] = start_[j] + args[j].rows;
+      step_[j] = guided_ ? std::max<int64_t>(16, kMinDecodePieceBytes / args[j].w_stride / 16 * 16)
+                         : row_chunk(args[j].rows, n, n_threads);
     }
   }
 
-  int64_t size() const { return size_; }
-
-  RowPiece operator[](int64_t c) const {
-    if (guided_) return guided_pieces_[c];
-    size_t j = 0;
-    while (c >= first_[j + 1]) ++j;
-    const int64_t r0 = (c - first_[j]) * chunk_[j];
-    return {j, r0, std::min(args_[j].rows, r0 + chunk_[j])};
+  // The next piece into *p; false when every row is taken. Any thread.
+  bool claim(RowPiece* p) {
+    const int64_t total = start_[jobs_];
+    int64_t g = next_.load(std::memory_order_relaxed);  // a row index over the region's matrices
+    for (;;) {
+      if (g >= total) return false;
+      size_t j = 0;
+      while (g >= start_[j + 1]) ++j;
+      const int64_t rows = guided_ ? std::max(step_[j], (total - g) / shares_ / 16 * 16) : step_[j];
+      const int64_t end = std::min(start_[j + 1], g + rows);
+      if (next_.compare_exchange_weak(g, end, std::memory_order_relaxed)) {
+        *p = {j, g - start_[j], end - start_[j]};
+        return true;
+      }
+    }
   }
 
  private:
   static constexpr int64_t kMinDecodePieceBytes = 128 << 10;
-  static constexpr int64_t kMaxGuided = 256;  // lm_head-sized regions at 16 threads take ~200
-  const KernelArgs* args_;
+  size_t jobs_;
+  int64_t shares_;
   bool guided_;
-  int64_t size_;
-  int64_t chunk_[kMaxJobs], first_[kMaxJobs + 1];
-  RowPiece guided_pieces_[kMaxGuided];
+  int64_t start_[kMaxJobs + 1];  // each matrix's first row in the region's row index
+  int64_t step_[kMaxJobs];       // rows per chunk; guided: per piece at least
+  std::atomic<int64_t> next_{0};
 };
 }  // namespace
 
@@ -1025,12 +1017,10 @@ void matmul_multi(ThreadPool& pool, const float* x, int64_t n, std::initializer_
   thread_local std::vector<Scratch> caller_panels;
   std::vector<Scratch>& panel_scratch = caller_panels;
   if (panels && panel_scratch.size() < static_cast<size_t>(n_threads)) panel_scratch.resize(n_threads);
-  const RowPieces pieces(args, jobs, n, n_threads);
-  std::atomic<int64_t> next_piece{0};
+  RowPieces pieces(args, jobs, n, n_threads);
   pool.run([&](int ti) {
     uint8_t* pan = panels ? panel_scratch[ti].get(pan_bytes) : nullptr;
-    for (int64_t c; (c = next_piece.fetch_add(1, std::memory_order_relaxed)) < pieces.size();) {
-      const RowPiece p = pieces[c];
+    for (RowPiece p; pieces.claim(&p);) {
       const KernelArgs& a = args[p.job];
       if (a.mins != nullptr) prefetch_mins(a, p.r0, p.r1);
       k.rows(a, p.r0, p.r1, pan);

@@ -381,7 +381,7 @@ TEST(MatmulMulti, EachOutputEqualsItsOwnMatmul) {
 
 // Decode-shaped regions are handed out in guided pieces (long runs first, shorter towards the
 // end, each a share of the rows left in the whole region, cut at each matrix's end): a region of
-// several matrices of megabytes, odd row counts, at 1 to 7 threads, computes every row exactly
+// several matrices of megabytes, odd row counts, at 1 to 16 threads, computes every row exactly
 // as one thread does.
 TEST(MatmulMulti, DecodePiecesCoverEveryRowAtAnyThreadCount) {
   uint32_t seed = 1900;
@@ -400,7 +400,7 @@ TEST(MatmulMulti, DecodePiecesCoverEveryRowAtAnyThreadCount) {
   for (int64_t n : {int64_t{1}, int64_t{4}}) {
     const auto x = random_acts(n, cols, seed++);
     std::vector<std::vector<float>> want(3);
-    for (int threads : {1, 2, 3, 7}) {
+    for (int threads : {1, 2, 3, 7, 16}) {
       ThreadPool pool(threads);
       std::vector<std::vector<float>> got(3);
       for (int i = 0; i < 3; ++i) got[i].assign(n * rows[i], NAN);
