@@ -302,7 +302,6 @@ constexpr int64_t kDequantRows = 16;
 // 1024) 50–92% → 94–113%; Qwen3-0.6B decode +4–8% (median per pair, q4_0, q4_k_m, q8_0, bf16)
 // on a loaded host (PERFORMANCE.md, fifth pass). Prefetching the next chunk's first rows instead
 // did not help; at n = 16 the unit count made no difference.
-constexpr int64_t kDecodeShapedTokens = 4;
 int64_t row_chunk(int64_t rows, int64_t n, int n_threads) {
   const bool decode = n <= kDecodeShapedTokens;
   const int64_t units = decode ? 2 : 8;

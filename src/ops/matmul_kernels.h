@@ -69,6 +69,9 @@ struct KernelArgs {
 // rows at a time, in the calling thread's scratch (panel_scratch_bytes); fewer tokens read the
 // weights in place.
 inline constexpr int64_t kPanelMinTokens = 8;
+// Calls of at most this many tokens are decode-shaped: each weight byte streams from memory once,
+// for every token; threads take long runs of rows, and prefetch distances are set for streaming.
+inline constexpr int64_t kDecodeShapedTokens = 4;
 // Packed Q4_K / Q6_K (KernelArgs::packed) read their groups in place up to this many tokens: the
 // panels' per-call build does not pay off before (measured on Zen 4, up 3072×1024, 2 threads:
 // in place 1.7–1.8× the panels at 16 tokens, 1.3–1.4× at 32, equal at 64).

@@ -100,16 +100,26 @@ inline void token_tiles(int64_t t0, int64_t t1, const F& f) {
 // each next row at the current column (R interleaved streams, each line touched about twice):
 // 2x the decode GB/s for Q4_0 and Q8_0 on Zen 4 (bench_ops_matmul --variant 1 switches it off).
 // (For BF16's 8-row tiles the same scheme measured 0.65x of the per-row one, so they keep theirs.)
+//
+// How far ahead: one group, but in decode-shaped calls (kDecodeShapedTokens) at most
+// kDecodeAheadBytes — a group of long rows (down's 3072 columns: 13.8 KB of Q4_0 per 8 rows) is
+// fetched that far into itself, then on into the next. Measured on Zen 5 (Qwen3-0.6B tg64, 2
+// threads, medians of interleaved pairs, twenty-second pass): the cap everywhere, 6 pairs, q4_0
+// +2.4%, q8_0 +2.1%, q4_k_m ±0; as here, 4 pairs, q4_0 +0.7%, q8_0 +2.6%, q4_k_m +4.5%, and on
+// AVX2 code (3 pairs) q4_0 +3.9%, q8_0 +1.6%. In prefill the cap measured 0…−12%: not applied
+// there. (The group after next instead measured 4–20% slower decode on Zen 4; 2 or 3 groups ahead
+// also slower on Zen 5.)
+inline constexpr int64_t kDecodeAheadBytes = 4608;
 struct NextRowsPrefetch {
   int64_t start, per_step, end;  // byte offsets from the current group's first row
-  // The group of `rows` rows from r0 is swept in `steps` steps. (Fetching the group after next
-  // instead measured 4–20% slower decode on Zen 4.)
+  // The group of `rows` rows from r0 is swept in `steps` steps.
   NextRowsPrefetch(const KernelArgs& a, int64_t r0, int rows, int64_t steps) {
     const int64_t left = (g_kernel_variant & 1) ? 0 : a.rows - (r0 + rows);
     const int64_t n = left <= 0 ? 0 : min64(left, rows);
-    start = rows * a.w_stride;
-    per_step = (rows * a.w_stride + steps - 1) / steps;
-    end = n > 0 ? start + n * a.w_stride : 0;
+    const int64_t group = rows * a.w_stride;
+    start = a.n <= kDecodeShapedTokens ? min64(group, kDecodeAheadBytes) : group;
+    per_step = (group + steps - 1) / steps;
+    end = n > 0 ? group + n * a.w_stride : 0;
   }
   void step(const uint8_t* w, int64_t i) const {
     for (int64_t o = start + i * per_step, e = min64(o + per_step, end); o < e; o += 64)
