@@ -22,6 +22,8 @@ enum class DType : uint8_t {
   kQ4_K,    // super-blocks of 256 (GGML block_q4_K, 144 bytes)
   kQ5_K,    // super-blocks of 256 (GGML block_q5_K, 176 bytes): Q4_K's scales and mins, a fifth code bit
   kQ6_K,    // super-blocks of 256 (GGML block_q6_K, 210 bytes)
+  kIQ4_XS,  // super-blocks of 256 (GGML block_iq4_xs, 136 bytes): f16 d, 6-bit scales per 32 (ls − 32),
+            // IQ4_NL's nibbles and levels; x = d · (ls − 32) · table[q]
   kI8,
   kI32,
   kI64,
@@ -48,6 +50,7 @@ inline constexpr DTypeInfo dtype_info(DType t) {
     case DType::kQ4_K: return {"q4_k", 256, 144};
     case DType::kQ5_K: return {"q5_k", 256, 176};
     case DType::kQ6_K: return {"q6_k", 256, 210};
+    case DType::kIQ4_XS: return {"iq4_xs", 256, 136};
     case DType::kI8: return {"i8", 1, 1};
     case DType::kI32: return {"i32", 1, 4};
     case DType::kI64: return {"i64", 1, 8};

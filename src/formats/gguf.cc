@@ -25,6 +25,7 @@ bool gguf_type_to_dtype(uint32_t ggml_type, DType* out) {
     case 20: *out = DType::kIQ4_NL; return true;
     case 13: *out = DType::kQ5_K; return true;
     case 14: *out = DType::kQ6_K; return true;
+    case 23: *out = DType::kIQ4_XS; return true;
     case 24: *out = DType::kI8; return true;
     case 26: *out = DType::kI32; return true;
     case 27: *out = DType::kI64; return true;
@@ -47,6 +48,7 @@ uint32_t dtype_to_gguf_type(DType t) {
     case DType::kIQ4_NL: return 20;
     case DType::kQ5_K: return 13;
     case DType::kQ6_K: return 14;
+    case DType::kIQ4_XS: return 23;
     case DType::kI8: return 24;
     case DType::kI32: return 26;
     case DType::kI64: return 27;

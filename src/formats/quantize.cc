@@ -95,8 +95,88 @@ void quantize_row_q_1(const float* x, int64_t n, int bits, uint8_t* out) {
 void quantize_row_q4_1(const float* x, int64_t n, uint8_t* out) { quantize_row_q_1(x, n, 4, out); }
 void quantize_row_q5_1(const float* x, int64_t n, uint8_t* out) { quantize_row_q_1(x, n, 5, out); }
 
+namespace {
+
+constexpr int kIq4Levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
+// The index of the level nearest v (a tie goes to the upper level, as ggml's best_index_int8).
+int nearest_iq4_level(float v) {
+  int l = 0;
+  while (l < 15 && v - static_cast<float>(kIq4Levels[l]) >= static_cast<float>(kIq4Levels[l + 1]) - v) ++l;
+  return l;
+}
+
+// The weighted least-squares scale of 32 values on IQ4_NL's levels (ggml's search in
+// quantize_row_iq4_nl_impl without an importance matrix: weights x², the levels chosen for 15
+// trial inverse scales around 127/max, the best Σwqx²/Σwq² kept); 0 for an all-(near-)zero block.
+float iq4_block_scale(const float* xb) {
+  float amax = 0.0f, max = 0.0f;
+  for (int i = 0; i < 32; ++i) {
+    if (std::fabs(xb[i]) > amax) {
+      amax = std::fabs(xb[i]);
+      max = xb[i];
+    }
+  }
+  if (amax < 1e-15f) return 0.0f;
+  auto fit = [&](float id, float* sumqx, float* sumq2) {
+    *sumqx = *sumq2 = 0.0f;
+    for (int i = 0; i < 32; ++i) {
+      const float q = static_cast<float>(kIq4Levels[nearest_iq4_level(id * xb[i])]);
+      const float w = xb[i] * xb[i];
+      *sumqx += w * q * xb[i];
+      *sumq2 += w * q * q;
+    }
+  };
+  float sumqx, sumq2;
+  fit(-static_cast<float>(kIq4Levels[0]) / max, &sumqx, &sumq2);
+  float d = sumq2 > 0 ? sumqx / sumq2 : 0.0f, best = d * sumqx;
+  for (int itry = -7; itry <= 7; ++itry) {
+    fit(static_cast<float>(itry + kIq4Levels[0]) / max, &sumqx, &sumq2);
+    if (sumq2 > 0 && sumqx * sumqx > best * sumq2) {
+      d = sumqx / sumq2;
+      best = d * sumqx;
+    }
+  }
+  return d;
+}
+
+}  // namespace
+
+void quantize_row_iq4_xs(const float* x, int64_t n, uint8_t* out) {
+  for (int64_t b = 0; b < n / 256; ++b) {
+    const float* xb = x + b * 256;
+    uint8_t* blk = out + b * 136;
+    float scale[8], max_scale = 0.0f, amax_scale = 0.0f;
+    for (int s = 0; s < 8; ++s) {
+      scale[s] = iq4_block_scale(xb + 32 * s);
+      if (std::fabs(scale[s]) > amax_scale) {
+        amax_scale = std::fabs(scale[s]);
+        max_scale = scale[s];
+      }
+    }
+    const float d = -max_scale / 32.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+    const uint16_t d16 = f32_to_f16(d);
+    std::memcpy(blk, &d16, 2);
+    const float d_stored = f16_to_f32(d16);  // codes for the scale matmul reads (ggml uses d before rounding)
+    uint16_t scales_h = 0;
+    std::memset(blk + 4, 0, 132);
+    for (int s = 0; s < 8; ++s) {
+      const int l = std::clamp(static_cast<int>(std::nearbyint(id * scale[s])), -32, 31);
+      const float dl = d_stored * static_cast<float>(l), idl = dl != 0.0f ? 1.0f / dl : 0.0f;
+      uint8_t* qs = blk + 8 + 16 * s;
+      for (int i = 0; i < 16; ++i) {
+        qs[i] = static_cast<uint8_t>(nearest_iq4_level(idl * xb[32 * s + i]) |
+                                     nearest_iq4_level(idl * xb[32 * s + 16 + i]) << 4);
+      }
+      blk[4 + s / 2] |= static_cast<uint8_t>(((l + 32) & 0xf) << (4 * (s % 2)));
+      scales_h |= static_cast<uint16_t>(((l + 32) >> 4) << (2 * s));
+    }
+    std::memcpy(blk + 2, &scales_h, 2);
+  }
+}
+
 void quantize_row_iq4_nl(const float* x, int64_t n, uint8_t* out) {
-  static constexpr int kLevels[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+  const int* kLevels = kIq4Levels;
   for (int64_t b = 0; b < n / 32; ++b) {
     const float* xb = x + b * 32;
     float amax = 0.0f, max = 0.0f;  // max keeps the sign of the largest-magnitude value
@@ -324,11 +404,13 @@ Status convert_row(const float* x, int64_t n, DType dtype, uint8_t* out) {
     case DType::kQ4_K:
     case DType::kQ5_K:
     case DType::kQ6_K:
+    case DType::kIQ4_XS:
       if (n % 256 != 0) return Status::error("row length " + std::to_string(n) + " is not a multiple of 256");
       (dtype == DType::kQ3_K   ? quantize_row_q3_K
        : dtype == DType::kQ4_K ? quantize_row_q4_K
        : dtype == DType::kQ5_K ? quantize_row_q5_K
-                               : quantize_row_q6_K)(x, n, out);
+       : dtype == DType::kQ6_K ? quantize_row_q6_K
+                               : quantize_row_iq4_xs)(x, n, out);
       return Status::ok();
     default: return Status::error("cannot convert to " + std::string(dtype_name(dtype)));
   }

@@ -28,6 +28,13 @@ void quantize_row_q5_1(const float* x, int64_t n, uint8_t* out);
 // levels −127 … 113); n must be a multiple of 32. A simple encoder, not llama-quantize's scale
 // search: d = max/−127 (max = the value of largest magnitude), each value to its nearest level.
 void quantize_row_iq4_nl(const float* x, int64_t n, uint8_t* out);
+// x [n] f32 -> n/256 GGML block_iq4_xs super-blocks (136 bytes: f16 d, 8 6-bit scales ls as
+// scales_h / scales_l, IQ4_NL's nibbles per sub-block of 32); n % 256 == 0. ggml's reference
+// without an importance matrix (quantize_row_iq4_nl_impl): per sub-block the weighted (x²)
+// least-squares scale over 15 trial scales, d = −(largest-magnitude scale)/32, ls − 32 =
+// clamp(round(scale/d), −32, 31), each value to the level nearest x/(d·(ls − 32)) with d as stored
+// (fp16; ggml picks them with d before rounding, so an occasional code differs from its file's).
+void quantize_row_iq4_xs(const float* x, int64_t n, uint8_t* out);
 
 // x [n] f32 -> n/256 GGML block_q3_K super-blocks (110 bytes each); n % 256 == 0. The Q6_K encoder
 // below with 3-bit codes: per sub-block of 16, scale = max/-4, the 6-bit scales = round(-32/max
@@ -53,7 +60,7 @@ void quantize_row_q6_K(const float* x, int64_t n, uint8_t* out);
 void pack_q6_K(const uint8_t* codes, const int8_t* scales, uint16_t d, uint8_t* blk);
 
 // Converts one f32 row to dtype (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q3_K, Q4_K, Q5_K,
-// Q6_K);
+// Q6_K, IQ4_XS);
 // out holds row_bytes(dtype, n).
 Status convert_row(const float* x, int64_t n, DType dtype, uint8_t* out);
 

@@ -129,6 +129,19 @@ int q_1_code(DType t, const uint8_t* blk, int i) {
 // IQ4_NL's non-linear levels (ggml's kvalues_iq4nl): element value = d · kIq4nlLevels[nibble].
 constexpr int8_t kIq4nlLevels[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
 
+// block_iq4_xs: f16 d, scales_h (u16: 2 high bits per sub-block), scales_l[4] (4 low bits per
+// sub-block), qs[128] (sub-block s at 16s: low nibbles its elements 0..15, high ones 16..31).
+// Scale of sub-block s (0..7) in [-32, 31]; code of element i as its level.
+int iq4xs_scale(const uint8_t* blk, int s) {
+  uint16_t h;
+  std::memcpy(&h, blk + 2, 2);
+  return (((blk[4 + s / 2] >> (4 * (s % 2))) & 0xf) | ((h >> (2 * s)) & 3) << 4) - 32;
+}
+int iq4xs_level(const uint8_t* blk, int i) {
+  const uint8_t byte = blk[8 + 16 * (i / 32) + i % 16];
+  return kIq4nlLevels[(i % 32) < 16 ? byte & 0xf : byte >> 4];
+}
+
 // block_q3_K: 32 bytes hmask, 64 bytes of 2-bit pairs (qs), 12 bytes of packed 6-bit scales, f16 d.
 // Element i: 2 bits at qs[32h + l] >> 2g and the high bit hmask[l] >> (4h + g) (h = i / 128,
 // g = i % 128 / 32, l = i % 32); code = bits − 4 when the high bit is clear, in [-4, 3].
@@ -209,8 +222,9 @@ int q6k_code(const uint8_t* blk, int i) {
 
 // One super-block's exact integer sums against Q8_K codes xq[256]: isum = Σ_sub-block scale ·
 // Σ code·x (Q6_K: code - 32; Q3_K: its signed code, scale - 32); msum (Q4_K, Q5_K) = Σ_sub-block
-// min · (sum of its 32 activation codes), 0 for Q6_K and Q3_K. |isum| < 2^31: Q4_K ≤
-// 8·63·32·15·127, Q5_K ≤ 8·63·32·31·127, Q6_K ≤ 16·128·16·32·127, Q3_K ≤ 16·32·16·4·127.
+// min · (sum of its 32 activation codes), 0 for Q6_K, Q3_K and IQ4_XS. |isum| < 2^31: Q4_K ≤
+// 8·63·32·15·127, Q5_K ≤ 8·63·32·31·127, Q6_K ≤ 16·128·16·32·127, Q3_K ≤ 16·32·16·4·127, IQ4_XS ≤
+// 8·32·32·127·127.
 void kquant_sums(DType t, const uint8_t* blk, const int8_t* xq, const int32_t* b32, int32_t* isum, int32_t* msum) {
   int32_t is = 0, ms = 0;
   if (kquant_has_mins(t)) {
@@ -228,6 +242,12 @@ void kquant_sums(DType t, const uint8_t* blk, const int8_t* xq, const int32_t* b
       int32_t dot = 0;
       for (int i = 16 * j; i < 16 * j + 16; ++i) dot += (q6k_code(blk, i) - 32) * static_cast<int32_t>(xq[i]);
       is += sc[j] * dot;
+    }
+  } else if (t == DType::kIQ4_XS) {
+    for (int j = 0; j < 8; ++j) {
+      int32_t dot = 0;
+      for (int i = 32 * j; i < 32 * j + 32; ++i) dot += iq4xs_level(blk, i) * static_cast<int32_t>(xq[i]);
+      is += iq4xs_scale(blk, j) * dot;
     }
   } else {  // Q3_K
     for (int j = 0; j < 16; ++j) {
@@ -408,6 +428,15 @@ void dequantize_q3_k(const uint8_t* blk, float* out) {
   }
 }
 
+// As ggml's dequantize_row_iq4_xs: (d · (ls − 32)) · level, in f32.
+void dequantize_iq4_xs(const uint8_t* blk, float* out) {
+  const float d = load_f16(blk);
+  for (int s = 0; s < 8; ++s) {
+    const float dl = d * static_cast<float>(iq4xs_scale(blk, s));
+    for (int i = 32 * s; i < 32 * s + 32; ++i) out[i] = dl * static_cast<float>(iq4xs_level(blk, i));
+  }
+}
+
 void dequant_k(DType dtype, const uint8_t* row, int64_t cols, float* out) {
   dequant_k_row<dequantize_q4_k, dequantize_q5_k, dequantize_q6_k>(dtype, row, cols, out);
 }
@@ -471,7 +500,7 @@ static void rows_k(const KernelArgs& a, int64_t r0, int64_t r1) {
   const int64_t cols = a.cols, nb = cols / kKBlock;
   const int64_t bb = dtype_info(a.dtype).block_bytes;
   const bool q4 = kquant_has_mins(a.dtype);
-  const int64_t d_offset = q4 ? 0 : a.dtype == DType::kQ6_K ? 208 : 108;  // the f16 d
+  const int64_t d_offset = kquant_d_offset(a.dtype);
   for (int64_t r = r0; r < r1; ++r) {
     const uint8_t* row = a.w + r * a.w_stride;
     for (int64_t t = 0; t < a.n; ++t) {
@@ -608,6 +637,7 @@ void dequantize_row(const Weight& w, int64_t r, float* out) {
     case DType::kQ4_K:
     case DType::kQ5_K:
     case DType::kQ6_K:
+    case DType::kIQ4_XS:
       dequant_k_row<dequantize_q4_k, dequantize_q5_k, dequantize_q6_k>(w.dtype, row, w.cols, out);
       return;
     default:
@@ -672,6 +702,13 @@ void matmul_ref_quantized_acts(const float* x, int64_t n, const Weight& w, float
               isum += sc[j] * dot;
             }
             acc += static_cast<double>(load_f16(blk + 208) * dx) * static_cast<double>(isum);
+          } else if (w.dtype == DType::kIQ4_XS) {
+            for (int j = 0; j < 8; ++j) {
+              int64_t dot = 0;
+              for (int i = 32 * j; i < 32 * j + 32; ++i) dot += iq4xs_level(blk, i) * xq[i];
+              isum += iq4xs_scale(blk, j) * dot;
+            }
+            acc += static_cast<double>(load_f16(blk) * dx) * static_cast<double>(isum);
           } else {  // Q3_K
             for (int j = 0; j < 16; ++j) {
               int64_t dot = 0;
@@ -999,7 +1036,7 @@ void matmul_multi(ThreadPool& pool, const float* x, int64_t n, std::initializer_
       continue;
     }
     // Quantized weights (and BF16 with bf16 activations) repack into panels from kPanelMinTokens on.
-    if (n >= kPanelMinTokens && (is_quantized_q8_path(w.dtype) || is_kquant(w.dtype) || a.xb != nullptr)) {
+    if (n >= kPanelMinTokens && (is_quantized_q8_path(w.dtype) || has_k_panels(w.dtype) || a.xb != nullptr)) {
       panels = true;
       pan_bytes = std::max(pan_bytes, static_cast<size_t>(panel_scratch_bytes(w.dtype, w.cols)));
     }

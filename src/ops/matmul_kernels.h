@@ -20,15 +20,22 @@ inline constexpr int64_t mins_index(int64_t rows, int64_t nb, int64_t r, int64_t
   return r < rows / 8 * 8 ? ((r / 8) * nb + b) * 8 + r % 8 : rows / 8 * 8 * nb + (r - rows / 8 * 8) * nb + b;
 }
 
-// The K-quants with integer kernels against Q8_K activations.
+// The K-quants (and IQ4_XS, their super-block layout) with integer kernels against Q8_K activations.
 inline constexpr bool is_kquant(DType t) {
-  return t == DType::kQ3_K || t == DType::kQ4_K || t == DType::kQ5_K || t == DType::kQ6_K;
+  return t == DType::kQ3_K || t == DType::kQ4_K || t == DType::kQ5_K || t == DType::kQ6_K || t == DType::kIQ4_XS;
 }
 // Q4_K and Q5_K: ggml's 6-bit scales and mins per sub-block of 32 (value = d·sc·code − dmin·mn,
 // codes unsigned: Q4_K 0..15, Q5_K 0..31); Q6_K: int8 scales per 16, value = d·sc·(code − 32);
 // Q3_K: 6-bit scales − 32 per 16, value = d·sc·(code − 4), codes 0..7 (two low bits, the hmask
-// bit as bit 2). Kernels that hold Q3_K codes as bytes may add 28 and use Q6_K's − 32.
+// bit as bit 2). Kernels that hold Q3_K codes as bytes may add 28 and use Q6_K's − 32. IQ4_XS:
+// 6-bit scales − 32 per 32, value = d·sc·level(code), the signed levels of IQ4_NL's table.
 inline constexpr bool kquant_has_mins(DType t) { return t == DType::kQ4_K || t == DType::kQ5_K; }
+// Byte offset of a K-quant super-block's f16 d.
+inline constexpr int64_t kquant_d_offset(DType t) {
+  return t == DType::kQ6_K ? 208 : t == DType::kQ3_K ? 108 : 0;
+}
+// The K-quants whose prefill builds 8-row panels (IQ4_XS reads its packed groups at every count).
+inline constexpr bool has_k_panels(DType t) { return is_kquant(t) && t != DType::kIQ4_XS; }
 
 // One matmul call as the kernels see it: compute y[t, r] for every token t < n and a range of
 // weight rows r.
@@ -94,7 +101,7 @@ inline constexpr int64_t kPanelBlockQ6K = 2048 + 512 + 256 + 32;
 inline constexpr int64_t kPackRows = 64;
 // Q3_K panels are Q6_K panels (codes + 28, the scales as int8).
 inline constexpr int64_t panel_block_bytes(DType d) {
-  return kquant_has_mins(d) ? kPanelBlockQ4K : is_kquant(d) ? kPanelBlockQ6K : kPanelBlock;
+  return kquant_has_mins(d) ? kPanelBlockQ4K : has_k_panels(d) ? kPanelBlockQ6K : kPanelBlock;
 }
 inline constexpr int64_t panel_scratch_bytes(DType d, int64_t cols) {
   if (d == DType::kBF16) return kPackRows * ((cols + 1) / 2) * 4;  // 16-row panels of column pairs
@@ -124,6 +131,10 @@ inline constexpr int64_t panel_scratch_bytes(DType d, int64_t cols) {
 //    0..7), 16 vectors of qs at 112 (vector v: qs bytes 4v..4v+3), 8 vectors of hmask at 624
 //    (vector u: hmask bytes 4u..4u+3, the high bits of the codes in the same lanes of qs
 //    vectors u and 8 + u).
+//  - IQ4_XS: 8 f16 d, the 8 rows' scales_h words at 16 (row j at 16 + 2j), their scales_l dwords
+//    at 32 (row j at 32 + 4j: one 32-bit lane per row), then 32 vectors of qs at 64 (vector v: qs
+//    bytes 4v..4v+3 of each row; vectors 4s..4s+3 are sub-block s, low nibbles its elements
+//    4(v % 4)..+3, high nibbles those + 16).
 // Q8_0 and Q4_0 offsets are the same formula; only whole groups of 8 rows are packed.
 // BF16 (no blocks): panels of 16 rows, column pair i of the 16 rows in the 64 bytes at 64·i
 // (row j's pair at 4j), the prefill panel layout of matmul_avx512.cc; whole panels, even cols.
@@ -155,6 +166,11 @@ inline constexpr int64_t packed_offset(DType d, int64_t j, int64_t i) {
              : i < 96  ? 112 + 32 * ((i - 32) / 4) + 4 * j + (i - 32) % 4
              : i < 108 ? 16 + 8 * (i - 96) + j
                        : 2 * j + (i - 108);
+    case DType::kIQ4_XS:
+      return i < 2   ? 2 * j + i
+             : i < 4 ? 16 + 2 * j + (i - 2)
+             : i < 8 ? 32 + 4 * j + (i - 4)
+                     : 64 + 32 * ((i - 8) / 4) + 4 * j + (i - 8) % 4;
     default: return i < 2 ? 2 * j + i : 16 + 32 * ((i - 2) / 4) + 4 * j + (i - 2) % 4;  // Q8_0, Q4_0, IQ4_NL
   }
 }
@@ -164,6 +180,7 @@ inline constexpr int64_t packed_run(DType d, int64_t i) {
     case DType::kQ5_K: return i < 4 ? 2 : i < 16 ? 1 : 4;
     case DType::kQ6_K: return i < 192 ? 4 : i < 208 ? 1 : 2;
     case DType::kQ3_K: return i < 96 ? 4 : i < 108 ? 1 : 2;
+    case DType::kIQ4_XS: return i < 4 ? 2 : 4;
     case DType::kQ4_1:
     case DType::kQ5_1: return i < 4 ? 2 : 4;
     default: return i < 2 ? 2 : 4;  // Q8_0, Q4_0, Q5_0, IQ4_NL
@@ -195,18 +212,21 @@ using DequantKernel = void (*)(DType dtype, const uint8_t* row, int64_t cols, fl
 using SuperBlockFn = void (*)(const uint8_t* blk, float* out);
 
 namespace scalar {
-// ggml's dequantize_row_q3_K for one super-block (every ISA's DequantKernel uses it).
+// ggml's dequantize_row_q3_K / dequantize_row_iq4_xs for one super-block (every ISA's
+// DequantKernel uses them).
 void dequantize_q3_k(const uint8_t* blk, float* out);
+void dequantize_iq4_xs(const uint8_t* blk, float* out);
 }  // namespace scalar
 
 // A row of super-blocks -> out [cols] f32 with one ISA's block functions: the loop behind every
 // DequantKernel and the reference dequantize_row.
 template <SuperBlockFn kQ4K, SuperBlockFn kQ5K, SuperBlockFn kQ6K>
 inline void dequant_k_row(DType dtype, const uint8_t* row, int64_t cols, float* out) {
-  const SuperBlockFn f = dtype == DType::kQ4_K   ? kQ4K
-                         : dtype == DType::kQ5_K ? kQ5K
-                         : dtype == DType::kQ3_K ? scalar::dequantize_q3_k
-                                                 : kQ6K;
+  const SuperBlockFn f = dtype == DType::kQ4_K     ? kQ4K
+                         : dtype == DType::kQ5_K   ? kQ5K
+                         : dtype == DType::kQ3_K   ? scalar::dequantize_q3_k
+                         : dtype == DType::kIQ4_XS ? scalar::dequantize_iq4_xs
+                                                   : kQ6K;
   const int64_t block_bytes = dtype_info(dtype).block_bytes;
   for (int64_t b = 0; b < cols / 256; ++b) f(row + b * block_bytes, out + b * 256);
 }

@@ -1141,6 +1141,18 @@ inline void k_scales_q4(const uint8_t* blk, KScales* s) {
   s->extra = _mm256_cvtepu8_epi32(_mm_srli_si128(v, 8));
 }
 
+// IQ4_XS's 8 scales − 32 (one per sub-block of 32) as madd operands: sc[k] = 16 × scale k.
+inline void k_scales_iq4xs(const uint8_t* blk, KScales* s) {
+  uint16_t h;
+  uint32_t l;
+  __builtin_memcpy(&h, blk + 2, 2);
+  __builtin_memcpy(&l, blk + 4, 4);
+#pragma GCC unroll 8
+  for (int k = 0; k < 8; ++k)
+    s->sc[k] = _mm256_set1_epi16(static_cast<short>((((l >> (4 * k)) & 0xf) | ((h >> (2 * k)) & 3) << 4) - 32));
+  s->extra = _mm256_setzero_si256();
+}
+
 // Q3_K's 16 scales − 32 as int8 (ggml's unpacking of its 12 scale bytes, four at a time).
 inline void q3k_scales16(const uint8_t* blk, int8_t* out) {
   uint32_t u[3];
@@ -1170,11 +1182,14 @@ inline void k_scales_signed(const int8_t* sc, KScales* s) {
 }
 
 // The 32 unsigned codes of chunk k (elements 32k..32k+31) of a super-block (Q3_K: its codes
-// 0..7 + 28, Q6_K's range, so that Q6_K's − 32 applies).
+// 0..7 + 28, Q6_K's range, so that Q6_K's − 32 applies; IQ4_XS: its signed levels).
 template <DType D>
 inline __m256i k_codes(const uint8_t* blk, int k) {
   const __m256i m4 = _mm256_set1_epi8(0x0f);
-  if constexpr (D == DType::kQ3_K) {  // bits 2g..2g+1 of qs[32h + l], bit 4h + g of hmask[l]
+  if constexpr (D == DType::kIQ4_XS) {  // sub-block k's 16 bytes: low nibbles elements 0..15, high 16..31
+    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 8 + 16 * k));
+    return _mm256_shuffle_epi8(iq4nl_levels(), _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), m4));
+  } else if constexpr (D == DType::kQ3_K) {  // bits 2g..2g+1 of qs[32h + l], bit 4h + g of hmask[l]
     const int h = k / 4, g = k % 4;
     const __m256i qs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32 + 32 * h));
     const __m256i hm = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk));
@@ -1203,11 +1218,6 @@ inline __m256i k_codes(const uint8_t* blk, int k) {
   }
 }
 
-// Byte offset of the f16 d in a super-block.
-template <DType D>
-inline constexpr int64_t k_d_offset() {
-  return kquant_has_mins(D) ? 0 : D == DType::kQ6_K ? 208 : 108;
-}
 
 // One row's super-block b against T tokens from t0, in place: lanes whose sum is isum (in[t])
 // and, for Q4_K / Q5_K, lanes whose sum is msum (mn[t]).
@@ -1217,6 +1227,8 @@ inline void k_row_lanes(const KernelArgs& a, const uint8_t* blk, int64_t t0, int
   KScales ks;
   if constexpr (kquant_has_mins(D)) {
     k_scales_q4(blk, &ks);
+  } else if constexpr (D == DType::kIQ4_XS) {
+    k_scales_iq4xs(blk, &ks);
   } else if constexpr (D == DType::kQ6_K) {
     k_scales_signed(reinterpret_cast<const int8_t*>(blk + 192), &ks);
   } else {
@@ -1232,11 +1244,18 @@ inline void k_row_lanes(const KernelArgs& a, const uint8_t* blk, int64_t t0, int
     for (int t = 0; t < T; ++t) {
       const __m256i xv =
           _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.kq + (t0 + t) * cols + b * kKBlock + 32 * k));
-      s[t] = V::kmadd(s[t], _mm256_maddubs_epi16(wq, xv), ks.sc[k]);
+      if constexpr (D == DType::kIQ4_XS) {  // signed levels: |level| · (x with the level's sign), ≤ 2·127² per pair
+        s[t] = V::kmadd(s[t], _mm256_maddubs_epi16(_mm256_sign_epi8(wq, wq), _mm256_sign_epi8(xv, wq)), ks.sc[k]);
+      } else {
+        s[t] = V::kmadd(s[t], _mm256_maddubs_epi16(wq, xv), ks.sc[k]);
+      }
     }
   }
   for (int t = 0; t < T; ++t) {
-    if constexpr (kquant_has_mins(D)) {
+    if constexpr (D == DType::kIQ4_XS) {
+      in[t] = s[t];
+      mn[t] = _mm256_setzero_si256();
+    } else if constexpr (kquant_has_mins(D)) {
       // min_m (high half 0) times the int16-ranged code sum of sub-block m.
       const __m256i bs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.kb32 + (t0 + t) * (cols / 32) + b * 8));
       in[t] = s[t];
@@ -1264,7 +1283,7 @@ inline void rows8_k(const KernelArgs& a, int64_t t0, int64_t r0) {
     const uint8_t* blk = w + b * kBB;
     __m256i in[8][T], mn[8][T];
     for (int r = 0; r < 8; ++r) k_row_lanes<D, T>(a, blk + r * a.w_stride, t0, b, in[r], mn[r]);
-    const __m256 dw = load_scales8(blk + k_d_offset<D>(), a.w_stride);
+    const __m256 dw = load_scales8(blk + kquant_d_offset(D), a.w_stride);
     for (int t = 0; t < T; ++t) {
       const __m256 dx = _mm256_set1_ps(a.kd[(t0 + t) * nb + b]);
       __m256i p[8];
@@ -1294,7 +1313,7 @@ inline void row1_k(const KernelArgs& a, int64_t t0, int64_t r) {
     k_row_lanes<D, T>(a, blk, t0, b, in, mn);
     for (int t = 0; t < T; ++t) {
       const float dx = a.kd[(t0 + t) * nb + b];
-      acc[t] = __builtin_fmaf(load_f16_scalar(blk + k_d_offset<D>()) * dx, static_cast<float>(hsum_i32(in[t])), acc[t]);
+      acc[t] = __builtin_fmaf(load_f16_scalar(blk + kquant_d_offset(D)) * dx, static_cast<float>(hsum_i32(in[t])), acc[t]);
       if constexpr (kquant_has_mins(D))
         acc[t] = __builtin_fmaf(-(load_f16_scalar(blk + 2) * dx), static_cast<float>(hsum_i32(mn[t])), acc[t]);
     }
@@ -1413,7 +1432,7 @@ inline void pack_panel_k_block(const uint8_t* blk, int64_t stride, int64_t m, ui
         sc[s][j] = real ? s6[s] : 0;
         pairs[s][j] = real ? s6[s] : 0;
       }
-      d[j] = real ? load_f16_scalar(bj + k_d_offset<D>()) : 0.0f;
+      d[j] = real ? load_f16_scalar(bj + kquant_d_offset(D)) : 0.0f;
     }
   }
   for (int s = 0; s < P::kSubs; ++s) {
@@ -2058,6 +2077,79 @@ inline void rows16_k(const KernelArgs& a, int64_t r0, int64_t r1) {
 }
 #endif
 
+// Packed IQ4_XS (pack_weight's layout: 8 f16 d, the rows' scales_h words and scales_l dwords, 32
+// code vectors, vectors 4s..4s+3 sub-block s), 8 rows from r0 and T tokens from t0. Each code
+// vector's nibbles are looked up in the level table by one vpshufb, low nibbles against the
+// token's codes 32s + 4u.., high ones against 32s + 16 + 4u..; per sub-block one multiply by the 8
+// rows' scales (ls − 32, unpacked in int32 lanes). VNNI: vpdpbusd with the levels + 128, the
+// sub-block's 128·Σx taken off before its scale; AVX2: maddubs of |level| and x with the level's
+// sign (≤ 2·127² per pair), then madd by (scale, scale). Both are rows_k's exact isum, so the same
+// bits.
+template <int T>
+inline void rows8_packed_iq4xs(const KernelArgs& a, int64_t t0, int64_t r0) {
+  constexpr int64_t kGB = 8 * k_block_bytes(DType::kIQ4_XS);
+  const int64_t cols = a.cols, nb = cols / kKBlock;
+  const uint8_t* w = a.w + r0 * a.w_stride;
+  const NextRowsPrefetch pf(a, r0, 8, nb);
+  const __m256i m4 = _mm256_set1_epi8(0x0f);
+  const __m256i lv = V::kVnni ? _mm256_xor_si256(iq4nl_levels(), _mm256_set1_epi8(-128)) : iq4nl_levels();
+  __m256 acc[T];
+#pragma GCC unroll 8
+  for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    pf.step<kGB>(w, b);
+    const uint8_t* blk = w + b * kGB;
+    const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk)));
+    const __m256i sh = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 16)));
+    const __m256i sl = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32));
+    __m256i isum[T];
+#pragma GCC unroll 8
+    for (int t = 0; t < T; ++t) isum[t] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+    for (int s = 0; s < 8; ++s) {
+      const __m256i sc = _mm256_sub_epi32(
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(sl, 4 * s), _mm256_set1_epi32(0xf)),
+                          _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(sh, 2 * s), _mm256_set1_epi32(3)), 4)),
+          _mm256_set1_epi32(32));
+      const __m256i sop = kscale_operand(sc);
+      __m256i dot[T];
+#pragma GCC unroll 8
+      for (int t = 0; t < T; ++t) dot[t] = _mm256_setzero_si256();
+#pragma GCC unroll 4
+      for (int u = 0; u < 4; ++u) {
+        const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 64 + 32 * (4 * s + u)));
+        const __m256i cl = _mm256_shuffle_epi8(lv, _mm256_and_si256(raw, m4));
+        const __m256i ch = _mm256_shuffle_epi8(lv, _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4));
+#pragma GCC unroll 8
+        for (int t = 0; t < T; ++t) {
+          const int8_t* xq = a.kq + (t0 + t) * cols + b * kKBlock + 32 * s + 4 * u;
+          if constexpr (V::kVnni) {
+            dot[t] = V::dot_acc(V::dot_acc(dot[t], cl, bcast4(xq)), ch, bcast4(xq + 16));
+          } else {
+            const __m256i pl = _mm256_maddubs_epi16(_mm256_sign_epi8(cl, cl), _mm256_sign_epi8(bcast4(xq), cl));
+            const __m256i ph = _mm256_maddubs_epi16(_mm256_sign_epi8(ch, ch), _mm256_sign_epi8(bcast4(xq + 16), ch));
+            isum[t] = kscale(kscale(isum[t], pl, sop), ph, sop);
+          }
+        }
+      }
+      if constexpr (V::kVnni) {
+#pragma GCC unroll 8
+        for (int t = 0; t < T; ++t) {
+          const int32_t xs = a.kb32[(t0 + t) * (cols / 32) + b * 8 + s];
+          isum[t] = kscale(isum[t], _mm256_sub_epi32(dot[t], _mm256_set1_epi32(128 * xs)), sop);
+        }
+      }
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < T; ++t) {
+      const __m256 dx = _mm256_set1_ps(a.kd[(t0 + t) * nb + b]);
+      acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(dw, dx), _mm256_cvtepi32_ps(isum[t]), acc[t]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int t = 0; t < T; ++t) _mm256_storeu_ps(a.y + (t0 + t) * a.y_stride + r0, acc[t]);
+}
+
 template <DType D>
 inline void rows_k_packed(const KernelArgs& a, int64_t r0, int64_t r1, uint8_t* scratch) {
   const int64_t pan_stride = a.cols / kKBlock * KPanel<D>::kBytes;
@@ -2066,6 +2158,15 @@ inline void rows_k_packed(const KernelArgs& a, int64_t r0, int64_t r1, uint8_t* 
     panel_tile_k<D, T, P>(a, pan, pan_stride, t, r, valid);
   };
   rows_packed<kPanelTokens, V::kPanelsK>(a, r0, r1, scratch, pan_stride, pack, tile);
+}
+
+// IQ4_XS: its packed groups at every token count (no panels), several tokens cache-blocked as
+// the float kernels are (a chunk of tokens' codes in L2, swept by 16 rows at a time).
+inline void rows_iq4xs(const KernelArgs& a, int64_t r0, int64_t r1) {
+  if (!a.packed) return rows_k_small<DType::kIQ4_XS>(a, r0, r1);
+  cache_blocked(a, r0, r1, a.cols, [&]<int T>(TokTile<T>, int64_t t, int64_t rb, int64_t re) {
+    for (int64_t g = rb; g < re; g += 8) rows8_packed_iq4xs<T>(a, t, g);
+  });
 }
 
 template <DType D>
@@ -2105,6 +2206,7 @@ inline void rows_any(const KernelArgs& a, int64_t r0, int64_t r1, uint8_t* scrat
     case DType::kQ4_K: rows_kquant<DType::kQ4_K>(a, r0, r1, scratch); return;
     case DType::kQ5_K: rows_kquant<DType::kQ5_K>(a, r0, r1, scratch); return;
     case DType::kQ6_K: rows_kquant<DType::kQ6_K>(a, r0, r1, scratch); return;
+    case DType::kIQ4_XS: rows_iq4xs(a, r0, r1); return;
     default: return;  // the dispatcher never passes other dtypes
   }
 }

@@ -213,6 +213,65 @@ TEST(MakeModel, KQuantMixesLoadAndTrackTheBf16File) {
   EXPECT_LT(mixes[2].rel_bf16, 0.7 * mixes[1].rel_bf16);
 }
 
+// --types iq4_xs writes llama-quantize's IQ4_XS mix without an importance matrix (Q6_K for the
+// tied output matrix, Q5_K for ffn_down in the first eighth of the layers, IQ4_NL / Q5_1 where
+// rows are not whole super-blocks), which Glassbox runs on its native IQ4_XS kernels close to the same file
+// dequantized to f32 and to the bf16 file.
+TEST(MakeModel, Iq4XsMixLoadsAndTracksTheBf16File) {
+  const std::string cwd = test::temp_dir();
+  const std::string out = cwd + "/iq4xs";
+  std::string log;
+  ASSERT_EQ(run_make_model(cwd, "--out '" + out + "' --layers 8 --hidden 256 --ffn 640 --types bf16,iq4_xs", &log), 0)
+      << log;
+  const std::string path = out + "/gguf/model-iq4_xs.gguf";
+  auto g = read_gguf(path);
+  ASSERT_TRUE(g.is_ok()) << g.message();
+  EXPECT_EQ(*g->find("general.file_type"), 30);  // LLAMA_FTYPE_MOSTLY_IQ4_XS
+  auto type_of = [&](const std::string& name) {
+    const TensorView* t = g->find_tensor(name);
+    return t == nullptr ? std::string("missing") : std::string(dtype_name(t->dtype));
+  };
+  EXPECT_EQ(type_of("token_embd.weight"), "q6_k");
+  // 640 columns, not whole super-blocks: Q5_K falls back to Q5_1, IQ4_XS to IQ4_NL.
+  EXPECT_EQ(type_of("blk.0.ffn_down.weight"), "q5_1");
+  EXPECT_EQ(type_of("blk.1.ffn_down.weight"), "iq4_nl");
+  for (int l = 0; l < 8; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    EXPECT_EQ(type_of(p + "attn_v.weight"), "iq4_xs") << "layer " << l;  // 2 query heads per KV head
+    EXPECT_EQ(type_of(p + "attn_q.weight"), "iq4_xs") << "layer " << l;
+    EXPECT_EQ(type_of(p + "ffn_up.weight"), "iq4_xs") << "layer " << l;
+  }
+  // ffn_down's first eighth gets Q5_K where its rows allow.
+  const std::string out2 = cwd + "/iq4xs2";
+  ASSERT_EQ(run_make_model(cwd, "--out '" + out2 + "' --layers 8 --hidden 256 --ffn 512 --types iq4_xs", &log), 0)
+      << log;
+  auto g2 = read_gguf(out2 + "/gguf/model-iq4_xs.gguf");
+  ASSERT_TRUE(g2.is_ok()) << g2.message();
+  EXPECT_EQ(dtype_name(g2->find_tensor("blk.0.ffn_down.weight")->dtype), std::string("q5_k"));
+  EXPECT_EQ(dtype_name(g2->find_tensor("blk.1.ffn_down.weight")->dtype), std::string("iq4_xs"));
+
+  const std::vector<int32_t> ids = {9707, 1879, 11, 419, 374, 264, 1273, 13};
+  const auto bf16 = prompt_logits(out + "/gguf/model-bf16.gguf", ids);
+  const auto q = prompt_logits(path, ids);
+  ops::g_kernel_variant = 4;  // the K-quant rows (IQ4_XS's too) dequantized to f32, exact activations
+  const auto deq = prompt_logits(path, ids);
+  ops::g_kernel_variant = 0;
+  ASSERT_FALSE(q.empty());
+  ASSERT_EQ(bf16.size(), q.size());
+  ASSERT_EQ(deq.size(), q.size());
+  auto rel = [&](const std::vector<float>& ref) {
+    double se = 0, ss = 0;
+    for (size_t i = 0; i < ref.size(); ++i) se += (q[i] - ref[i]) * (q[i] - ref[i]), ss += ref[i] * ref[i];
+    return std::sqrt(se / ss);
+  };
+  for (float v : q) ASSERT_TRUE(std::isfinite(v));
+  std::printf("iq4_xs logits, relative RMS difference: %.4f vs its dequantized f32 run, %.4f vs bf16\n", rel(deq),
+              rel(bf16));
+  EXPECT_LT(rel(deq), 0.03);  // the activations' Q8_K / Q8_0 rounding only
+  EXPECT_GT(rel(deq), 0.0);
+  EXPECT_LT(rel(bf16), 0.2);  // 4-bit non-linear levels, as Q4_K_M
+}
+
 // Rows that are not whole super-blocks (hidden 384): llama.cpp's Q4_K_M falls back to Q5_0 there,
 // its Q5_K_M to Q5_1 (and Q6_K to Q8_0); Glassbox runs them on their own kernels and tracks the
 // bf16 file.

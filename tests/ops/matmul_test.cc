@@ -56,7 +56,8 @@ std::vector<uint8_t> random_weight_bytes(DType dtype, int64_t rows, int64_t cols
           uint8_t* blk = out + b * dtype_info(dtype).block_bytes;
           const uint16_t d = f32_to_f16(0.002f + 0.01f * (rng() % 100) / 100.0f);
           const uint16_t dmin = f32_to_f16(0.001f * (rng() % 100) / 100.0f);
-          if (dtype == DType::kQ4_0 || dtype == DType::kQ5_0 || dtype == DType::kIQ4_NL) std::memcpy(blk, &d, 2);
+          if (dtype == DType::kQ4_0 || dtype == DType::kQ5_0 || dtype == DType::kIQ4_NL || dtype == DType::kIQ4_XS)
+            std::memcpy(blk, &d, 2);
           if (dtype == DType::kQ4_K || dtype == DType::kQ5_K) {
             std::memcpy(blk, &d, 2);
             std::memcpy(blk + 2, &dmin, 2);
@@ -84,7 +85,9 @@ bool quantized_acts(DType t) {
   return t == DType::kQ8_0 || t == DType::kQ4_0 || t == DType::kQ5_0 || t == DType::kIQ4_NL || t == DType::kQ4_1 ||
          t == DType::kQ5_1;
 }
-bool kquant(DType t) { return t == DType::kQ3_K || t == DType::kQ4_K || t == DType::kQ5_K || t == DType::kQ6_K; }
+bool kquant(DType t) {
+  return t == DType::kQ3_K || t == DType::kQ4_K || t == DType::kQ5_K || t == DType::kQ6_K || t == DType::kIQ4_XS;
+}
 
 // The Q8_K-rounded activations d·q as f32 [n, cols].
 std::vector<float> q8k_values(const std::vector<float>& x, int64_t n, int64_t cols) {
@@ -151,7 +154,7 @@ std::vector<Case> shape_cases() {
   // Row lengths that are not a multiple of the vector width (plain float dtypes only).
   for (DType dt : {DType::kF32, DType::kF16, DType::kBF16})
     for (int64_t cols : {1, 7, 40, 100}) cases.push_back({dt, 33, cols});
-  for (DType dt : {DType::kQ3_K, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K})
+  for (DType dt : {DType::kQ3_K, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kIQ4_XS})
     for (int64_t rows : {1, 3, 5, 33, 67})
       for (int64_t cols : {256, 512, 768, 4096}) cases.push_back({dt, rows, cols});
   return cases;
@@ -200,7 +203,7 @@ TEST_P(MatmulIsaTest, ThreadAndBatchInvariantBitwise) {
   const int64_t rows = 77, cols = 256, n = 17;
   uint32_t seed = 100;
   for (DType dt : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ5_0, DType::kIQ4_NL,
-                   DType::kQ3_K, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
+                   DType::kQ3_K, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kIQ4_XS}) {
     // BF16 at kAvx512Bf16: invariant within each kernel only (MatmulBf16Dot.BatchAndThreadInvariantWithinEachKernel).
     if (dt == DType::kBF16 && isa == Isa::kAvx512Bf16) continue;
     const auto bytes = random_weight_bytes(dt, rows, cols, seed++);
@@ -261,7 +264,7 @@ TEST(PackedWeights, EveryIsaMatchesRowMajorScalarBitwise) {
   uint32_t seed = 900;
   int compared = 0;
   for (DType dt : {DType::kQ8_0, DType::kQ4_0, DType::kQ5_0, DType::kIQ4_NL, DType::kQ3_K, DType::kQ4_K, DType::kQ5_K,
-                   DType::kQ6_K}) {
+                   DType::kQ6_K, DType::kIQ4_XS}) {
     for (int64_t rows : {8, 24, 136}) {
       const bool kq = kquant(dt);
       for (int64_t cols : kq ? std::vector<int64_t>{256, 768, 2048} : std::vector<int64_t>{32, 96, 1024}) {
@@ -337,7 +340,8 @@ TEST(MatmulMulti, EachOutputEqualsItsOwnMatmul) {
   const int64_t cols = 512;
   const std::vector<std::vector<DType>> mixes = {{DType::kQ3_K, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K},
                                                  {DType::kQ8_0, DType::kQ4_0, DType::kQ5_0, DType::kIQ4_NL},
-                                                 {DType::kBF16, DType::kF32, DType::kQ8_0, DType::kQ6_K}};
+                                                 {DType::kBF16, DType::kF32, DType::kQ8_0, DType::kQ6_K},
+                                                 {DType::kIQ4_XS, DType::kQ4_K, DType::kQ8_0, DType::kIQ4_XS}};
   const int64_t rows[4] = {64, 24, 48, 136};
   for (Isa isa : kAllIsas) {
     ScopedIsa scoped(isa);
@@ -462,7 +466,7 @@ TEST(QuantizeActivations, SimdMatchesScalarBitwise) {
 TEST(DequantizeKQuants, SimdMatchesScalarBitwise) {
   if (!isa_supported(Isa::kAvx2)) GTEST_SKIP() << "CPU lacks avx2";
   const int64_t rows = 5, cols = 1024;
-  for (DType dt : {DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
+  for (DType dt : {DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kIQ4_XS}) {
     const auto bytes = random_weight_bytes(dt, rows, cols, 31);
     const Weight w{bytes.data(), dt, rows, cols};
     std::vector<float> a(cols), b(cols);
@@ -919,6 +923,101 @@ TEST(MatmulIQ4_NL, NativeKernelsMultiplyAsGgmlsDotProduct) {
     }
   }
   expect_matmul_bitwise(pool, wi, x, {1, 2, 3, 4, 5, 8, 9, 17, n}, want);
+}
+
+TEST(DequantizeRow, IQ4_XS) {
+  uint8_t b[136] = {};
+  put16(b, 0x4000);  // d = 2
+  // Sub-block 0: ls = 0x05 | 0b10 << 4 = 37 (scale 5); sub-block 1: ls = 0x0 | 0b00 << 4 (−32);
+  // sub-block 7: ls = 0xf | 0b11 << 4 = 63 (31).
+  put16(b + 2, 0b11'00'00'00'00'00'00'10);
+  b[4] = 0x05;
+  b[7] = 0xf0;
+  b[8] = 0xf0;        // sub-block 0: element 0 level 0 (−127), element 16 level 15 (113)
+  b[8 + 16] = 0x78;   // sub-block 1: element 32 level 8 (1), element 48 level 7 (−10)
+  b[8 + 112] = 0x1e;  // sub-block 7: element 224 level 14 (89), element 240 level 1 (−104)
+  std::vector<float> out(256);
+  dequantize_row(Weight{b, DType::kIQ4_XS, 1, 256}, 0, out.data());
+  EXPECT_EQ(out[0], 2.0f * 5 * -127);
+  EXPECT_EQ(out[16], 2.0f * 5 * 113);
+  EXPECT_EQ(out[1], 2.0f * 5 * -127);
+  EXPECT_EQ(out[32], 2.0f * -32 * 1);
+  EXPECT_EQ(out[48], 2.0f * -32 * -10);
+  EXPECT_EQ(out[224], 2.0f * 31 * 89);
+  EXPECT_EQ(out[240], 2.0f * 31 * -104);
+  EXPECT_EQ(out[100], 2.0f * -32 * -127);  // sub-block 3: all-zero scale bits (ls 0) and codes
+}
+
+// IQ4_XS runs natively (packed groups of 8 rows, each code vector's nibbles looked up in the
+// level table by one vpshufb, 8 sub-block scales per row unpacked in int32 lanes; the in-place
+// kernel for rows past the last group): matmul's integer sums are ggml's iq4_xs · q8_K (per
+// super-block Σ_sub-block (ls − 32)·Σ level·x, times d_w·d_x) — bitwise on every ISA, packed and
+// row-major, at every token count. Its encoder (ggml's reference search) keeps each value on the
+// level nearest it for its sub-block's scale, and round-trips Gaussian rows within 10% RMS.
+TEST(MatmulIQ4_XS, NativeKernelsMultiplyAsGgmlsDotProduct) {
+  ThreadPool pool(2);
+  static constexpr int kLevels[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+  for (int64_t rows : {24, 13}) {
+    const int64_t cols = 768, nb = cols / 256, n = 70;
+    std::mt19937 rng(91 + static_cast<uint32_t>(rows));
+    std::normal_distribution<float> normal(0.0f, 0.05f);
+    std::vector<float> src(rows * cols);
+    for (auto& v : src) v = normal(rng);
+    std::vector<uint8_t> bytes(static_cast<size_t>(rows * row_bytes(DType::kIQ4_XS, cols)));
+    for (int64_t r = 0; r < rows; ++r)
+      ASSERT_TRUE(gb::convert_row(&src[r * cols], cols, DType::kIQ4_XS, bytes.data() + r * nb * 136).is_ok());
+    const Weight w{bytes.data(), DType::kIQ4_XS, rows, cols};
+    auto scale_of = [&](const uint8_t* blk, int s) {
+      uint16_t h;
+      std::memcpy(&h, blk + 2, 2);
+      return (((blk[4 + s / 2] >> (4 * (s % 2))) & 0xf) | ((h >> (2 * s)) & 3) << 4) - 32;
+    };
+    std::vector<float> deq(cols);
+    double err2 = 0, norm2 = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      dequantize_row(w, r, deq.data());
+      for (int64_t i = 0; i < cols; ++i) {
+        const uint8_t* blk = bytes.data() + (r * nb + i / 256) * 136;
+        uint16_t d16;
+        std::memcpy(&d16, blk, 2);
+        const float dl = f16_to_f32(d16) * static_cast<float>(scale_of(blk, static_cast<int>(i % 256 / 32)));
+        for (int l = 0; l < 16; ++l)  // no other level of the sub-block is nearer
+          ASSERT_LE(std::fabs(deq[i] - src[r * cols + i]), std::fabs(dl * kLevels[l] - src[r * cols + i]) + 1e-6f)
+              << "row " << r << " element " << i;
+        err2 += std::pow(deq[i] - src[r * cols + i], 2.0);
+        norm2 += std::pow(src[r * cols + i], 2.0);
+      }
+    }
+    EXPECT_LT(std::sqrt(err2 / norm2), 0.10);
+    const auto x = random_acts(n, cols, 92);
+    std::vector<float> want(n * rows), kd(nb);
+    std::vector<int8_t> kq(cols);
+    std::vector<int16_t> b16(cols / 16);
+    std::vector<int32_t> b32(cols / 32);
+    for (int64_t t = 0; t < n; ++t) {
+      quantize_activations_q8k(&x[t * cols], cols, kd.data(), kq.data(), b16.data(), b32.data());
+      for (int64_t r = 0; r < rows; ++r) {
+        float acc = 0;
+        for (int64_t b = 0; b < nb; ++b) {
+          const uint8_t* blk = bytes.data() + (r * nb + b) * 136;
+          int32_t isum = 0;
+          for (int s = 0; s < 8; ++s) {
+            int32_t dot = 0;
+            for (int j = 0; j < 16; ++j) {
+              const uint8_t q = blk[8 + 16 * s + j];
+              dot += kLevels[q & 0xf] * kq[b * 256 + 32 * s + j] + kLevels[q >> 4] * kq[b * 256 + 32 * s + 16 + j];
+            }
+            isum += scale_of(blk, s) * dot;
+          }
+          uint16_t d16;
+          std::memcpy(&d16, blk, 2);
+          acc = std::fma(f16_to_f32(d16) * kd[b], static_cast<float>(isum), acc);
+        }
+        want[t * rows + r] = acc;
+      }
+    }
+    expect_matmul_bitwise(pool, w, x, {1, 2, 3, 4, 5, 8, 9, 17, 64, n}, want);
+  }
 }
 
 TEST(WithBlockOffsets, RejectsTypesWithoutOffsets) {
