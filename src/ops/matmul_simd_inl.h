@@ -2160,10 +2160,76 @@ inline void rows_k_packed(const KernelArgs& a, int64_t r0, int64_t r1, uint8_t* 
   rows_packed<kPanelTokens, V::kPanelsK>(a, r0, r1, scratch, pan_stride, pack, tile);
 }
 
-// IQ4_XS: its packed groups at every token count (no panels), several tokens cache-blocked as
-// the float kernels are (a chunk of tokens' codes in L2, swept by 16 rows at a time).
+#if defined(__AVX512F__)
+// Packed IQ4_XS, two groups at once (rows r0 .. r0 + 15, T tokens from t0), as
+// rows16_packed_k_zmm does for Q4_K: each 512-bit code vector joins the same 32-byte vector of
+// both groups, the token's 4 codes are a broadcast operand of vpdpbusd, and the 16 rows' scales
+// and d fill 16 lanes. rows8_packed_iq4xs's integers and f32 steps per row, so the same bits.
+// Only the first token tile of a group (t0 == 0) prefetches the next rows.
+template <int T>
+inline void rows16_packed_iq4xs_zmm(const KernelArgs& a, int64_t t0, int64_t r0) {
+  constexpr int64_t kGB = 8 * k_block_bytes(DType::kIQ4_XS);
+  const int64_t cols = a.cols, nb = cols / kKBlock;
+  const uint8_t* wa = a.w + r0 * a.w_stride;
+  const uint8_t* wb = wa + 8 * a.w_stride;
+  const NextRowsPrefetch pf(a, t0 == 0 ? r0 : a.rows, 16, nb);  // past the last row: none
+  const __m512i m4 = _mm512_set1_epi8(0x0f);
+  const __m512i lv = _mm512_broadcast_i64x4(_mm256_xor_si256(iq4nl_levels(), _mm256_set1_epi8(-128)));
+  __m512 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    pf.step<2 * kGB>(wa, b);
+    const uint8_t* ba = wa + b * kGB;
+    const uint8_t* bb = wb + b * kGB;
+    const __m512 dw = _mm512_cvtph_ps(join128(ba, bb));
+    const __m512i sh = _mm512_cvtepu16_epi32(join128(ba + 16, bb + 16));
+    const __m512i sl = join256(ba + 32, bb + 32);
+    __m512i isum[T];
+    for (int t = 0; t < T; ++t) isum[t] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+    for (int s = 0; s < 8; ++s) {
+      const __m512i sc = _mm512_sub_epi32(
+          _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(sl, 4 * s), _mm512_set1_epi32(0xf)),
+                          _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(sh, 2 * s), _mm512_set1_epi32(3)), 4)),
+          _mm512_set1_epi32(32));
+      __m512i dot[T];
+      for (int t = 0; t < T; ++t) dot[t] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+      for (int u = 0; u < 4; ++u) {
+        const __m512i raw = join256(ba + 64 + 32 * (4 * s + u), bb + 64 + 32 * (4 * s + u));
+        const __m512i cl = _mm512_shuffle_epi8(lv, _mm512_and_si512(raw, m4));
+        const __m512i ch = _mm512_shuffle_epi8(lv, _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4));
+        for (int t = 0; t < T; ++t) {
+          const int8_t* xq = a.kq + (t0 + t) * cols + b * kKBlock + 32 * s + 4 * u;
+          dot[t] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(dot[t], cl, set1_x4(xq)), ch, set1_x4(xq + 16));
+        }
+      }
+      for (int t = 0; t < T; ++t) {
+        const int32_t xs = a.kb32[(t0 + t) * (cols / 32) + b * 8 + s];
+        isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(_mm512_sub_epi32(dot[t], _mm512_set1_epi32(128 * xs)), sc));
+      }
+    }
+    for (int t = 0; t < T; ++t) {
+      const __m512 dx = _mm512_set1_ps(a.kd[(t0 + t) * nb + b]);
+      acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(dw, dx), _mm512_cvtepi32_ps(isum[t]), acc[t]);
+    }
+  }
+  for (int t = 0; t < T; ++t) _mm512_storeu_ps(a.y + (t0 + t) * a.y_stride + r0, acc[t]);
+}
+#endif
+
+// IQ4_XS: its packed groups at every token count (no panels). AVX-512: 16 rows per vector
+// (rows16_blocked: per 64 rows, the tokens in tiles of 4); AVX2: 8 rows, several tokens
+// cache-blocked as the float kernels are (a chunk of tokens' codes in L2, swept by 16 rows at a
+// time).
 inline void rows_iq4xs(const KernelArgs& a, int64_t r0, int64_t r1) {
   if (!a.packed) return rows_k_small<DType::kIQ4_XS>(a, r0, r1);
+#if defined(__AVX512F__)
+  if (!(g_kernel_variant & 32) && a.n >= 4)
+    return rows16_blocked<false>(
+        a, r0, r1, [&]<int T>(TokTile<T>, int64_t t, int64_t r) { rows16_packed_iq4xs_zmm<T>(a, t, r); },
+        [&]<int T>(TokTile<T>, int64_t t, int64_t r) { rows8_packed_iq4xs<T>(a, t, r); });
+#endif
   cache_blocked(a, r0, r1, a.cols, [&]<int T>(TokTile<T>, int64_t t, int64_t rb, int64_t re) {
     for (int64_t g = rb; g < re; g += 8) rows8_packed_iq4xs<T>(a, t, g);
   });
