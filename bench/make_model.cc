@@ -234,7 +234,8 @@ int main(int argc, char** argv) {
   app.add_option(
       "--types", types,
       "GGUF types to write (comma-separated: bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, f32, q3_k, q4_k, q5_k, q6_k, "
-      "q3_k_m / q4_k_m / q5_k_m = llama.cpp's Q3_K_M / Q4_K_M / Q5_K_M mixes)");
+      "q3_k_m / q4_k_m / q5_k_m = llama.cpp's Q3_K_M / Q4_K_M / Q5_K_M mixes, q2_k / iq4_xs = its Q2_K / IQ4_XS "
+      "mixes)");
   app.add_option("--layers", s.layers, "number of layers");
   app.add_option("--hidden", s.hidden, "hidden size");
   app.add_option("--ffn", s.ffn, "intermediate size");
@@ -365,6 +366,7 @@ int main(int argc, char** argv) {
     else if (type == "q5_k" || q5_k_m) dt = gb::DType::kQ5_K;
     else if (type == "q6_k") dt = gb::DType::kQ6_K;
     else if (type == "iq4_xs") dt = gb::DType::kIQ4_XS;
+    else if (type == "q2_k") dt = gb::DType::kQ2_K;
     else {
       std::fprintf(stderr, "unknown type %s\n", type.c_str());
       return 1;
@@ -383,6 +385,7 @@ int main(int argc, char** argv) {
                                : dt == gb::DType::kQ5_K   ? 17
                                : dt == gb::DType::kQ6_K   ? 18
                                : dt == gb::DType::kIQ4_XS ? 30
+                               : dt == gb::DType::kQ2_K   ? 10
                                                           : 0;
     const std::string a = s.qwen35 ? "qwen35" : "qwen3";
     g.set("general.architecture", a);
@@ -419,8 +422,9 @@ int main(int argc, char** argv) {
     // Q6_K where use_more_bits picks (Q4_K_M / Q5_K_M); Q3_K_M Q5_K in the first sixteenth of the
     // layers, else Q4_K; Q3_K_M's attn_output is Q4_K. IQ4_XS (llama-quantize without an
     // importance matrix): Q6_K for the output matrix, Q5_K for attn_v where 4 or more query heads
-    // share a KV head and for ffn_down in the first eighth of the layers. Everything else the
-    // mix's base type.
+    // share a KV head and for ffn_down in the first eighth of the layers. Q2_K: Q6_K for the
+    // output matrix, Q3_K for ffn_down and attn_output, attn_v Q3_K (Q4_K where ≥ 4 query heads
+    // share a KV head). Everything else the mix's base type.
     auto use_more_bits = [](int64_t i, int64_t n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; };
     auto is_attn_v = [](const std::string& name) {
       return name.find("attn_v.weight") != std::string::npos || name.find("attn_qkv.weight") != std::string::npos;
@@ -452,6 +456,12 @@ int main(int argc, char** argv) {
         } else if (q3_k_m && name.find("attn_output.weight") != std::string::npos) {
           tdt = gb::DType::kQ4_K;
         }
+      } else if (dt == gb::DType::kQ2_K && tdt == dt) {
+        const std::string& name = t.gguf_name;
+        if (name == "token_embd.weight" || name == "output.weight") tdt = gb::DType::kQ6_K;
+        else if (is_attn_v(name)) tdt = s.heads / s.kv_heads >= 4 ? gb::DType::kQ4_K : gb::DType::kQ3_K;
+        else if (name.find("ffn_down") != std::string::npos || name.find("attn_output.weight") != std::string::npos)
+          tdt = gb::DType::kQ3_K;
       } else if (dt == gb::DType::kIQ4_XS && tdt == dt) {
         const std::string& name = t.gguf_name;
         if (name == "token_embd.weight" || name == "output.weight") tdt = gb::DType::kQ6_K;
@@ -459,9 +469,9 @@ int main(int argc, char** argv) {
         else if (name.find("ffn_down") != std::string::npos && i_ffn_down++ < n_ffn_down / 8) tdt = gb::DType::kQ5_K;
       }
       // Super-blocks need rows of 256k elements; llama.cpp then falls back as here: Q3_K to Q4_0,
-      // Q4_K to Q5_0, Q5_K to Q5_1, Q6_K to Q8_0, IQ4_XS to IQ4_NL.
+      // Q4_K to Q5_0, Q5_K to Q5_1, Q6_K to Q8_0, IQ4_XS to IQ4_NL, Q2_K to Q4_0.
       if (gb::dtype_info(tdt).block_elems == 256 && cols % 256 != 0) {
-        tdt = tdt == gb::DType::kQ3_K     ? gb::DType::kQ4_0
+        tdt = tdt == gb::DType::kQ3_K || tdt == gb::DType::kQ2_K ? gb::DType::kQ4_0
               : tdt == gb::DType::kQ4_K   ? gb::DType::kQ5_0
               : tdt == gb::DType::kQ5_K   ? gb::DType::kQ5_1
               : tdt == gb::DType::kIQ4_XS ? gb::DType::kIQ4_NL

@@ -18,6 +18,7 @@ enum class DType : uint8_t {
   kQ4_1,    // blocks of 32: f16 d, f16 m, Q4_0's nibbles; x = d * q + m
   kQ5_1,    // blocks of 32: f16 d, f16 m, Q5_0's fifth bits and nibbles; x = d * q + m
   kIQ4_NL,  // blocks of 32: f16 d, Q4_0's nibbles indexing a 16-entry int8 table; x = d * table[q]
+  kQ2_K,    // super-blocks of 256 (GGML block_q2_K, 84 bytes): 4-bit scales and mins per 16, 2-bit codes
   kQ3_K,    // super-blocks of 256 (GGML block_q3_K, 110 bytes): 6-bit scales per 16, 3-bit codes
   kQ4_K,    // super-blocks of 256 (GGML block_q4_K, 144 bytes)
   kQ5_K,    // super-blocks of 256 (GGML block_q5_K, 176 bytes): Q4_K's scales and mins, a fifth code bit
@@ -46,6 +47,7 @@ inline constexpr DTypeInfo dtype_info(DType t) {
     case DType::kQ4_1: return {"q4_1", 32, 20};
     case DType::kQ5_1: return {"q5_1", 32, 24};
     case DType::kIQ4_NL: return {"iq4_nl", 32, 18};
+    case DType::kQ2_K: return {"q2_k", 256, 84};
     case DType::kQ3_K: return {"q3_k", 256, 110};
     case DType::kQ4_K: return {"q4_k", 256, 144};
     case DType::kQ5_K: return {"q5_k", 256, 176};

@@ -20,6 +20,7 @@ bool gguf_type_to_dtype(uint32_t ggml_type, DType* out) {
     case 6: *out = DType::kQ5_0; return true;
     case 7: *out = DType::kQ5_1; return true;
     case 8: *out = DType::kQ8_0; return true;
+    case 10: *out = DType::kQ2_K; return true;
     case 11: *out = DType::kQ3_K; return true;
     case 12: *out = DType::kQ4_K; return true;
     case 20: *out = DType::kIQ4_NL; return true;
@@ -43,6 +44,7 @@ uint32_t dtype_to_gguf_type(DType t) {
     case DType::kQ5_0: return 6;
     case DType::kQ5_1: return 7;
     case DType::kQ8_0: return 8;
+    case DType::kQ2_K: return 10;
     case DType::kQ3_K: return 11;
     case DType::kQ4_K: return 12;
     case DType::kIQ4_NL: return 20;

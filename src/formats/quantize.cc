@@ -258,6 +258,41 @@ void quantize_superblock_min_k(const float* xb, int max_code, uint8_t* blk, uint
 
 }  // namespace
 
+void quantize_row_q2_K(const float* x, int64_t n, uint8_t* out) {
+  for (int64_t b = 0; b < n / 256; ++b) {
+    const float* xb = x + b * 256;
+    uint8_t* blk = out + b * 84;
+    float scale[16], minv[16], max_scale = 0.0f, max_min = 0.0f;
+    for (int s = 0; s < 16; ++s) {
+      float lo = 0.0f, hi = xb[16 * s];
+      for (int i = 0; i < 16; ++i) {
+        lo = std::min(lo, xb[16 * s + i]);
+        hi = std::max(hi, xb[16 * s + i]);
+      }
+      scale[s] = (hi - lo) / 3.0f;
+      minv[s] = -lo;
+      max_scale = std::max(max_scale, scale[s]);
+      max_min = std::max(max_min, minv[s]);
+    }
+    const float d = f16_round(max_scale / 15.0f), dmin = f16_round(max_min / 15.0f);
+    put_f16(blk + 80, d);
+    put_f16(blk + 82, dmin);
+    uint8_t q[256];
+    for (int s = 0; s < 16; ++s) {
+      const int sc = d > 0.0f ? std::clamp(nearest(scale[s] / d), 0, 15) : 0;
+      const int mn = dmin > 0.0f ? std::clamp(nearest(minv[s] / dmin), 0, 15) : 0;
+      blk[s] = static_cast<uint8_t>(sc | mn << 4);
+      const float ds = d * static_cast<float>(sc), dm = dmin * static_cast<float>(mn);
+      for (int i = 0; i < 16; ++i)
+        q[16 * s + i] = ds > 0.0f ? static_cast<uint8_t>(std::clamp(nearest((xb[16 * s + i] + dm) / ds), 0, 3)) : 0;
+    }
+    for (int h = 0; h < 2; ++h)  // element 128h + 32j + l at bits 2j of qs[32h + l]
+      for (int l = 0; l < 32; ++l)
+        blk[16 + 32 * h + l] = static_cast<uint8_t>(q[128 * h + l] | q[128 * h + 32 + l] << 2 |
+                                                    q[128 * h + 64 + l] << 4 | q[128 * h + 96 + l] << 6);
+  }
+}
+
 void quantize_row_q4_K(const float* x, int64_t n, uint8_t* out) {
   for (int64_t b = 0; b < n / 256; ++b) {
     uint8_t* blk = out + b * 144;
@@ -400,13 +435,15 @@ Status convert_row(const float* x, int64_t n, DType dtype, uint8_t* out) {
        : dtype == DType::kQ5_1 ? quantize_row_q5_1
                                : quantize_row_iq4_nl)(x, n, out);
       return Status::ok();
+    case DType::kQ2_K:
     case DType::kQ3_K:
     case DType::kQ4_K:
     case DType::kQ5_K:
     case DType::kQ6_K:
     case DType::kIQ4_XS:
       if (n % 256 != 0) return Status::error("row length " + std::to_string(n) + " is not a multiple of 256");
-      (dtype == DType::kQ3_K   ? quantize_row_q3_K
+      (dtype == DType::kQ2_K   ? quantize_row_q2_K
+       : dtype == DType::kQ3_K ? quantize_row_q3_K
        : dtype == DType::kQ4_K ? quantize_row_q4_K
        : dtype == DType::kQ5_K ? quantize_row_q5_K
        : dtype == DType::kQ6_K ? quantize_row_q6_K

@@ -36,6 +36,12 @@ void quantize_row_iq4_nl(const float* x, int64_t n, uint8_t* out);
 // (fp16; ggml picks them with d before rounding, so an occasional code differs from its file's).
 void quantize_row_iq4_xs(const float* x, int64_t n, uint8_t* out);
 
+// x [n] f32 -> n/256 GGML block_q2_K super-blocks (84 bytes each); n % 256 == 0. The Q4_K encoder
+// below per sub-block of 16 with 2-bit codes and 4-bit scales and mins (no llama-quantize
+// make_qkx2_quants search: less accurate, not bit-exact with it): min = min(0, min x), scale =
+// (max x − min)/3, d = fp16(max scale/15), dmin = fp16(max min/15), codes = clamp(round((x +
+// dmin·mn)/(d·sc)), 0, 3).
+void quantize_row_q2_K(const float* x, int64_t n, uint8_t* out);
 // x [n] f32 -> n/256 GGML block_q3_K super-blocks (110 bytes each); n % 256 == 0. The Q6_K encoder
 // below with 3-bit codes: per sub-block of 16, scale = max/-4, the 6-bit scales = round(-32/max
 // scale · scale) in [-32, 31] with d = fp16 of their step, codes = clamp(round(x/(d·sc)), -4, 3)
@@ -59,8 +65,8 @@ void quantize_row_q6_K(const float* x, int64_t n, uint8_t* out);
 // One block_q6_K from its 256 codes (0..63, value = d·sc·(code − 32)), 16 int8 scales and f16 d.
 void pack_q6_K(const uint8_t* codes, const int8_t* scales, uint16_t d, uint8_t* blk);
 
-// Converts one f32 row to dtype (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q3_K, Q4_K, Q5_K,
-// Q6_K, IQ4_XS);
+// Converts one f32 row to dtype (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K,
+// Q5_K, Q6_K, IQ4_XS);
 // out holds row_bytes(dtype, n).
 Status convert_row(const float* x, int64_t n, DType dtype, uint8_t* out);
 

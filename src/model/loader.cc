@@ -73,7 +73,7 @@ class Binder {
       return Status::error(
           ts_.where + ": tensor '" + name + "' has dtype " + std::string(dtype_name(t->dtype)) +
           ", which is not supported for weight matrices (f32, f16, bf16" +
-          (ts_.quantized_ok ? ", q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, q3_k, q4_k, q5_k, q6_k, iq4_xs)" : ")"));
+          (ts_.quantized_ok ? ", q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_xs)" : ")"));
     }
     return ops::Weight{t->data, t->dtype, rows, cols};
   }

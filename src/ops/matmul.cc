@@ -142,6 +142,11 @@ int iq4xs_level(const uint8_t* blk, int i) {
   return kIq4nlLevels[(i % 32) < 16 ? byte & 0xf : byte >> 4];
 }
 
+// block_q2_K: 16 scale bytes (sub-block s of 16: scale = low nibble, min = high nibble), 64 bytes
+// of 2-bit codes (element i at bits 2·(i % 128 / 32) of byte 32·(i / 128) + i % 32, Q3_K's low
+// bits), f16 d, f16 dmin.
+int q2_k_code(const uint8_t* blk, int i) { return (blk[16 + 32 * (i / 128) + i % 32] >> (2 * (i % 128 / 32))) & 3; }
+
 // block_q3_K: 32 bytes hmask, 64 bytes of 2-bit pairs (qs), 12 bytes of packed 6-bit scales, f16 d.
 // Element i: 2 bits at qs[32h + l] >> 2g and the high bit hmask[l] >> (4h + g) (h = i / 128,
 // g = i % 128 / 32, l = i % 32); code = bits − 4 when the high bit is clear, in [-4, 3].
@@ -222,9 +227,9 @@ int q6k_code(const uint8_t* blk, int i) {
 
 // One super-block's exact integer sums against Q8_K codes xq[256]: isum = Σ_sub-block scale ·
 // Σ code·x (Q6_K: code - 32; Q3_K: its signed code, scale - 32); msum (Q4_K, Q5_K) = Σ_sub-block
-// min · (sum of its 32 activation codes), 0 for Q6_K, Q3_K and IQ4_XS. |isum| < 2^31: Q4_K ≤
+// min · (sum of its 32 activation codes; Q2_K: per sub-block of 16), 0 for Q6_K, Q3_K and IQ4_XS. |isum| < 2^31: Q4_K ≤
 // 8·63·32·15·127, Q5_K ≤ 8·63·32·31·127, Q6_K ≤ 16·128·16·32·127, Q3_K ≤ 16·32·16·4·127, IQ4_XS ≤
-// 8·32·32·127·127.
+// 8·32·32·127·127, Q2_K ≤ 16·15·16·3·127.
 void kquant_sums(DType t, const uint8_t* blk, const int8_t* xq, const int32_t* b32, int32_t* isum, int32_t* msum) {
   int32_t is = 0, ms = 0;
   if (kquant_has_mins(t)) {
@@ -248,6 +253,16 @@ void kquant_sums(DType t, const uint8_t* blk, const int8_t* xq, const int32_t* b
       int32_t dot = 0;
       for (int i = 32 * j; i < 32 * j + 32; ++i) dot += iq4xs_level(blk, i) * static_cast<int32_t>(xq[i]);
       is += iq4xs_scale(blk, j) * dot;
+    }
+  } else if (t == DType::kQ2_K) {
+    for (int j = 0; j < 16; ++j) {
+      int32_t dot = 0, xs = 0;
+      for (int i = 16 * j; i < 16 * j + 16; ++i) {
+        dot += q2_k_code(blk, i) * static_cast<int32_t>(xq[i]);
+        xs += xq[i];
+      }
+      is += (blk[j] & 0xf) * dot;
+      ms += (blk[j] >> 4) * xs;
     }
   } else {  // Q3_K
     for (int j = 0; j < 16; ++j) {
@@ -428,6 +443,15 @@ void dequantize_q3_k(const uint8_t* blk, float* out) {
   }
 }
 
+// As ggml's dequantize_row_q2_K: (d · scale) · code − dmin · min, in f32.
+void dequantize_q2_k(const uint8_t* blk, float* out) {
+  const float d = load_f16(blk + 80), dmin = load_f16(blk + 82);
+  for (int s = 0; s < 16; ++s) {
+    const float dl = d * static_cast<float>(blk[s] & 0xf), ml = dmin * static_cast<float>(blk[s] >> 4);
+    for (int i = 16 * s; i < 16 * s + 16; ++i) out[i] = dl * static_cast<float>(q2_k_code(blk, i)) - ml;
+  }
+}
+
 // As ggml's dequantize_row_iq4_xs: (d · (ls − 32)) · level, in f32.
 void dequantize_iq4_xs(const uint8_t* blk, float* out) {
   const float d = load_f16(blk);
@@ -499,7 +523,7 @@ void quantize_k(const float* x, int64_t cols, float* d, int8_t* q, int16_t* b16,
 static void rows_k(const KernelArgs& a, int64_t r0, int64_t r1) {
   const int64_t cols = a.cols, nb = cols / kKBlock;
   const int64_t bb = dtype_info(a.dtype).block_bytes;
-  const bool q4 = kquant_has_mins(a.dtype);
+  const bool q4 = kquant_min_term(a.dtype);
   const int64_t d_offset = kquant_d_offset(a.dtype);
   for (int64_t r = r0; r < r1; ++r) {
     const uint8_t* row = a.w + r * a.w_stride;
@@ -511,7 +535,7 @@ static void rows_k(const KernelArgs& a, int64_t r0, int64_t r1) {
         kquant_sums(a.dtype, blk, a.kq + t * cols + b * kKBlock, a.kb32 + t * (cols / 32) + b * 8, &isum, &msum);
         const float dx = a.kd[t * nb + b];
         acc = std::fma(load_f16(blk + d_offset) * dx, static_cast<float>(isum), acc);
-        if (q4) acc = std::fma(-(load_f16(blk + 2) * dx), static_cast<float>(msum), acc);
+        if (q4) acc = std::fma(-(load_f16(blk + kquant_dmin_offset(a.dtype)) * dx), static_cast<float>(msum), acc);
       }
       a.y[t * a.y_stride + r] = acc;
     }
@@ -633,6 +657,7 @@ void dequantize_row(const Weight& w, int64_t r, float* out) {
         }
       }
       return;
+    case DType::kQ2_K:
     case DType::kQ3_K:
     case DType::kQ4_K:
     case DType::kQ5_K:
@@ -702,6 +727,18 @@ void matmul_ref_quantized_acts(const float* x, int64_t n, const Weight& w, float
               isum += sc[j] * dot;
             }
             acc += static_cast<double>(load_f16(blk + 208) * dx) * static_cast<double>(isum);
+          } else if (w.dtype == DType::kQ2_K) {
+            for (int j = 0; j < 16; ++j) {
+              int64_t dot = 0, xs = 0;
+              for (int i = 16 * j; i < 16 * j + 16; ++i) {
+                dot += q2_k_code(blk, i) * xq[i];
+                xs += xq[i];
+              }
+              isum += (blk[j] & 0xf) * dot;
+              msum += (blk[j] >> 4) * xs;
+            }
+            acc += static_cast<double>(load_f16(blk + 80) * dx) * static_cast<double>(isum) -
+                   static_cast<double>(load_f16(blk + 82) * dx) * static_cast<double>(msum);
           } else if (w.dtype == DType::kIQ4_XS) {
             for (int j = 0; j < 8; ++j) {
               int64_t dot = 0;

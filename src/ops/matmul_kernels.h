@@ -22,20 +22,27 @@ inline constexpr int64_t mins_index(int64_t rows, int64_t nb, int64_t r, int64_t
 
 // The K-quants (and IQ4_XS, their super-block layout) with integer kernels against Q8_K activations.
 inline constexpr bool is_kquant(DType t) {
-  return t == DType::kQ3_K || t == DType::kQ4_K || t == DType::kQ5_K || t == DType::kQ6_K || t == DType::kIQ4_XS;
+  return t == DType::kQ2_K || t == DType::kQ3_K || t == DType::kQ4_K || t == DType::kQ5_K || t == DType::kQ6_K ||
+         t == DType::kIQ4_XS;
 }
 // Q4_K and Q5_K: ggml's 6-bit scales and mins per sub-block of 32 (value = d·sc·code − dmin·mn,
 // codes unsigned: Q4_K 0..15, Q5_K 0..31); Q6_K: int8 scales per 16, value = d·sc·(code − 32);
 // Q3_K: 6-bit scales − 32 per 16, value = d·sc·(code − 4), codes 0..7 (two low bits, the hmask
 // bit as bit 2). Kernels that hold Q3_K codes as bytes may add 28 and use Q6_K's − 32. IQ4_XS:
-// 6-bit scales − 32 per 32, value = d·sc·level(code), the signed levels of IQ4_NL's table.
+// 6-bit scales − 32 per 32, value = d·sc·level(code), the signed levels of IQ4_NL's table. Q2_K:
+// 4-bit scales and mins per 16 (low and high nibble of one byte), value = d·sc·code − dmin·mn,
+// codes 0..3 (Q3_K's two low bits).
 inline constexpr bool kquant_has_mins(DType t) { return t == DType::kQ4_K || t == DType::kQ5_K; }
+// The K-quants whose value subtracts dmin·mn (a second f32 term per super-block): Q4_K, Q5_K, Q2_K.
+inline constexpr bool kquant_min_term(DType t) { return kquant_has_mins(t) || t == DType::kQ2_K; }
+inline constexpr int64_t kquant_dmin_offset(DType t) { return t == DType::kQ2_K ? 82 : 2; }
 // Byte offset of a K-quant super-block's f16 d.
 inline constexpr int64_t kquant_d_offset(DType t) {
-  return t == DType::kQ6_K ? 208 : t == DType::kQ3_K ? 108 : 0;
+  return t == DType::kQ6_K ? 208 : t == DType::kQ3_K ? 108 : t == DType::kQ2_K ? 80 : 0;
 }
-// The K-quants whose prefill builds 8-row panels (IQ4_XS reads its packed groups at every count).
-inline constexpr bool has_k_panels(DType t) { return is_kquant(t) && t != DType::kIQ4_XS; }
+// The K-quants whose prefill builds 8-row panels (IQ4_XS and Q2_K read their packed groups at
+// every count).
+inline constexpr bool has_k_panels(DType t) { return is_kquant(t) && t != DType::kIQ4_XS && t != DType::kQ2_K; }
 
 // One matmul call as the kernels see it: compute y[t, r] for every token t < n and a range of
 // weight rows r.
@@ -135,6 +142,9 @@ inline constexpr int64_t panel_scratch_bytes(DType d, int64_t cols) {
 //    at 32 (row j at 32 + 4j: one 32-bit lane per row), then 32 vectors of qs at 64 (vector v: qs
 //    bytes 4v..4v+3 of each row; vectors 4s..4s+3 are sub-block s, low nibbles its elements
 //    4(v % 4)..+3, high nibbles those + 16).
+//  - Q2_K: 8 f16 d, 8 f16 dmin, the 16 scale bytes as planes at 32 (plane s: byte s of rows
+//    0..7), then 16 vectors of qs at 160 (vector v: qs bytes 4v..4v+3; bits 2j of vector 8h + q
+//    are the codes of elements 128h + 32j + 4q .. + 3, sub-block 8h + 2j + q / 4).
 // Q8_0 and Q4_0 offsets are the same formula; only whole groups of 8 rows are packed.
 // BF16 (no blocks): panels of 16 rows, column pair i of the 16 rows in the 64 bytes at 64·i
 // (row j's pair at 4j), the prefill panel layout of matmul_avx512.cc; whole panels, even cols.
@@ -166,6 +176,11 @@ inline constexpr int64_t packed_offset(DType d, int64_t j, int64_t i) {
              : i < 96  ? 112 + 32 * ((i - 32) / 4) + 4 * j + (i - 32) % 4
              : i < 108 ? 16 + 8 * (i - 96) + j
                        : 2 * j + (i - 108);
+    case DType::kQ2_K:
+      return i < 16   ? 32 + 8 * i + j
+             : i < 80 ? 160 + 32 * ((i - 16) / 4) + 4 * j + (i - 16) % 4
+             : i < 82 ? 2 * j + (i - 80)
+                      : 16 + 2 * j + (i - 82);
     case DType::kIQ4_XS:
       return i < 2   ? 2 * j + i
              : i < 4 ? 16 + 2 * j + (i - 2)
@@ -181,6 +196,7 @@ inline constexpr int64_t packed_run(DType d, int64_t i) {
     case DType::kQ6_K: return i < 192 ? 4 : i < 208 ? 1 : 2;
     case DType::kQ3_K: return i < 96 ? 4 : i < 108 ? 1 : 2;
     case DType::kIQ4_XS: return i < 4 ? 2 : 4;
+    case DType::kQ2_K: return i < 16 ? 1 : i < 80 ? 4 : 2;
     case DType::kQ4_1:
     case DType::kQ5_1: return i < 4 ? 2 : 4;
     default: return i < 2 ? 2 : 4;  // Q8_0, Q4_0, Q5_0, IQ4_NL
@@ -212,8 +228,9 @@ using DequantKernel = void (*)(DType dtype, const uint8_t* row, int64_t cols, fl
 using SuperBlockFn = void (*)(const uint8_t* blk, float* out);
 
 namespace scalar {
-// ggml's dequantize_row_q3_K / dequantize_row_iq4_xs for one super-block (every ISA's
+// ggml's dequantize_row_q2_K / q3_K / iq4_xs for one super-block (every ISA's
 // DequantKernel uses them).
+void dequantize_q2_k(const uint8_t* blk, float* out);
 void dequantize_q3_k(const uint8_t* blk, float* out);
 void dequantize_iq4_xs(const uint8_t* blk, float* out);
 }  // namespace scalar
@@ -225,6 +242,7 @@ inline void dequant_k_row(DType dtype, const uint8_t* row, int64_t cols, float* 
   const SuperBlockFn f = dtype == DType::kQ4_K     ? kQ4K
                          : dtype == DType::kQ5_K   ? kQ5K
                          : dtype == DType::kQ3_K   ? scalar::dequantize_q3_k
+                         : dtype == DType::kQ2_K   ? scalar::dequantize_q2_k
                          : dtype == DType::kIQ4_XS ? scalar::dequantize_iq4_xs
                                                    : kQ6K;
   const int64_t block_bytes = dtype_info(dtype).block_bytes;

@@ -1186,7 +1186,10 @@ inline void k_scales_signed(const int8_t* sc, KScales* s) {
 template <DType D>
 inline __m256i k_codes(const uint8_t* blk, int k) {
   const __m256i m4 = _mm256_set1_epi8(0x0f);
-  if constexpr (D == DType::kIQ4_XS) {  // sub-block k's 16 bytes: low nibbles elements 0..15, high 16..31
+  if constexpr (D == DType::kQ2_K) {  // bits 2g..2g+1 of qs[32h + l]
+    const __m256i qs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16 + 32 * (k / 4)));
+    return _mm256_and_si256(_mm256_srli_epi16(qs, 2 * (k % 4)), _mm256_set1_epi8(3));
+  } else if constexpr (D == DType::kIQ4_XS) {  // sub-block k's 16 bytes: low nibbles elements 0..15, high 16..31
     const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 8 + 16 * k));
     return _mm256_shuffle_epi8(iq4nl_levels(), _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), m4));
   } else if constexpr (D == DType::kQ3_K) {  // bits 2g..2g+1 of qs[32h + l], bit 4h + g of hmask[l]
@@ -1229,6 +1232,12 @@ inline void k_row_lanes(const KernelArgs& a, const uint8_t* blk, int64_t t0, int
     k_scales_q4(blk, &ks);
   } else if constexpr (D == DType::kIQ4_XS) {
     k_scales_iq4xs(blk, &ks);
+  } else if constexpr (D == DType::kQ2_K) {  // scales: the low nibbles; extra: the mins (high nibbles) as int16
+    const __m128i sb = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk));
+    alignas(16) int8_t sc[16];
+    _mm_store_si128(reinterpret_cast<__m128i*>(sc), _mm_and_si128(sb, _mm_set1_epi8(0x0f)));
+    k_scales_signed(sc, &ks);
+    ks.extra = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sb, 4), _mm_set1_epi8(0x0f)));
   } else if constexpr (D == DType::kQ6_K) {
     k_scales_signed(reinterpret_cast<const int8_t*>(blk + 192), &ks);
   } else {
@@ -1255,6 +1264,10 @@ inline void k_row_lanes(const KernelArgs& a, const uint8_t* blk, int64_t t0, int
     if constexpr (D == DType::kIQ4_XS) {
       in[t] = s[t];
       mn[t] = _mm256_setzero_si256();
+    } else if constexpr (D == DType::kQ2_K) {  // min_s times the code sum of sub-block s (of 16)
+      const __m256i bs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.kb + (t0 + t) * (cols / 16) + b * 16));
+      in[t] = s[t];
+      mn[t] = _mm256_madd_epi16(ks.extra, bs);
     } else if constexpr (kquant_has_mins(D)) {
       // min_m (high half 0) times the int16-ranged code sum of sub-block m.
       const __m256i bs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.kb32 + (t0 + t) * (cols / 32) + b * 8));
@@ -1289,9 +1302,9 @@ inline void rows8_k(const KernelArgs& a, int64_t t0, int64_t r0) {
       __m256i p[8];
       for (int r = 0; r < 8; ++r) p[r] = in[r][t];
       acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(dw, dx), _mm256_cvtepi32_ps(reduce8(p)), acc[t]);
-      if constexpr (kquant_has_mins(D)) {
+      if constexpr (kquant_min_term(D)) {
         for (int r = 0; r < 8; ++r) p[r] = mn[r][t];
-        const __m256 dm = load_scales8(blk + 2, a.w_stride);
+        const __m256 dm = load_scales8(blk + kquant_dmin_offset(D), a.w_stride);
         acc[t] = _mm256_fnmadd_ps(_mm256_mul_ps(dm, dx), _mm256_cvtepi32_ps(reduce8(p)), acc[t]);
       }
     }
@@ -1314,8 +1327,9 @@ inline void row1_k(const KernelArgs& a, int64_t t0, int64_t r) {
     for (int t = 0; t < T; ++t) {
       const float dx = a.kd[(t0 + t) * nb + b];
       acc[t] = __builtin_fmaf(load_f16_scalar(blk + kquant_d_offset(D)) * dx, static_cast<float>(hsum_i32(in[t])), acc[t]);
-      if constexpr (kquant_has_mins(D))
-        acc[t] = __builtin_fmaf(-(load_f16_scalar(blk + 2) * dx), static_cast<float>(hsum_i32(mn[t])), acc[t]);
+      if constexpr (kquant_min_term(D))
+        acc[t] = __builtin_fmaf(-(load_f16_scalar(blk + kquant_dmin_offset(D)) * dx),
+                                static_cast<float>(hsum_i32(mn[t])), acc[t]);
     }
   }
   for (int t = 0; t < T; ++t) a.y[(t0 + t) * a.y_stride + r] = acc[t];
@@ -2160,7 +2174,154 @@ inline void rows_k_packed(const KernelArgs& a, int64_t r0, int64_t r1, uint8_t* 
   rows_packed<kPanelTokens, V::kPanelsK>(a, r0, r1, scratch, pan_stride, pack, tile);
 }
 
+// Packed Q2_K (pack_weight's layout: 8 f16 d, 8 f16 dmin, 16 scale planes, 16 code vectors), 8
+// rows from r0 and T tokens from t0: bits 2j of code vector 8h + q are the codes of elements
+// 128h + 32j + 4q .. + 3 (sub-block 8h + 2j + q / 4), so one vector gives four code vectors
+// (a shift and a mask each) against the token's codes 32 apart. Per sub-block the sums times its
+// 8 rows' scales (low nibbles); the mins (high nibbles) as int16 pair products with the
+// activations' code sums per 16, as Q4_K's. AVX2 adds the maddubs pairs of a sub-block's 4 code
+// groups in int16 (≤ 4·2·3·127). rows_k's exact integers and f32 steps, so the same bits.
+template <int T>
+inline void rows8_packed_q2k(const KernelArgs& a, int64_t t0, int64_t r0) {
+  constexpr int64_t kGB = 8 * k_block_bytes(DType::kQ2_K);
+  const int64_t cols = a.cols, nb = cols / kKBlock;
+  const uint8_t* w = a.w + r0 * a.w_stride;
+  const NextRowsPrefetch pf(a, r0, 8, nb);
+  const __m256i m3 = _mm256_set1_epi8(3), m0f = _mm256_set1_epi8(0x0f);
+  __m256 acc[T];
+#pragma GCC unroll 8
+  for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    pf.step<kGB>(w, b);
+    const uint8_t* blk = w + b * kGB;
+    __m256i isum[T];
+#pragma GCC unroll 8
+    for (int t = 0; t < T; ++t) isum[t] = _mm256_setzero_si256();
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+#pragma GCC unroll 2
+      for (int k = 0; k < 2; ++k) {  // code vectors q = 4k .. 4k + 3: sub-blocks 8h + 2j + k
+        __m256i s4[T][4];
+#pragma GCC unroll 8
+        for (int t = 0; t < T; ++t)
+          for (int j = 0; j < 4; ++j) s4[t][j] = _mm256_setzero_si256();
+#pragma GCC unroll 4
+        for (int q = 4 * k; q < 4 * k + 4; ++q) {
+          const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 160 + 32 * (8 * h + q)));
+          __m256i cv[4];
+#pragma GCC unroll 4
+          for (int j = 0; j < 4; ++j) cv[j] = _mm256_and_si256(_mm256_srli_epi16(raw, 2 * j), m3);
+#pragma GCC unroll 8
+          for (int t = 0; t < T; ++t) {
+            const int8_t* xq = a.kq + (t0 + t) * cols + b * kKBlock + 128 * h + 4 * q;
+#pragma GCC unroll 4
+            for (int j = 0; j < 4; ++j) s4[t][j] = kdot(s4[t][j], cv[j], bcast4(xq + 32 * j));
+          }
+        }
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; ++j) {
+          const __m256i sc = kscale_operand(_mm256_and_si256(scales8_u8(blk + 32 + 8 * (8 * h + 2 * j + k)),
+                                                             _mm256_set1_epi32(0x0f)));
+#pragma GCC unroll 8
+          for (int t = 0; t < T; ++t) isum[t] = kscale(isum[t], s4[t][j], sc);
+        }
+      }
+    }
+    // The mins (≤ 15) of sub-blocks 2p, 2p + 1 as int16 pairs against the token's code sums per 16.
+    alignas(32) uint8_t mnb[128];
+#pragma GCC unroll 4
+    for (int v = 0; v < 4; ++v)
+      _mm256_store_si256(reinterpret_cast<__m256i*>(mnb + 32 * v),
+                         _mm256_and_si256(_mm256_srli_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(
+                                                                blk + 32 + 32 * v)),
+                                                            4),
+                                          m0f));
+    const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk)));
+    const __m256 dm = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 16)));
+#pragma GCC unroll 8
+    for (int t = 0; t < T; ++t) {
+      __m256i msum = _mm256_setzero_si256();
+#pragma GCC unroll 8
+      for (int p = 0; p < 8; ++p) {
+        int32_t bs2;
+        __builtin_memcpy(&bs2, a.kb + (t0 + t) * (cols / 16) + b * 16 + 2 * p, 4);
+        msum = _mm256_add_epi32(msum, _mm256_madd_epi16(scale_pairs8(mnb + 16 * p), _mm256_set1_epi32(bs2)));
+      }
+      const __m256 dx = _mm256_set1_ps(a.kd[(t0 + t) * nb + b]);
+      acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(dw, dx), _mm256_cvtepi32_ps(isum[t]), acc[t]);
+      acc[t] = _mm256_fnmadd_ps(_mm256_mul_ps(dm, dx), _mm256_cvtepi32_ps(msum), acc[t]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int t = 0; t < T; ++t) _mm256_storeu_ps(a.y + (t0 + t) * a.y_stride + r0, acc[t]);
+}
+
 #if defined(__AVX512F__)
+// Packed Q2_K, two groups at once (rows r0 .. r0 + 15): rows8_packed_q2k with each 512-bit code
+// vector joining the same 32-byte vector of both groups and the 16 rows' scales, mins, d and dmin
+// in 16 lanes (VNNI: vpdpbusd into int32). The same integers and f32 steps, so the same bits.
+template <int T>
+inline void rows16_packed_q2k_zmm(const KernelArgs& a, int64_t t0, int64_t r0) {
+  constexpr int64_t kGB = 8 * k_block_bytes(DType::kQ2_K);
+  const int64_t cols = a.cols, nb = cols / kKBlock;
+  const uint8_t* wa = a.w + r0 * a.w_stride;
+  const uint8_t* wb = wa + 8 * a.w_stride;
+  const NextRowsPrefetch pf(a, t0 == 0 ? r0 : a.rows, 16, nb);  // past the last row: none
+  const __m512i m3 = _mm512_set1_epi8(3);
+  __m512 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    pf.step<2 * kGB>(wa, b);
+    const uint8_t* ba = wa + b * kGB;
+    const uint8_t* bb = wb + b * kGB;
+    __m512i isum[T];
+    for (int t = 0; t < T; ++t) isum[t] = _mm512_setzero_si512();
+    for (int h = 0; h < 2; ++h) {
+      for (int k = 0; k < 2; ++k) {
+        __m512i s4[T][4];
+        for (int t = 0; t < T; ++t)
+          for (int j = 0; j < 4; ++j) s4[t][j] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+        for (int q = 4 * k; q < 4 * k + 4; ++q) {
+          const __m512i raw = join256(ba + 160 + 32 * (8 * h + q), bb + 160 + 32 * (8 * h + q));
+          __m512i cv[4];
+          for (int j = 0; j < 4; ++j) cv[j] = _mm512_and_si512(_mm512_srli_epi16(raw, 2 * j), m3);
+          for (int t = 0; t < T; ++t) {
+            const int8_t* xq = a.kq + (t0 + t) * cols + b * kKBlock + 128 * h + 4 * q;
+            for (int j = 0; j < 4; ++j) s4[t][j] = _mm512_dpbusd_epi32(s4[t][j], cv[j], set1_x4(xq + 32 * j));
+          }
+        }
+        for (int j = 0; j < 4; ++j) {
+          const int64_t o = 32 + 8 * (8 * h + 2 * j + k);
+          const __m512i sc = _mm512_and_si512(_mm512_cvtepu8_epi32(join64(ba + o, bb + o)), _mm512_set1_epi32(0x0f));
+          for (int t = 0; t < T; ++t) isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(s4[t][j], sc));
+        }
+      }
+    }
+    // The mins as int16 pairs (16 rows: the two groups' planes in the two halves).
+    __m512i mpairs[8];
+    for (int p = 0; p < 8; ++p) {
+      const __m256i lo = scale_pairs8(ba + 32 + 16 * p), hi = scale_pairs8(bb + 32 + 16 * p);
+      mpairs[p] = _mm512_srai_epi16(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1), 4);
+      mpairs[p] = _mm512_and_si512(mpairs[p], _mm512_set1_epi16(0x0f));
+    }
+    const __m512 dw = _mm512_cvtph_ps(join128(ba, bb));
+    const __m512 dm = _mm512_cvtph_ps(join128(ba + 16, bb + 16));
+    for (int t = 0; t < T; ++t) {
+      __m512i msum = _mm512_setzero_si512();
+      for (int p = 0; p < 8; ++p) {
+        int32_t bs2;
+        __builtin_memcpy(&bs2, a.kb + (t0 + t) * (cols / 16) + b * 16 + 2 * p, 4);
+        msum = _mm512_add_epi32(msum, _mm512_madd_epi16(mpairs[p], _mm512_set1_epi32(bs2)));
+      }
+      const __m512 dx = _mm512_set1_ps(a.kd[(t0 + t) * nb + b]);
+      acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(dw, dx), _mm512_cvtepi32_ps(isum[t]), acc[t]);
+      acc[t] = _mm512_fnmadd_ps(_mm512_mul_ps(dm, dx), _mm512_cvtepi32_ps(msum), acc[t]);
+    }
+  }
+  for (int t = 0; t < T; ++t) _mm512_storeu_ps(a.y + (t0 + t) * a.y_stride + r0, acc[t]);
+}
+
 // Packed IQ4_XS, two groups at once (rows r0 .. r0 + 15, T tokens from t0), as
 // rows16_packed_k_zmm does for Q4_K: each 512-bit code vector joins the same 32-byte vector of
 // both groups, the token's 4 codes are a broadcast operand of vpdpbusd, and the 16 rows' scales
@@ -2218,20 +2379,29 @@ inline void rows16_packed_iq4xs_zmm(const KernelArgs& a, int64_t t0, int64_t r0)
 }
 #endif
 
-// IQ4_XS: its packed groups at every token count (no panels). AVX-512: 16 rows per vector
-// (rows16_blocked: per 64 rows, the tokens in tiles of 4); AVX2: 8 rows, several tokens
-// cache-blocked as the float kernels are (a chunk of tokens' codes in L2, swept by 16 rows at a
-// time).
-inline void rows_iq4xs(const KernelArgs& a, int64_t r0, int64_t r1) {
-  if (!a.packed) return rows_k_small<DType::kIQ4_XS>(a, r0, r1);
+// IQ4_XS and Q2_K: their packed groups at every token count (no panels). AVX-512 from 4 tokens:
+// 16 rows per vector (rows16_blocked: per 64 rows, the tokens in tiles of 4); else 8 rows,
+// several tokens cache-blocked as the float kernels are (a chunk of tokens' codes in L2, swept by
+// 16 rows at a time). Rows not in whole groups of 8 (not packed): in place, row by row.
+template <DType D>
+inline void rows_k_in_groups(const KernelArgs& a, int64_t r0, int64_t r1) {
+  if (!a.packed) return rows_k_small<D>(a, r0, r1);
+  const auto tile8 = [&]<int T>(TokTile<T>, int64_t t, int64_t r) {
+    if constexpr (D == DType::kIQ4_XS) rows8_packed_iq4xs<T>(a, t, r);
+    else rows8_packed_q2k<T>(a, t, r);
+  };
 #if defined(__AVX512F__)
   if (!(g_kernel_variant & 32) && a.n >= 4)
     return rows16_blocked<false>(
-        a, r0, r1, [&]<int T>(TokTile<T>, int64_t t, int64_t r) { rows16_packed_iq4xs_zmm<T>(a, t, r); },
-        [&]<int T>(TokTile<T>, int64_t t, int64_t r) { rows8_packed_iq4xs<T>(a, t, r); });
+        a, r0, r1,
+        [&]<int T>(TokTile<T>, int64_t t, int64_t r) {
+          if constexpr (D == DType::kIQ4_XS) rows16_packed_iq4xs_zmm<T>(a, t, r);
+          else rows16_packed_q2k_zmm<T>(a, t, r);
+        },
+        tile8);
 #endif
-  cache_blocked(a, r0, r1, a.cols, [&]<int T>(TokTile<T>, int64_t t, int64_t rb, int64_t re) {
-    for (int64_t g = rb; g < re; g += 8) rows8_packed_iq4xs<T>(a, t, g);
+  cache_blocked(a, r0, r1, a.cols, [&]<int T>(TokTile<T> tt, int64_t t, int64_t rb, int64_t re) {
+    for (int64_t g = rb; g < re; g += 8) tile8(tt, t, g);
   });
 }
 
@@ -2272,7 +2442,8 @@ inline void rows_any(const KernelArgs& a, int64_t r0, int64_t r1, uint8_t* scrat
     case DType::kQ4_K: rows_kquant<DType::kQ4_K>(a, r0, r1, scratch); return;
     case DType::kQ5_K: rows_kquant<DType::kQ5_K>(a, r0, r1, scratch); return;
     case DType::kQ6_K: rows_kquant<DType::kQ6_K>(a, r0, r1, scratch); return;
-    case DType::kIQ4_XS: rows_iq4xs(a, r0, r1); return;
+    case DType::kIQ4_XS: rows_k_in_groups<DType::kIQ4_XS>(a, r0, r1); return;
+    case DType::kQ2_K: rows_k_in_groups<DType::kQ2_K>(a, r0, r1); return;
     default: return;  // the dispatcher never passes other dtypes
   }
 }

@@ -272,6 +272,58 @@ TEST(MakeModel, Iq4XsMixLoadsAndTracksTheBf16File) {
   EXPECT_LT(rel(bf16), 0.2);  // 4-bit non-linear levels, as Q4_K_M
 }
 
+// --types q2_k writes llama-quantize's Q2_K mix (Q6_K for the tied output matrix, Q3_K for
+// attn_v, attn_output and ffn_down, Q2_K for the rest), which Glassbox runs on its native Q2_K
+// kernels close to the same file dequantized to f32, and correlated with the bf16 file.
+TEST(MakeModel, Q2_KMixLoadsAndTracksTheBf16File) {
+  const std::string cwd = test::temp_dir();
+  const std::string out = cwd + "/q2k";
+  std::string log;
+  ASSERT_EQ(run_make_model(cwd, "--out '" + out + "' --layers 8 --hidden 256 --ffn 512 --types bf16,q2_k", &log), 0)
+      << log;
+  const std::string path = out + "/gguf/model-q2_k.gguf";
+  auto g = read_gguf(path);
+  ASSERT_TRUE(g.is_ok()) << g.message();
+  EXPECT_EQ(*g->find("general.file_type"), 10);  // LLAMA_FTYPE_MOSTLY_Q2_K
+  auto type_of = [&](const std::string& name) {
+    const TensorView* t = g->find_tensor(name);
+    return t == nullptr ? std::string("missing") : std::string(dtype_name(t->dtype));
+  };
+  EXPECT_EQ(type_of("token_embd.weight"), "q6_k");
+  for (int l = 0; l < 8; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    EXPECT_EQ(type_of(p + "attn_v.weight"), "q3_k") << "layer " << l;  // 2 query heads per KV head
+    EXPECT_EQ(type_of(p + "attn_output.weight"), "q3_k") << "layer " << l;
+    EXPECT_EQ(type_of(p + "ffn_down.weight"), "q3_k") << "layer " << l;
+    EXPECT_EQ(type_of(p + "attn_q.weight"), "q2_k") << "layer " << l;
+    EXPECT_EQ(type_of(p + "ffn_up.weight"), "q2_k") << "layer " << l;
+  }
+  const std::vector<int32_t> ids = {9707, 1879, 11, 419, 374, 264, 1273, 13};
+  const auto bf16 = prompt_logits(out + "/gguf/model-bf16.gguf", ids);
+  const auto q = prompt_logits(path, ids);
+  ops::g_kernel_variant = 4;  // the K-quant rows dequantized to f32, exact activations
+  const auto deq = prompt_logits(path, ids);
+  ops::g_kernel_variant = 0;
+  ASSERT_FALSE(q.empty());
+  ASSERT_EQ(bf16.size(), q.size());
+  ASSERT_EQ(deq.size(), q.size());
+  auto rel = [&](const std::vector<float>& ref, double* corr) {
+    double se = 0, ss = 0, dot = 0, qq = 0;
+    for (size_t i = 0; i < ref.size(); ++i)
+      se += (q[i] - ref[i]) * (q[i] - ref[i]), ss += ref[i] * ref[i], dot += q[i] * ref[i], qq += q[i] * q[i];
+    *corr = dot / std::sqrt(ss * qq);
+    return std::sqrt(se / ss);
+  };
+  for (float v : q) ASSERT_TRUE(std::isfinite(v));
+  double c_deq, c_bf16;
+  const double r_deq = rel(deq, &c_deq), r_bf16 = rel(bf16, &c_bf16);
+  std::printf("q2_k logits, relative RMS difference: %.4f vs its dequantized f32 run, %.4f vs bf16 (corr %.3f)\n",
+              r_deq, r_bf16, c_bf16);
+  EXPECT_LT(r_deq, 0.03);  // the activations' Q8_K rounding only
+  EXPECT_GT(r_deq, 0.0);
+  EXPECT_GT(c_bf16, 0.8);  // 2-bit codes: far from bf16, still correlated with it
+}
+
 // Rows that are not whole super-blocks (hidden 384): llama.cpp's Q4_K_M falls back to Q5_0 there,
 // its Q5_K_M to Q5_1 (and Q6_K to Q8_0); Glassbox runs them on their own kernels and tracks the
 // bf16 file.

@@ -64,6 +64,10 @@ std::vector<uint8_t> random_weight_bytes(DType dtype, int64_t rows, int64_t cols
           }
           if (dtype == DType::kQ6_K) std::memcpy(blk + 208, &d, 2);
           if (dtype == DType::kQ3_K) std::memcpy(blk + 108, &d, 2);
+          if (dtype == DType::kQ2_K) {
+            std::memcpy(blk + 80, &d, 2);
+            std::memcpy(blk + 82, &dmin, 2);
+          }
         }
         break;
     }
@@ -86,7 +90,8 @@ bool quantized_acts(DType t) {
          t == DType::kQ5_1;
 }
 bool kquant(DType t) {
-  return t == DType::kQ3_K || t == DType::kQ4_K || t == DType::kQ5_K || t == DType::kQ6_K || t == DType::kIQ4_XS;
+  return t == DType::kQ2_K || t == DType::kQ3_K || t == DType::kQ4_K || t == DType::kQ5_K || t == DType::kQ6_K ||
+         t == DType::kIQ4_XS;
 }
 
 // The Q8_K-rounded activations d·q as f32 [n, cols].
@@ -154,7 +159,7 @@ std::vector<Case> shape_cases() {
   // Row lengths that are not a multiple of the vector width (plain float dtypes only).
   for (DType dt : {DType::kF32, DType::kF16, DType::kBF16})
     for (int64_t cols : {1, 7, 40, 100}) cases.push_back({dt, 33, cols});
-  for (DType dt : {DType::kQ3_K, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kIQ4_XS})
+  for (DType dt : {DType::kQ2_K, DType::kQ3_K, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kIQ4_XS})
     for (int64_t rows : {1, 3, 5, 33, 67})
       for (int64_t cols : {256, 512, 768, 4096}) cases.push_back({dt, rows, cols});
   return cases;
@@ -203,7 +208,7 @@ TEST_P(MatmulIsaTest, ThreadAndBatchInvariantBitwise) {
   const int64_t rows = 77, cols = 256, n = 17;
   uint32_t seed = 100;
   for (DType dt : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ5_0, DType::kIQ4_NL,
-                   DType::kQ3_K, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kIQ4_XS}) {
+                   DType::kQ2_K, DType::kQ3_K, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kIQ4_XS}) {
     // BF16 at kAvx512Bf16: invariant within each kernel only (MatmulBf16Dot.BatchAndThreadInvariantWithinEachKernel).
     if (dt == DType::kBF16 && isa == Isa::kAvx512Bf16) continue;
     const auto bytes = random_weight_bytes(dt, rows, cols, seed++);
@@ -264,7 +269,7 @@ TEST(PackedWeights, EveryIsaMatchesRowMajorScalarBitwise) {
   uint32_t seed = 900;
   int compared = 0;
   for (DType dt : {DType::kQ8_0, DType::kQ4_0, DType::kQ5_0, DType::kIQ4_NL, DType::kQ3_K, DType::kQ4_K, DType::kQ5_K,
-                   DType::kQ6_K, DType::kIQ4_XS}) {
+                   DType::kQ6_K, DType::kIQ4_XS, DType::kQ2_K}) {
     for (int64_t rows : {8, 24, 136}) {
       const bool kq = kquant(dt);
       for (int64_t cols : kq ? std::vector<int64_t>{256, 768, 2048} : std::vector<int64_t>{32, 96, 1024}) {
@@ -341,7 +346,8 @@ TEST(MatmulMulti, EachOutputEqualsItsOwnMatmul) {
   const std::vector<std::vector<DType>> mixes = {{DType::kQ3_K, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K},
                                                  {DType::kQ8_0, DType::kQ4_0, DType::kQ5_0, DType::kIQ4_NL},
                                                  {DType::kBF16, DType::kF32, DType::kQ8_0, DType::kQ6_K},
-                                                 {DType::kIQ4_XS, DType::kQ4_K, DType::kQ8_0, DType::kIQ4_XS}};
+                                                 {DType::kIQ4_XS, DType::kQ4_K, DType::kQ8_0, DType::kIQ4_XS},
+                                                 {DType::kQ2_K, DType::kQ3_K, DType::kQ2_K, DType::kQ6_K}};
   const int64_t rows[4] = {64, 24, 48, 136};
   for (Isa isa : kAllIsas) {
     ScopedIsa scoped(isa);
@@ -466,7 +472,7 @@ TEST(QuantizeActivations, SimdMatchesScalarBitwise) {
 TEST(DequantizeKQuants, SimdMatchesScalarBitwise) {
   if (!isa_supported(Isa::kAvx2)) GTEST_SKIP() << "CPU lacks avx2";
   const int64_t rows = 5, cols = 1024;
-  for (DType dt : {DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kIQ4_XS}) {
+  for (DType dt : {DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kIQ4_XS, DType::kQ2_K}) {
     const auto bytes = random_weight_bytes(dt, rows, cols, 31);
     const Weight w{bytes.data(), dt, rows, cols};
     std::vector<float> a(cols), b(cols);
@@ -1018,6 +1024,83 @@ TEST(MatmulIQ4_XS, NativeKernelsMultiplyAsGgmlsDotProduct) {
     }
     expect_matmul_bitwise(pool, w, x, {1, 2, 3, 4, 5, 8, 9, 17, 64, n}, want);
   }
+}
+
+TEST(DequantizeRow, Q2_K) {
+  uint8_t b[84] = {};
+  put16(b + 80, 0x4000);  // d = 2
+  put16(b + 82, 0x3800);  // dmin = 0.5
+  b[0] = 0x35;            // sub-block 0 (elements 0..15): scale 5, min 3
+  b[9] = 0xf1;            // sub-block 9 (elements 144..159): scale 1, min 15
+  b[16] = 0b11'10'01'11;  // byte 0: element 0 code 3, element 32 code 1, 64 code 2, 96 code 3
+  b[16 + 32 + 16] = 0b00'00'10'00;  // byte 48: element 128 + 16 + 32 = 176 code 2 (sub-block 11)
+  b[16 + 32 + 17] = 0b00'00'00'11;  // byte 49: element 145 code 3 (sub-block 9)
+  std::vector<float> out(256);
+  dequantize_row(Weight{b, DType::kQ2_K, 1, 256}, 0, out.data());
+  EXPECT_EQ(out[0], 2.0f * 5 * 3 - 0.5f * 3);
+  EXPECT_EQ(out[1], 2.0f * 5 * 0 - 0.5f * 3);
+  EXPECT_EQ(out[32], 0.0f);  // sub-block 2: scale 0, min 0
+  EXPECT_EQ(out[145], 2.0f * 1 * 3 - 0.5f * 15);
+  EXPECT_EQ(out[144], 2.0f * 1 * 0 - 0.5f * 15);
+  EXPECT_EQ(out[176], 0.0f);  // code 2, but sub-block 11 has scale 0 and min 0
+}
+
+// Q2_K runs natively (packed: 16 scale planes and 16 code vectors per group, four 2-bit code
+// vectors from each; the mins as int16 pair products with the code sums per 16): matmul's
+// integer sums are ggml's q2_K · q8_K (d·d_x·Σ sc·Σ q·x − dmin·d_x·Σ mn·Σ x per super-block) —
+// bitwise on every ISA, packed and row-major, at every token count, rows past the last group of
+// 8, scale bytes and codes random. Its encoder round-trips Gaussian rows within 40% RMS.
+TEST(MatmulQ2_K, NativeKernelsMultiplyAsGgmlsDotProduct) {
+  ThreadPool pool(2);
+  for (int64_t rows : {24, 13}) {
+    const int64_t cols = 512, nb = cols / 256, n = 70;
+    const auto bytes = random_weight_bytes(DType::kQ2_K, rows, cols, 71 + static_cast<uint32_t>(rows));
+    const Weight w{bytes.data(), DType::kQ2_K, rows, cols};
+    const auto x = random_acts(n, cols, 72);
+    std::vector<float> want(n * rows), kd(nb);
+    std::vector<int8_t> kq(cols);
+    std::vector<int16_t> b16(cols / 16);
+    std::vector<int32_t> b32(cols / 32);
+    for (int64_t t = 0; t < n; ++t) {
+      quantize_activations_q8k(&x[t * cols], cols, kd.data(), kq.data(), b16.data(), b32.data());
+      for (int64_t r = 0; r < rows; ++r) {
+        float acc = 0;
+        for (int64_t b = 0; b < nb; ++b) {
+          const uint8_t* blk = bytes.data() + (r * nb + b) * 84;
+          int32_t isum = 0, msum = 0;
+          for (int s = 0; s < 16; ++s) {  // ggml's element order: qs[32h + l] >> 2j, l = 0..31
+            const int h = s / 8, j = s % 8 / 2, half = s % 2;
+            int32_t dot = 0, xs = 0;
+            for (int l = 16 * half; l < 16 * half + 16; ++l) {
+              const int i = 128 * h + 32 * j + l;
+              dot += ((blk[16 + 32 * h + l] >> (2 * j)) & 3) * kq[b * 256 + i];
+              xs += kq[b * 256 + i];
+            }
+            isum += (blk[s] & 0xf) * dot;
+            msum += (blk[s] >> 4) * xs;
+          }
+          uint16_t d16, m16;
+          std::memcpy(&d16, blk + 80, 2);
+          std::memcpy(&m16, blk + 82, 2);
+          acc = std::fma(f16_to_f32(d16) * kd[b], static_cast<float>(isum), acc);
+          acc = std::fma(-(f16_to_f32(m16) * kd[b]), static_cast<float>(msum), acc);
+        }
+        want[t * rows + r] = acc;
+      }
+    }
+    expect_matmul_bitwise(pool, w, x, {1, 2, 3, 4, 5, 8, 9, 17, 64, n}, want);
+  }
+  // The encoder: each value within its sub-block's reach, the row's RMS error bounded.
+  std::mt19937 rng(73);
+  std::normal_distribution<float> normal(0.0f, 0.05f);
+  std::vector<float> src(1024), deq(1024);
+  for (auto& v : src) v = normal(rng);
+  std::vector<uint8_t> q2(static_cast<size_t>(row_bytes(DType::kQ2_K, 1024)));
+  ASSERT_TRUE(gb::convert_row(src.data(), 1024, DType::kQ2_K, q2.data()).is_ok());
+  dequantize_row(Weight{q2.data(), DType::kQ2_K, 1, 1024}, 0, deq.data());
+  double err2 = 0, norm2 = 0;
+  for (int i = 0; i < 1024; ++i) err2 += std::pow(deq[i] - src[i], 2.0), norm2 += std::pow(src[i], 2.0);
+  EXPECT_LT(std::sqrt(err2 / norm2), 0.4);
 }
 
 TEST(WithBlockOffsets, RejectsTypesWithoutOffsets) {
