@@ -66,6 +66,7 @@ std::vector<uint8_t> make_weight(DType dt, int64_t rows, int64_t cols, uint32_t 
         if (dt == DType::kQ4_K || dt == DType::kQ5_K) std::memcpy(blk + 2, &d, 2);
         if (dt == DType::kQ6_K) std::memcpy(blk + 208, &d, 2);
         if (dt == DType::kQ3_K) std::memcpy(blk + 108, &d, 2);
+        if (dt == DType::kQ2_K) std::memcpy(blk + 80, &d, 2), std::memcpy(blk + 82, &d, 2);
       }
     }
   }
@@ -91,7 +92,7 @@ int main(int argc, char** argv) {
   int64_t cold_mib = 64;
   std::vector<int> variants = {0};
   bool read_baseline = false;
-  app.add_option("--dtypes", dtypes, "weight dtypes (f32 f16 bf16 q8_0 q4_0 q5_0 iq4_nl q3_k q4_k q5_k q6_k iq4_xs)");
+  app.add_option("--dtypes", dtypes, "weight dtypes (f32 f16 bf16 q8_0 q4_0 q5_0 iq4_nl q2_k q3_k q4_k q5_k q6_k iq4_xs)");
   app.add_option("--isa", isas, "ISA levels, interleaved per case (default: the active one)");
   app.add_option("--shapes", shapes, "qkv=1024x1024 up=3072x1024 down=1024x3072 lm_head=151936x1024");
   app.add_option("-n", ns, "token counts");
@@ -132,7 +133,7 @@ int main(int argc, char** argv) {
     DType dt;
     bool found = false;
     for (DType c : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ5_0, DType::kIQ4_NL,
-                    DType::kQ3_K, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kIQ4_XS})
+                    DType::kQ2_K, DType::kQ3_K, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kIQ4_XS})
       if (gb::dtype_name(c) == dname) dt = c, found = true;
     if (!found) {
       std::fprintf(stderr, "unknown dtype %s\n", dname.c_str());

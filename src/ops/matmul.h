@@ -59,7 +59,9 @@ struct Weight {
 //    kPackedKPanelMinTokens; at AVX-512 16 rows per vector in place from 4 tokens, Q4_K / Q5_K at
 //    every count, Q6_K up to 127).
 //  - IQ4_XS: the K-quants' numerics with isum = Σ_sub-block (ls − 32)·Σ level·x (ggml's
-//    iq4_xs · q8_K), no msum; its packed groups in place at every count (no panels).
+//    iq4_xs · q8_K), no msum; Q2_K: Q4_K's two terms over 16 sub-blocks of 16 (4-bit scales and
+//    mins, codes 0..3; ggml's q2_K · q8_K). Both read their packed groups in place at every
+//    count (no panels).
 // A token's result does not depend on n, on the other tokens or on the thread count (bitwise),
 // only on the ISA level (quantized types: not even on that). The exception: BF16 at
 // kAvx512Bf16 without packed weights (Weight::packed null: rows not a multiple of 16, odd cols),
@@ -104,12 +106,12 @@ void matmul_ref(const float* x, int64_t n, const Weight& w, float* y);
 // tests bound the difference). Q8_0 / Q4_0 / Q5_0 / IQ4_NL: activations rounded to Q8_0 as ggml does, exact integer
 // block dot products, Σ_b (d_w·d_x as f32)·isum_b (Q5_0 likewise, its codes − 16). K-quants: activations rounded to
 // Q8_K, per super-block the exact Σ_sub-block scale·Σ code·x (Q6_K codes - 32, Q3_K its signed codes) times (d_w·d_x as
-// f32), Q4_K / Q5_K minus (dmin_w·d_x as f32)·Σ_sub-block min·Σ x; IQ4_XS Σ_sub-block (ls − 32)·Σ level·x. For
+// f32), Q4_K / Q5_K / Q2_K minus (dmin_w·d_x as f32)·Σ_sub-block min·Σ x; IQ4_XS Σ_sub-block (ls − 32)·Σ level·x. For
 // other dtypes it is matmul_ref.
 void matmul_ref_quantized_acts(const float* x, int64_t n, const Weight& w, float* y);
 
 // out[cols] = row r of w as f32 (embedding lookup, tests). Every dtype of DType with a block
-// format (F32, F16, BF16, Q8_0 with or without mins, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS); zeros for
+// format (F32, F16, BF16, Q8_0 with or without mins, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS); zeros for
 // integer dtypes.
 void dequantize_row(const Weight& w, int64_t r, float* out);
 
