@@ -52,7 +52,7 @@ int run_score(const ScoreOptions& o) {
   if (glass->spec != nullptr && glass->spec->observe.enabled)
     return fail("--glassbox: score applies interventions only (observe with generate or dump)");
 
-  auto engine = scoring_engine(m);
+  auto engine = scoring_engine(m, static_cast<int64_t>(ids.size()));
   if (!engine.is_ok()) return fail(engine.message());
   auto result = score_tokens(**engine, ids, glass->spec, o.top);
   if (!result.is_ok()) return fail(result.message());

@@ -22,8 +22,9 @@ struct ScoredText {
   double perplexity() const;
 };
 
-// An engine for scoring on m: one sequence at a time, windows of the model's context.
-Result<std::unique_ptr<Engine>> scoring_engine(Model& m);
+// An engine for scoring n_tokens on m: one sequence at a time, windows of the model's context, or
+// shorter: the text's length, or the tokens the automatic KV cache (kAutoKvCacheMaxBytes) holds.
+Result<std::unique_ptr<Engine>> scoring_engine(Model& m, int64_t n_tokens);
 
 // Scores ids (at least 2 tokens) on the engine, under spec (null: the plain model); top: the
 // alternatives listed per token.

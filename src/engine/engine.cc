@@ -53,7 +53,7 @@ Result<std::unique_ptr<Engine>> Engine::create(Model* model, const EngineConfig&
     n_blocks = config.kv_cache_bytes / bytes_per_block;
   } else {
     const int64_t per_seq = (config.max_model_len + config.block_size - 1) / config.block_size;
-    n_blocks = std::min<int64_t>(per_seq * config.scheduler.max_num_seqs, (int64_t{4} << 30) / bytes_per_block);
+    n_blocks = std::min<int64_t>(per_seq * config.scheduler.max_num_seqs, kAutoKvCacheMaxBytes / bytes_per_block);
   }
   const int64_t min_blocks = (config.max_model_len + config.block_size - 1) / config.block_size;
   if (n_blocks < min_blocks) {

@@ -22,10 +22,14 @@
 
 namespace gb {
 
+// The KV cache when EngineConfig::kv_cache_bytes is 0: enough for max_num_seqs sequences of
+// max_model_len, at most this many bytes.
+inline constexpr int64_t kAutoKvCacheMaxBytes = int64_t{4} << 30;
+
 struct EngineConfig {
   SchedulerConfig scheduler;
   int32_t block_size = 16;
-  int64_t kv_cache_bytes = 0;  // 0: enough for max_num_seqs sequences of max_model_len
+  int64_t kv_cache_bytes = 0;  // 0: enough for max_num_seqs sequences of max_model_len (kAutoKvCacheMaxBytes at most)
   // K/V element type: f32, bf16 or f16 (half the KV memory and traffic; K/V rounded to nearest
   // even when stored). A hybrid model's linear-attention state stays f32.
   DType kv_cache_dtype = DType::kF32;

@@ -324,6 +324,26 @@ TEST(MakeModel, Q2_KMixLoadsAndTracksTheBf16File) {
   EXPECT_GT(c_bf16, 0.8);  // 2-bit codes: far from bf16, still correlated with it
 }
 
+// `glassbox score` on a model whose full context (Qwen3's 40960 positions, 28 layers) would take
+// more K/V than the automatic KV cache holds: it scores the text in a context as long as the
+// text, instead of refusing to build its engine.
+TEST(MakeModel, ScoreRunsOnAModelWhoseFullContextExceedsTheKvCache) {
+  const std::string cwd = test::temp_dir();
+  const std::string out = cwd + "/deep";
+  std::string log;
+  ASSERT_EQ(run_make_model(cwd, "--out '" + out + "' --layers 28 --hidden 256 --ffn 256 --types q8_0", &log), 0)
+      << log;
+  const std::string score_log = cwd + "/score_deep.txt";
+  const int rc = std::system(("'" GB_GLASSBOX_BIN "' score -m '" + out +
+                              "/gguf/model-q8_0.gguf' --text 'Hello world, this is a test' -t 1 > '" + score_log +
+                              "' 2>&1")
+                                 .c_str());
+  auto text = read_file(score_log);
+  ASSERT_TRUE(text.is_ok());
+  EXPECT_EQ(WEXITSTATUS(rc), 0) << *text;
+  EXPECT_NE(text->find("perplexity"), std::string::npos) << *text;
+}
+
 // Rows that are not whole super-blocks (hidden 384): llama.cpp's Q4_K_M falls back to Q5_0 there,
 // its Q5_K_M to Q5_1 (and Q6_K to Q8_0); Glassbox runs them on their own kernels and tracks the
 // bf16 file.
