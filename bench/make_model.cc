@@ -472,10 +472,10 @@ int main(int argc, char** argv) {
       // Q4_K to Q5_0, Q5_K to Q5_1, Q6_K to Q8_0, IQ4_XS to IQ4_NL, Q2_K to Q4_0.
       if (gb::dtype_info(tdt).block_elems == 256 && cols % 256 != 0) {
         tdt = tdt == gb::DType::kQ3_K || tdt == gb::DType::kQ2_K ? gb::DType::kQ4_0
-              : tdt == gb::DType::kQ4_K   ? gb::DType::kQ5_0
-              : tdt == gb::DType::kQ5_K   ? gb::DType::kQ5_1
-              : tdt == gb::DType::kIQ4_XS ? gb::DType::kIQ4_NL
-                                          : gb::DType::kQ8_0;
+              : tdt == gb::DType::kQ4_K                          ? gb::DType::kQ5_0
+              : tdt == gb::DType::kQ5_K                          ? gb::DType::kQ5_1
+              : tdt == gb::DType::kIQ4_XS                        ? gb::DType::kIQ4_NL
+                                                                 : gb::DType::kQ8_0;
         ++n_k_fallback;
       }
       const int64_t rb = gb::row_bytes(tdt, cols);

@@ -92,7 +92,8 @@ int main(int argc, char** argv) {
   int64_t cold_mib = 64;
   std::vector<int> variants = {0};
   bool read_baseline = false;
-  app.add_option("--dtypes", dtypes, "weight dtypes (f32 f16 bf16 q8_0 q4_0 q5_0 iq4_nl q2_k q3_k q4_k q5_k q6_k iq4_xs)");
+  app.add_option("--dtypes", dtypes,
+                 "weight dtypes (f32 f16 bf16 q8_0 q4_0 q5_0 iq4_nl q2_k q3_k q4_k q5_k q6_k iq4_xs)");
   app.add_option("--isa", isas, "ISA levels, interleaved per case (default: the active one)");
   app.add_option("--shapes", shapes, "qkv=1024x1024 up=3072x1024 down=1024x3072 lm_head=151936x1024");
   app.add_option("-n", ns, "token counts");

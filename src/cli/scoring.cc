@@ -17,7 +17,8 @@ Result<std::unique_ptr<Engine>> scoring_engine(Model& m, int64_t n_tokens) {
   // 40960 positions take 9.4 GB of f32 K/V at 0.6B): a text beyond that is scored in windows.
   const int64_t block_bytes = kv_block_bytes(m.config(), ec.block_size, ec.kv_cache_dtype);
   const int64_t fits = block_bytes > 0 ? kAutoKvCacheMaxBytes / block_bytes * ec.block_size : n_tokens;
-  ec.max_model_len = static_cast<int32_t>(std::max<int64_t>(2, std::min({int64_t{m.config().max_pos}, n_tokens, fits})));
+  ec.max_model_len =
+      static_cast<int32_t>(std::max<int64_t>(2, std::min({int64_t{m.config().max_pos}, n_tokens, fits})));
   return Engine::create(&m, ec);
 }
 

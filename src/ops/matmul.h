@@ -111,8 +111,8 @@ void matmul_ref(const float* x, int64_t n, const Weight& w, float* y);
 void matmul_ref_quantized_acts(const float* x, int64_t n, const Weight& w, float* y);
 
 // out[cols] = row r of w as f32 (embedding lookup, tests). Every dtype of DType with a block
-// format (F32, F16, BF16, Q8_0 with or without mins, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS); zeros for
-// integer dtypes.
+// format (F32, F16, BF16, Q8_0 with or without mins, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K,
+// IQ4_XS); zeros for integer dtypes.
 void dequantize_row(const Weight& w, int64_t r, float* out);
 
 // Activation rounding of matmul for K-quant weights (ggml's quantize_row_q8_K_ref, what its

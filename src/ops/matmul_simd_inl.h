@@ -1221,7 +1221,6 @@ inline __m256i k_codes(const uint8_t* blk, int k) {
   }
 }
 
-
 // One row's super-block b against T tokens from t0, in place: lanes whose sum is isum (in[t])
 // and, for Q4_K / Q5_K, lanes whose sum is msum (mn[t]).
 template <DType D, int T>
@@ -1326,7 +1325,8 @@ inline void row1_k(const KernelArgs& a, int64_t t0, int64_t r) {
     k_row_lanes<D, T>(a, blk, t0, b, in, mn);
     for (int t = 0; t < T; ++t) {
       const float dx = a.kd[(t0 + t) * nb + b];
-      acc[t] = __builtin_fmaf(load_f16_scalar(blk + kquant_d_offset(D)) * dx, static_cast<float>(hsum_i32(in[t])), acc[t]);
+      acc[t] =
+          __builtin_fmaf(load_f16_scalar(blk + kquant_d_offset(D)) * dx, static_cast<float>(hsum_i32(in[t])), acc[t]);
       if constexpr (kquant_min_term(D))
         acc[t] = __builtin_fmaf(-(load_f16_scalar(blk + kquant_dmin_offset(D)) * dx),
                                 static_cast<float>(hsum_i32(mn[t])), acc[t]);
@@ -2220,8 +2220,8 @@ inline void rows8_packed_q2k(const KernelArgs& a, int64_t t0, int64_t r0) {
         }
 #pragma GCC unroll 4
         for (int j = 0; j < 4; ++j) {
-          const __m256i sc = kscale_operand(_mm256_and_si256(scales8_u8(blk + 32 + 8 * (8 * h + 2 * j + k)),
-                                                             _mm256_set1_epi32(0x0f)));
+          const __m256i sc =
+              kscale_operand(_mm256_and_si256(scales8_u8(blk + 32 + 8 * (8 * h + 2 * j + k)), _mm256_set1_epi32(0x0f)));
 #pragma GCC unroll 8
           for (int t = 0; t < T; ++t) isum[t] = kscale(isum[t], s4[t][j], sc);
         }
@@ -2231,11 +2231,10 @@ inline void rows8_packed_q2k(const KernelArgs& a, int64_t t0, int64_t r0) {
     alignas(32) uint8_t mnb[128];
 #pragma GCC unroll 4
     for (int v = 0; v < 4; ++v)
-      _mm256_store_si256(reinterpret_cast<__m256i*>(mnb + 32 * v),
-                         _mm256_and_si256(_mm256_srli_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(
-                                                                blk + 32 + 32 * v)),
-                                                            4),
-                                          m0f));
+      _mm256_store_si256(
+          reinterpret_cast<__m256i*>(mnb + 32 * v),
+          _mm256_and_si256(
+              _mm256_srli_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32 + 32 * v)), 4), m0f));
     const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk)));
     const __m256 dm = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 16)));
 #pragma GCC unroll 8
@@ -2367,7 +2366,8 @@ inline void rows16_packed_iq4xs_zmm(const KernelArgs& a, int64_t t0, int64_t r0)
       }
       for (int t = 0; t < T; ++t) {
         const int32_t xs = a.kb32[(t0 + t) * (cols / 32) + b * 8 + s];
-        isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(_mm512_sub_epi32(dot[t], _mm512_set1_epi32(128 * xs)), sc));
+        isum[t] =
+            _mm512_add_epi32(isum[t], _mm512_mullo_epi32(_mm512_sub_epi32(dot[t], _mm512_set1_epi32(128 * xs)), sc));
       }
     }
     for (int t = 0; t < T; ++t) {

@@ -331,13 +331,12 @@ TEST(MakeModel, ScoreRunsOnAModelWhoseFullContextExceedsTheKvCache) {
   const std::string cwd = test::temp_dir();
   const std::string out = cwd + "/deep";
   std::string log;
-  ASSERT_EQ(run_make_model(cwd, "--out '" + out + "' --layers 28 --hidden 256 --ffn 256 --types q8_0", &log), 0)
-      << log;
+  ASSERT_EQ(run_make_model(cwd, "--out '" + out + "' --layers 28 --hidden 256 --ffn 256 --types q8_0", &log), 0) << log;
   const std::string score_log = cwd + "/score_deep.txt";
-  const int rc = std::system(("'" GB_GLASSBOX_BIN "' score -m '" + out +
-                              "/gguf/model-q8_0.gguf' --text 'Hello world, this is a test' -t 1 > '" + score_log +
-                              "' 2>&1")
-                                 .c_str());
+  const int rc =
+      std::system(("'" GB_GLASSBOX_BIN "' score -m '" + out +
+                   "/gguf/model-q8_0.gguf' --text 'Hello world, this is a test' -t 1 > '" + score_log + "' 2>&1")
+                      .c_str());
   auto text = read_file(score_log);
   ASSERT_TRUE(text.is_ok());
   EXPECT_EQ(WEXITSTATUS(rc), 0) << *text;

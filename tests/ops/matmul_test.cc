@@ -1028,11 +1028,11 @@ TEST(MatmulIQ4_XS, NativeKernelsMultiplyAsGgmlsDotProduct) {
 
 TEST(DequantizeRow, Q2_K) {
   uint8_t b[84] = {};
-  put16(b + 80, 0x4000);  // d = 2
-  put16(b + 82, 0x3800);  // dmin = 0.5
-  b[0] = 0x35;            // sub-block 0 (elements 0..15): scale 5, min 3
-  b[9] = 0xf1;            // sub-block 9 (elements 144..159): scale 1, min 15
-  b[16] = 0b11'10'01'11;  // byte 0: element 0 code 3, element 32 code 1, 64 code 2, 96 code 3
+  put16(b + 80, 0x4000);            // d = 2
+  put16(b + 82, 0x3800);            // dmin = 0.5
+  b[0] = 0x35;                      // sub-block 0 (elements 0..15): scale 5, min 3
+  b[9] = 0xf1;                      // sub-block 9 (elements 144..159): scale 1, min 15
+  b[16] = 0b11'10'01'11;            // byte 0: element 0 code 3, element 32 code 1, 64 code 2, 96 code 3
   b[16 + 32 + 16] = 0b00'00'10'00;  // byte 48: element 128 + 16 + 32 = 176 code 2 (sub-block 11)
   b[16 + 32 + 17] = 0b00'00'00'11;  // byte 49: element 145 code 3 (sub-block 9)
   std::vector<float> out(256);
