@@ -95,7 +95,9 @@ int main(int argc, char** argv) {
   app.add_option("--dtypes", dtypes,
                  "weight dtypes (f32 f16 bf16 q8_0 q4_0 q5_0 iq4_nl q2_k q3_k q4_k q5_k q6_k iq4_xs)");
   app.add_option("--isa", isas, "ISA levels, interleaved per case (default: the active one)");
-  app.add_option("--shapes", shapes, "qkv=1024x1024 up=3072x1024 down=1024x3072 lm_head=151936x1024");
+  app.add_option("--shapes", shapes,
+                 "qkv=1024x1024 up=3072x1024 down=1024x3072 lm_head=151936x1024 l2=256x1024 (with --cold-mib 0 "
+                 "it stays in L2: the kernel's compute rate)");
   app.add_option("-n", ns, "token counts");
   app.add_option("--threads", threads, "thread counts");
   app.add_option("--min-seconds", min_seconds, "time per case and ISA at least");
@@ -114,7 +116,8 @@ int main(int argc, char** argv) {
                "GB/s as a fraction of it");
   CLI11_PARSE(app, argc, argv);
 
-  const Shape all_shapes[] = {{"qkv", 1024, 1024}, {"up", 3072, 1024}, {"down", 1024, 3072}, {"lm_head", 151936, 1024}};
+  const Shape all_shapes[] = {
+      {"qkv", 1024, 1024}, {"up", 3072, 1024}, {"down", 1024, 3072}, {"lm_head", 151936, 1024}, {"l2", 256, 1024}};
   std::vector<Isa> isa_list;
   for (const auto& s : isas) {
     Isa isa;

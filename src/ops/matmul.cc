@@ -900,16 +900,22 @@ KernelArgs weight_args(const KernelSet& k, const float* x, int64_t n, const Weig
 }
 
 // Which rounding of the activations a dtype's kernels read (one scratch buffer each).
-// kQ8_0Wide: kQ8_0 plus the codes widened to int16 (KernelSet::wide_signed_panels).
-enum class ActForm { kF32, kBf16, kBf16Pairs, kQ8_0, kQ8_0Wide, kQ8_K };
+// kQ8_0Wide / kQ8_KWide: kQ8_0 / kQ8_K plus the codes widened to int16 (KernelSet::wide_signed_panels).
+enum class ActForm { kF32, kBf16, kBf16Pairs, kQ8_0, kQ8_0Wide, kQ8_K, kQ8_KWide, kCount };
 
 ActForm act_form(const KernelSet& k, DType d, int64_t n) {
   if (d == DType::kBF16)
     return k.round_bf16 != nullptr ? ActForm::kBf16 : k.bf16_group > 0 ? ActForm::kBf16Pairs : ActForm::kF32;
   if (is_quantized_q8_path(d))
     return k.wide_signed_panels && has_signed_codes(d) && n >= kPanelMinTokens ? ActForm::kQ8_0Wide : ActForm::kQ8_0;
-  if (is_kquant(d) && (g_kernel_variant & 4) == 0) return ActForm::kQ8_K;
+  if (is_kquant(d) && (g_kernel_variant & 4) == 0)
+    return k.wide_signed_panels && d == DType::kIQ4_XS && n >= kPanelMinTokens ? ActForm::kQ8_KWide : ActForm::kQ8_K;
   return ActForm::kF32;
+}
+
+// One token's int8 codes [cols] -> KernelArgs::xw's pairs of that token (wide_x_offset).
+void widen_codes(const int8_t* q, int64_t cols, int16_t* dst) {
+  for (int64_t i = 0; i < cols / 2; ++i) dst[8 * i] = q[2 * i], dst[8 * i + 1] = q[2 * i + 1];
 }
 
 // Rounds a->x as a's dtype needs into the calling thread's scratch for that form (workers only
@@ -918,10 +924,14 @@ void round_activations(ThreadPool& pool, const KernelSet& k, KernelArgs* a) {
   const float* x = a->x;
   const int64_t n = a->n, cols = a->cols;
   const ActForm form = act_form(k, a->dtype, n);
+  // A buffer per form: one call may round x in two forms (a q/k/v of IQ4_XS and Q5_K on AVX2),
+  // and the second must neither overwrite nor reallocate what the first's kernels will read.
+  thread_local Scratch by_form[static_cast<int>(ActForm::kCount)];
+  Scratch& scratch = by_form[static_cast<int>(form)];
   switch (form) {
-    case ActForm::kF32: return;
+    case ActForm::kF32:
+    case ActForm::kCount: return;
     case ActForm::kBf16: {
-      thread_local Scratch scratch;
       const int64_t xs = bf16_x_stride(cols);
       uint16_t* xb = reinterpret_cast<uint16_t*>(scratch.get(static_cast<size_t>(n * xs * 2)));
       for_token_ranges(pool, n, cols, [&](int64_t t0, int64_t t1) {
@@ -934,7 +944,6 @@ void round_activations(ThreadPool& pool, const KernelSet& k, KernelArgs* a) {
       return;
     }
     case ActForm::kBf16Pairs: {
-      thread_local Scratch scratch;
       float* xp = reinterpret_cast<float*>(scratch.get(static_cast<size_t>(n * cols * 4)));
       const int64_t g = k.bf16_group, full = cols / g * g;
       for (int64_t t = 0; t < n; ++t) {
@@ -953,7 +962,6 @@ void round_activations(ThreadPool& pool, const KernelSet& k, KernelArgs* a) {
     }
     case ActForm::kQ8_0:
     case ActForm::kQ8_0Wide: {
-      thread_local Scratch scratch;
       const int64_t nb = cols / kQBlock;
       const bool wide = form == ActForm::kQ8_0Wide;
       // [n·nb] f32 d | [n·nb] i32 block sums | [n·nb] f32 d · sum | [n·cols] i8 q | wide: i16 q.
@@ -968,11 +976,7 @@ void round_activations(ThreadPool& pool, const KernelSet& k, KernelArgs* a) {
         for (int64_t t = t0; t < t1; ++t) {
           k.quantize(x + t * cols, cols, xd + t * nb, xq + t * cols, xs + t * nb);
           for (int64_t b = t * nb; b < (t + 1) * nb; ++b) xsd[b] = xd[b] * static_cast<float>(xs[b]);
-          if (wide) {
-            int16_t* dst = xw + wide_x_offset(t, 0, cols);
-            const int8_t* src = xq + t * cols;
-            for (int64_t i = 0; i < cols / 2; ++i) dst[8 * i] = src[2 * i], dst[8 * i + 1] = src[2 * i + 1];
-          }
+          if (wide) widen_codes(xq + t * cols, cols, xw + wide_x_offset(t, 0, cols));
         }
       });
       a->xd = xd;
@@ -982,23 +986,29 @@ void round_activations(ThreadPool& pool, const KernelSet& k, KernelArgs* a) {
       a->xw = xw;
       return;
     }
-    case ActForm::kQ8_K: {
-      thread_local Scratch scratch;
+    case ActForm::kQ8_K:
+    case ActForm::kQ8_KWide: {
       const int64_t nb = cols / kKBlock;
-      // [n·nb] f32 d | [n·cols/32] i32 | [n·cols/16] i16 | [n·cols] i8.
-      uint8_t* buf = scratch.get(static_cast<size_t>(n * nb * 4 + n * cols / 8 + n * cols / 8 + n * cols));
+      const bool wide = form == ActForm::kQ8_KWide;
+      // [n·nb] f32 d | [n·cols/32] i32 | [n·cols/16] i16 | [n·cols] i8 | wide: i16 q.
+      const int64_t wide_bytes = wide ? (n + 3) / 4 * 4 * cols * 2 : 0;
+      uint8_t* buf = scratch.get(static_cast<size_t>(n * nb * 4 + n * cols / 8 + n * cols / 8 + n * cols + wide_bytes));
       float* kd = reinterpret_cast<float*>(buf);
       int32_t* kb32 = reinterpret_cast<int32_t*>(buf + n * nb * 4);
       int16_t* kb = reinterpret_cast<int16_t*>(buf + n * nb * 4 + n * cols / 8);
       int8_t* kq = reinterpret_cast<int8_t*>(buf + n * nb * 4 + n * cols / 4);
+      int16_t* xw = wide ? reinterpret_cast<int16_t*>(buf + n * nb * 4 + n * cols / 4 + n * cols) : nullptr;
       for_token_ranges(pool, n, cols, [&](int64_t t0, int64_t t1) {
-        for (int64_t t = t0; t < t1; ++t)
+        for (int64_t t = t0; t < t1; ++t) {
           k.quantize_k(x + t * cols, cols, kd + t * nb, kq + t * cols, kb + t * cols / 16, kb32 + t * cols / 32);
+          if (wide) widen_codes(kq + t * cols, cols, xw + wide_x_offset(t, 0, cols));
+        }
       });
       a->kd = kd;
       a->kq = kq;
       a->kb = kb;
       a->kb32 = kb32;
+      a->xw = xw;
       return;
     }
   }
@@ -1073,7 +1083,8 @@ void matmul_multi(ThreadPool& pool, const float* x, int64_t n, std::initializer_
       continue;
     }
     // Quantized weights (and BF16 with bf16 activations) repack into panels from kPanelMinTokens on.
-    if (n >= kPanelMinTokens && (is_quantized_q8_path(w.dtype) || has_k_panels(w.dtype) || a.xb != nullptr)) {
+    if (n >= kPanelMinTokens &&
+        (is_quantized_q8_path(w.dtype) || has_k_panels(w.dtype) || a.xb != nullptr || a.xw != nullptr)) {
       panels = true;
       pan_bytes = std::max(pan_bytes, static_cast<size_t>(panel_scratch_bytes(w.dtype, w.cols)));
     }

@@ -40,8 +40,8 @@ inline constexpr int64_t kquant_dmin_offset(DType t) { return t == DType::kQ2_K 
 inline constexpr int64_t kquant_d_offset(DType t) {
   return t == DType::kQ6_K ? 208 : t == DType::kQ3_K ? 108 : t == DType::kQ2_K ? 80 : 0;
 }
-// The K-quants whose prefill builds 8-row panels (IQ4_XS and Q2_K read their packed groups at
-// every count).
+// The K-quants whose prefill builds 8-row panels of pack_panel_k's layout (Q2_K reads its packed
+// groups at every count; IQ4_XS too, except for AVX2's wide panels).
 inline constexpr bool has_k_panels(DType t) { return is_kquant(t) && t != DType::kIQ4_XS && t != DType::kQ2_K; }
 
 // One matmul call as the kernels see it: compute y[t, r] for every token t < n and a range of
@@ -58,8 +58,8 @@ struct KernelArgs {
   const int32_t* xs = nullptr;     // [n, cols/32] the sum of each block's 32 codes: the correction for
                                    // weights stored unsigned (Q4_0 nibbles, Q8_0 codes + 128)
   const float* xsd = nullptr;      // [n, cols/32] xd · f32(xs): each block's activation sum (the offsets' term)
-  const int16_t* xw = nullptr;     // xq widened to int16 in groups of 4 tokens (wide_x_offset), where
-                                   // KernelSet::wide_signed_panels and n ≥ kPanelMinTokens, else null
+  const int16_t* xw = nullptr;     // xq (IQ4_XS: kq) widened to int16 in groups of 4 tokens (wide_x_offset),
+                                   // where KernelSet::wide_signed_panels and n ≥ kPanelMinTokens, else null
   const uint16_t* mins = nullptr;  // Q4_1 / Q5_1: Weight::mins (f16, mins_index order), else null
   int64_t n = 0;
   const uint8_t* w = nullptr;  // [rows, w_stride bytes] weights in `dtype`, row-major or `packed`
@@ -91,9 +91,12 @@ inline constexpr int64_t kDecodeShapedTokens = 4;
 // in place 1.7–1.8× the panels at 16 tokens, 1.3–1.4× at 32, equal at 64).
 inline constexpr int64_t kPackedKPanelMinTokens = 64;
 inline constexpr int64_t kPanelBlock = 8 * 32 + 8 * 4;  // Q8_0 / Q4_0: codes, f32 scales
-// Q8_0 / IQ4_NL where KernelSet::wide_signed_panels: the codes as int16 (16 vectors of 2 codes
-// × 8 rows), f32 scales.
-inline constexpr int64_t kPanelBlockWide = 8 * 64 + 8 * 4;
+// Where KernelSet::wide_signed_panels, the wide panels of a block of `block_cols` columns: its
+// weights as int16 (block_cols / 2 vectors of 2 × 8 rows), then the 8 rows' f32 scales. Q8_0 /
+// IQ4_NL: the codes per block of 32; IQ4_XS: per super-block, each level times its sub-block's
+// scale.
+inline constexpr int64_t wide_panel_block_bytes(int64_t block_cols) { return block_cols / 2 * 32 + 8 * 4; }
+inline constexpr int64_t kPanelBlockWide = wide_panel_block_bytes(32);
 inline constexpr bool has_signed_codes(DType d) { return d == DType::kQ8_0 || d == DType::kIQ4_NL; }
 // KernelArgs::xw: codes 2i, 2i + 1 of token t at this int16 offset, so that a 4-token tile's pairs
 // lie side by side (ceil(n / 4) · 4 · cols elements).
@@ -114,6 +117,7 @@ inline constexpr int64_t panel_scratch_bytes(DType d, int64_t cols) {
   if (d == DType::kBF16) return kPackRows * ((cols + 1) / 2) * 4;  // 16-row panels of column pairs
   // The wide panels, then one panel of bytes to widen from.
   if (has_signed_codes(d)) return (kPackRows / 8 * kPanelBlockWide + kPanelBlock) * (cols / kQBlock);
+  if (d == DType::kIQ4_XS) return kPackRows / 8 * (cols / kKBlock) * wide_panel_block_bytes(kKBlock);
   return kPackRows / 8 * (cols / (is_kquant(d) ? kKBlock : kQBlock)) * panel_block_bytes(d);
 }
 
@@ -267,8 +271,9 @@ struct KernelSet {
   DequantKernel dequant_k;
   QuantizeKKernel quantize_k;
   MinsKernel add_mins;
-  // Q8_0 / IQ4_NL panels (from kPanelMinTokens tokens) multiply int16 codes with vpmaddwd and
-  // read KernelArgs::xw: AVX2, where the int8 route needs a vpsignb per maddubs (see panel_tile_wide).
+  // Q8_0 / IQ4_NL / IQ4_XS panels (from kPanelMinTokens tokens) multiply int16 weights with
+  // vpmaddwd and read KernelArgs::xw: AVX2, where the int8 route needs a vpsignb per maddubs (see
+  // panel_tile_wide).
   bool wide_signed_panels;
 };
 

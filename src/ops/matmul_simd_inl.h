@@ -603,30 +603,37 @@ inline void rows_packed(const KernelArgs& a, int64_t r0, int64_t r1, uint8_t* sc
 // of 8 rows) and stay in L2; the activations are widened once per call (KernelArgs::xw).
 // Block layout: vector h = 0..15 at byte 32·h holds row j's codes 2h, 2h+1 as int16 at bytes
 // 4j..4j+3; the 8 rows' scales as f32 at byte 512.
-inline void widen_panel(const uint8_t* in, int64_t nb, uint8_t* out) {
+// A group vector (row j's 4 signed codes at bytes 4j..4j+3) as two wide vectors: *first holds
+// each row's first pair as int16 (row j at 4j), *second its second pair.
+inline void widen_group(__m256i v, __m256i* first, __m256i* second) {
+  // Rows 0..3 (lo) and 4..7 (hi) as int16, each 32-bit lane one pair; then the first pairs of
+  // rows 0..3 in the low half, the second pairs in the high half.
   const __m256i pairs_by_row = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
+  const __m256i lo = _mm256_permutevar8x32_epi32(_mm256_cvtepi8_epi16(_mm256_castsi256_si128(v)), pairs_by_row);
+  const __m256i hi = _mm256_permutevar8x32_epi32(_mm256_cvtepi8_epi16(_mm256_extracti128_si256(v, 1)), pairs_by_row);
+  *first = _mm256_permute2x128_si256(lo, hi, 0x20);
+  *second = _mm256_permute2x128_si256(lo, hi, 0x31);
+}
+
+inline void widen_panel(const uint8_t* in, int64_t nb, uint8_t* out) {
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* p = in + b * kPanelBlock;
     uint8_t* o = out + b * kPanelBlockWide;
     for (int g = 0; g < 8; ++g) {
-      // Codes 4g..4g+3 of rows 0..3 (lo) and 4..7 (hi) as int16, each 32-bit lane one pair; then
-      // the first pairs of rows 0..3 in the low half, the second pairs in the high half.
-      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32 * g));
-      const __m256i lo = _mm256_permutevar8x32_epi32(_mm256_cvtepi8_epi16(_mm256_castsi256_si128(v)), pairs_by_row);
-      const __m256i hi =
-          _mm256_permutevar8x32_epi32(_mm256_cvtepi8_epi16(_mm256_extracti128_si256(v, 1)), pairs_by_row);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 64 * g), _mm256_permute2x128_si256(lo, hi, 0x20));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 64 * g + 32), _mm256_permute2x128_si256(lo, hi, 0x31));
+      __m256i first, second;
+      widen_group(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32 * g)), &first, &second);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 64 * g), first);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 64 * g + 32), second);
     }
     __builtin_memcpy(o + 512, p + 256, 32);
   }
 }
 
 // One block's integer sums of a T-token × P-panel tile over wide panels (pb: the block of the
-// first panel, xb: the tile's first token's pairs of the block): is[t][p] = Σ_h madd(vector h of
-// panel p, token t's pair h broadcast).
+// first panel, xb: the tile's first token's pairs of the block, n_h: the block's pairs): is[t][p]
+// = Σ_h madd(vector h of panel p, token t's pair h broadcast).
 template <int T, int P>
-inline void wide_sums(const uint8_t* pb, int64_t pan_stride, const int16_t* xb, __m256i (&is)[T][P]) {
+inline void wide_sums(const uint8_t* pb, int64_t pan_stride, const int16_t* xb, int64_t n_h, __m256i (&is)[T][P]) {
   if constexpr (T == 4 && P == 2) {
     // The main tile in assembly: 8 sums, 2 weight vectors, a broadcast and a product in 12 of
     // the 16 YMM registers. Written with intrinsics, GCC 12 adds each product into a fresh
@@ -636,7 +643,7 @@ inline void wide_sums(const uint8_t* pb, int64_t pan_stride, const int16_t* xb, 
             w0, w1, x, prod;
     const uint8_t* w = pb;
     const int16_t* xh = xb;
-    int64_t h = 16;
+    int64_t h = n_h;
     __asm__(
         "1:\n\t"
         "vmovdqu (%[w]), %[w0]\n\t"
@@ -675,7 +682,7 @@ inline void wide_sums(const uint8_t* pb, int64_t pan_stride, const int16_t* xb, 
   } else {  // the edges: fewer than 4 tokens or one panel
     for (int t = 0; t < T; ++t)
       for (int p = 0; p < P; ++p) is[t][p] = _mm256_setzero_si256();
-    for (int h = 0; h < 16; ++h) {
+    for (int64_t h = 0; h < n_h; ++h) {
       __m256i wv[P];
       for (int p = 0; p < P; ++p)
         wv[p] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pb + p * pan_stride + 32 * h));
@@ -689,11 +696,14 @@ inline void wide_sums(const uint8_t* pb, int64_t pan_stride, const int16_t* xb, 
   }
 }
 
-// panel_tile over wide panels.
-template <int T, int P>
+// panel_tile over wide panels of blocks of kBlock columns: Q8_0 / IQ4_NL (32, the activations'
+// Q8_0 scales xd) or IQ4_XS (256, their Q8_K scales kd).
+template <int64_t kBlock, int T, int P>
 inline void panel_tile_wide(const KernelArgs& a, const uint8_t* pan, int64_t pan_stride, int64_t t0, int64_t r0,
                             int64_t valid) {
-  const int64_t cols = a.cols, nb = cols / kQBlock;
+  constexpr int64_t kBytes = wide_panel_block_bytes(kBlock), kScales = kBytes - 32;
+  const int64_t cols = a.cols, nb = cols / kBlock;
+  const float* xd = kBlock == kQBlock ? a.xd : a.kd;
   // The f32 sums live in y (or, for a tile past the last row, in tmp) between blocks, leaving the
   // 16 YMM registers to the 8 integer sums, 2 weight vectors and the broadcast.
   alignas(32) float tmp[T][8 * P];
@@ -701,13 +711,13 @@ inline void panel_tile_wide(const KernelArgs& a, const uint8_t* pan, int64_t pan
   float* out = whole ? a.y + t0 * a.y_stride + r0 : &tmp[0][0];
   const int64_t out_stride = whole ? a.y_stride : 8 * P;
   for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* pb = pan + b * kPanelBlockWide;
+    const uint8_t* pb = pan + b * kBytes;
     __m256i is[T][P];
-    wide_sums<T, P>(pb, pan_stride, a.xw + wide_x_offset(t0, b * kQBlock / 2, cols), is);
+    wide_sums<T, P>(pb, pan_stride, a.xw + wide_x_offset(t0, b * kBlock / 2, cols), kBlock / 2, is);
     for (int t = 0; t < T; ++t) {
-      const __m256 dx = _mm256_set1_ps(a.xd[(t0 + t) * nb + b]);
+      const __m256 dx = _mm256_set1_ps(xd[(t0 + t) * nb + b]);
       for (int p = 0; p < P; ++p) {
-        const __m256 dw = _mm256_loadu_ps(reinterpret_cast<const float*>(pb + p * pan_stride + 512));
+        const __m256 dw = _mm256_loadu_ps(reinterpret_cast<const float*>(pb + p * pan_stride + kScales));
         float* o = out + t * out_stride + 8 * p;
         const __m256 prev = b == 0 ? _mm256_setzero_ps() : _mm256_loadu_ps(o);
         _mm256_storeu_ps(o, _mm256_fmadd_ps(_mm256_mul_ps(dw, dx), _mm256_cvtepi32_ps(is[t][p]), prev));
@@ -734,7 +744,7 @@ inline void rows_q_panels(const KernelArgs& a, int64_t r0, int64_t r1, uint8_t* 
           widen_panel(bytes, nb, out);
         },
         [&]<int T, int P>(TokTile<T>, TokTile<P>, const uint8_t* pan, int64_t t, int64_t r, int64_t valid) {
-          panel_tile_wide<T, P>(a, pan, pan_stride, t, r, valid);
+          panel_tile_wide<kQBlock, T, P>(a, pan, pan_stride, t, r, valid);
         });
   } else {
     const int64_t pan_stride = nb * kPanelBlock;
@@ -2099,6 +2109,15 @@ inline void rows16_k(const KernelArgs& a, int64_t r0, int64_t r1) {
 // sub-block's 128·Σx taken off before its scale; AVX2: maddubs of |level| and x with the level's
 // sign (≤ 2·127² per pair), then madd by (scale, scale). Both are rows_k's exact isum, so the same
 // bits.
+// Sub-block s's scales (ls − 32) of a packed IQ4_XS group's 8 rows, one int32 lane per row (sh:
+// the rows' scales_h words widened to dwords, sl: their scales_l dwords).
+inline __m256i iq4xs_scales8(__m256i sh, __m256i sl, int s) {
+  return _mm256_sub_epi32(
+      _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(sl, 4 * s), _mm256_set1_epi32(0xf)),
+                      _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(sh, 2 * s), _mm256_set1_epi32(3)), 4)),
+      _mm256_set1_epi32(32));
+}
+
 template <int T>
 inline void rows8_packed_iq4xs(const KernelArgs& a, int64_t t0, int64_t r0) {
   constexpr int64_t kGB = 8 * k_block_bytes(DType::kIQ4_XS);
@@ -2121,11 +2140,7 @@ inline void rows8_packed_iq4xs(const KernelArgs& a, int64_t t0, int64_t r0) {
     for (int t = 0; t < T; ++t) isum[t] = _mm256_setzero_si256();
 #pragma GCC unroll 8
     for (int s = 0; s < 8; ++s) {
-      const __m256i sc = _mm256_sub_epi32(
-          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(sl, 4 * s), _mm256_set1_epi32(0xf)),
-                          _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(sh, 2 * s), _mm256_set1_epi32(3)), 4)),
-          _mm256_set1_epi32(32));
-      const __m256i sop = kscale_operand(sc);
+      const __m256i sop = kscale_operand(iq4xs_scales8(sh, sl, s));
       __m256i dot[T];
 #pragma GCC unroll 8
       for (int t = 0; t < T; ++t) dot[t] = _mm256_setzero_si256();
@@ -2162,6 +2177,45 @@ inline void rows8_packed_iq4xs(const KernelArgs& a, int64_t t0, int64_t r0) {
   }
 #pragma GCC unroll 8
   for (int t = 0; t < T; ++t) _mm256_storeu_ps(a.y + (t0 + t) * a.y_stride + r0, acc[t]);
+}
+
+// AVX2 prefill of packed IQ4_XS: wide panels (wide_panel_block_bytes(256) per super-block of a
+// group of 8 rows), each level times its sub-block's scale as int16 (|level·scale| ≤ 127·32), so
+// that one vpmaddwd per 16 products against the widened Q8_K codes needs no per-sub-block
+// scaling and no vpsignb: Σ_s sc_s·Σ level·x = Σ_i (sc·level)_i·x_i, the same exact int32 (a
+// pair ≤ 2·4064·127, a super-block < 2^28), so the same bits as rows8_packed_iq4xs.
+inline void pack_panel_iq4xs_wide(const KernelArgs& a, int64_t r0, uint8_t* out) {
+  constexpr int64_t kGB = 8 * k_block_bytes(DType::kIQ4_XS), kBytes = wide_panel_block_bytes(kKBlock);
+  const int64_t nb = a.cols / kKBlock;
+  const uint8_t* w = a.w + r0 * a.w_stride;
+  const NextRowsPrefetch pf(a, r0, 8, nb);
+  const __m256i m4 = _mm256_set1_epi8(0x0f), lv = iq4nl_levels();
+  for (int64_t b = 0; b < nb; ++b) {
+    pf.step<kGB>(w, b);
+    const uint8_t* blk = w + b * kGB;
+    uint8_t* o = out + b * kBytes;
+    const __m256i sh = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 16)));
+    const __m256i sl = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32));
+    for (int s = 0; s < 8; ++s) {
+      const __m256i sc = iq4xs_scales8(sh, sl, s);
+      const __m256i pairs = _mm256_blend_epi16(sc, _mm256_slli_epi32(sc, 16), 0xaa);  // (sc, sc) per row
+      for (int u = 0; u < 4; ++u) {
+        // Low nibbles: elements 32s + 4u .. + 3 (pairs 16s + 2u, + 1); high: those + 16 (pairs + 8).
+        const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 64 + 32 * (4 * s + u)));
+        const __m256i codes[2] = {_mm256_shuffle_epi8(lv, _mm256_and_si256(raw, m4)),
+                                  _mm256_shuffle_epi8(lv, _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4))};
+        for (int k = 0; k < 2; ++k) {
+          __m256i first, second;
+          widen_group(codes[k], &first, &second);
+          uint8_t* v = o + 32 * (16 * s + 8 * k + 2 * u);
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(v), _mm256_mullo_epi16(first, pairs));
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(v + 32), _mm256_mullo_epi16(second, pairs));
+        }
+      }
+    }
+    _mm256_storeu_ps(reinterpret_cast<float*>(o + kBytes - 32),
+                     _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk))));
+  }
 }
 
 template <DType D>
@@ -2384,8 +2438,18 @@ inline void rows16_packed_iq4xs_zmm(const KernelArgs& a, int64_t t0, int64_t r0)
 // several tokens cache-blocked as the float kernels are (a chunk of tokens' codes in L2, swept by
 // 16 rows at a time). Rows not in whole groups of 8 (not packed): in place, row by row.
 template <DType D>
-inline void rows_k_in_groups(const KernelArgs& a, int64_t r0, int64_t r1) {
+inline void rows_k_in_groups(const KernelArgs& a, int64_t r0, int64_t r1, uint8_t* scratch) {
   if (!a.packed) return rows_k_small<D>(a, r0, r1);
+  if constexpr (D == DType::kIQ4_XS) {
+    if (a.xw != nullptr && scratch != nullptr) {  // AVX2 from kPanelMinTokens tokens: wide panels
+      const int64_t pan_stride = a.cols / kKBlock * wide_panel_block_bytes(kKBlock);
+      return rows_packed<kPanelTokens, 2>(
+          a, r0, r1, scratch, pan_stride, [&](int64_t r, int64_t, uint8_t* out) { pack_panel_iq4xs_wide(a, r, out); },
+          [&]<int T, int P>(TokTile<T>, TokTile<P>, const uint8_t* pan, int64_t t, int64_t r, int64_t valid) {
+            panel_tile_wide<kKBlock, T, P>(a, pan, pan_stride, t, r, valid);
+          });
+    }
+  }
   const auto tile8 = [&]<int T>(TokTile<T>, int64_t t, int64_t r) {
     if constexpr (D == DType::kIQ4_XS) rows8_packed_iq4xs<T>(a, t, r);
     else rows8_packed_q2k<T>(a, t, r);
@@ -2442,8 +2506,8 @@ inline void rows_any(const KernelArgs& a, int64_t r0, int64_t r1, uint8_t* scrat
     case DType::kQ4_K: rows_kquant<DType::kQ4_K>(a, r0, r1, scratch); return;
     case DType::kQ5_K: rows_kquant<DType::kQ5_K>(a, r0, r1, scratch); return;
     case DType::kQ6_K: rows_kquant<DType::kQ6_K>(a, r0, r1, scratch); return;
-    case DType::kIQ4_XS: rows_k_in_groups<DType::kIQ4_XS>(a, r0, r1); return;
-    case DType::kQ2_K: rows_k_in_groups<DType::kQ2_K>(a, r0, r1); return;
+    case DType::kIQ4_XS: rows_k_in_groups<DType::kIQ4_XS>(a, r0, r1, scratch); return;
+    case DType::kQ2_K: rows_k_in_groups<DType::kQ2_K>(a, r0, r1, scratch); return;
     default: return;  // the dispatcher never passes other dtypes
   }
 }

@@ -338,7 +338,9 @@ TEST(PackedWeights, Bf16OneOrderForEveryBatch) {
 }
 
 // Several matrices of one input in one parallel region: each output is what matmul gives alone,
-// with mixed dtypes (rounded activations shared, or not), packed or not, any n.
+// with mixed dtypes (rounded activations shared, or not; on AVX2 from 8 tokens a form and its
+// widened form side by side, the wider second), packed or not, any n. The region runs first, so
+// that its roundings are the first to size their buffers.
 TEST(MatmulMulti, EachOutputEqualsItsOwnMatmul) {
   ThreadPool pool(2);
   uint32_t seed = 1700;
@@ -347,7 +349,8 @@ TEST(MatmulMulti, EachOutputEqualsItsOwnMatmul) {
                                                  {DType::kQ8_0, DType::kQ4_0, DType::kQ5_0, DType::kIQ4_NL},
                                                  {DType::kBF16, DType::kF32, DType::kQ8_0, DType::kQ6_K},
                                                  {DType::kIQ4_XS, DType::kQ4_K, DType::kQ8_0, DType::kIQ4_XS},
-                                                 {DType::kQ2_K, DType::kQ3_K, DType::kQ2_K, DType::kQ6_K}};
+                                                 {DType::kQ2_K, DType::kQ3_K, DType::kQ2_K, DType::kQ6_K},
+                                                 {DType::kQ4_K, DType::kIQ4_XS, DType::kQ4_0, DType::kIQ4_NL}};
   const int64_t rows[4] = {64, 24, 48, 136};
   for (Isa isa : kAllIsas) {
     ScopedIsa scoped(isa);
@@ -367,11 +370,7 @@ TEST(MatmulMulti, EachOutputEqualsItsOwnMatmul) {
       for (int64_t n : {int64_t{1}, int64_t{5}, int64_t{40}}) {
         const auto x = random_acts(n, cols, seed++);
         std::vector<std::vector<float>> want(mix.size()), got(mix.size());
-        for (size_t i = 0; i < mix.size(); ++i) {
-          want[i].resize(n * rows[i]);
-          got[i].assign(n * rows[i], NAN);
-          matmul(pool, x.data(), n, w[i], want[i].data());
-        }
+        for (size_t i = 0; i < mix.size(); ++i) got[i].assign(n * rows[i], NAN);
         if (mix.size() == 2) {
           matmul_multi(pool, x.data(), n, {{&w[0], got[0].data()}, {&w[1], got[1].data()}});
         } else if (mix.size() == 3) {
@@ -380,6 +379,10 @@ TEST(MatmulMulti, EachOutputEqualsItsOwnMatmul) {
           matmul_multi(
               pool, x.data(), n,
               {{&w[0], got[0].data()}, {&w[1], got[1].data()}, {&w[2], got[2].data()}, {&w[3], got[3].data()}});
+        }
+        for (size_t i = 0; i < mix.size(); ++i) {
+          want[i].resize(n * rows[i]);
+          matmul(pool, x.data(), n, w[i], want[i].data());
         }
         for (size_t i = 0; i < mix.size(); ++i)
           ASSERT_EQ(0, std::memcmp(got[i].data(), want[i].data(), want[i].size() * 4))
@@ -956,14 +959,15 @@ TEST(DequantizeRow, IQ4_XS) {
 
 // IQ4_XS runs natively (packed groups of 8 rows, each code vector's nibbles looked up in the
 // level table by one vpshufb, 8 sub-block scales per row unpacked in int32 lanes; the in-place
-// kernel for rows past the last group): matmul's integer sums are ggml's iq4_xs · q8_K (per
-// super-block Σ_sub-block (ls − 32)·Σ level·x, times d_w·d_x) — bitwise on every ISA, packed and
-// row-major, at every token count. Its encoder (ggml's reference search) keeps each value on the
-// level nearest it for its sub-block's scale, and round-trips Gaussian rows within 10% RMS.
+// kernel for rows past the last group; AVX2 from 8 tokens: wide int16 panels of level · scale):
+// matmul's integer sums are ggml's iq4_xs · q8_K (per super-block Σ_sub-block (ls − 32)·Σ
+// level·x, times d_w·d_x) — bitwise on every ISA, packed and row-major, at every token count. Its
+// encoder (ggml's reference search) keeps each value on the level nearest it for its sub-block's
+// scale, and round-trips Gaussian rows within 10% RMS.
 TEST(MatmulIQ4_XS, NativeKernelsMultiplyAsGgmlsDotProduct) {
   ThreadPool pool(2);
   static constexpr int kLevels[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
-  for (int64_t rows : {24, 13}) {
+  for (int64_t rows : {24, 13, 136}) {  // 136: AVX2's wide panels over three row blocks of 64
     const int64_t cols = 768, nb = cols / 256, n = 70;
     std::mt19937 rng(91 + static_cast<uint32_t>(rows));
     std::normal_distribution<float> normal(0.0f, 0.05f);
