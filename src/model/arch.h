@@ -17,6 +17,10 @@ namespace gb {
 // add and the SwiGLU MLP to resid_post, with those five hook points. output_head: the final norm
 // of the output rows, lm_head, and the final_norm / logits hooks.
 void embed_tokens(const ModelConfig& c, const ModelWeights& w, Activations& a, const Batch& batch, const Hooks* hooks);
+// prepare_qk: per token of acts.q / acts.k (and acts.v), the q/k/v biases (Qwen2), each head's
+// q/k RMSNorm (Qwen3, Qwen3.5), then RoPE over the first rope_dims of each head with the step's
+// acts.rope_cos / rope_sin.
+void prepare_qk(const ModelConfig& c, const LayerWeights& L, Activations& a, ThreadPool& pool, int64_t n);
 // paged_attention: stores this step's k/v (acts.k, acts.v) into layer il's cache slots, then
 // attends every (token, query head) over its own sequence: acts.q -> acts.attn. When the step
 // table asks for attention sinks at il (StepTable::sink_rows), those rows' heads also write their

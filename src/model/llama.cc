@@ -1,7 +1,5 @@
 // The Llama-family layer loop: Llama 2/3, Mistral, TinyLlama, SmolLM, Qwen2 (q/k/v bias) and
 // Qwen3 (per-head q/k RMSNorm before RoPE). Pre-norm blocks: x += attn(norm(x)); x += mlp(norm(x)).
-#include <cmath>
-
 #include "model/arch.h"
 #include "model/parallel.h"
 #include "model/variants.h"
@@ -16,9 +14,7 @@ namespace gb {
 void forward_llama(const ModelConfig& c, const ModelWeights& w, Activations& a, ThreadPool& pool, const Batch& batch,
                    KvCache& cache, const Hooks* hooks, float* logits) {
   const int64_t n = batch.n_tokens();
-  const int64_t n_embd = c.n_embd, hd = c.head_dim;
-  const int64_t n_heads = c.n_heads, n_kv = c.n_kv_heads;
-  const int64_t qd = c.q_dim(), kvd = c.kv_dim(), half = c.rope_dims / 2;
+  const int64_t n_embd = c.n_embd, half = c.rope_dims / 2;
   const float eps = c.rms_eps;
   float* x = a.x.data();  // [n, n_embd] the residual stream
 
@@ -43,17 +39,7 @@ void forward_llama(const ModelConfig& c, const ModelWeights& w, Activations& a, 
     apply_variant_deltas(a.variants, il, patch::Proj::kQ, a.xn.data(), a.q.data(), pool);
     apply_variant_deltas(a.variants, il, patch::Proj::kK, a.xn.data(), a.k.data(), pool);
     apply_variant_deltas(a.variants, il, patch::Proj::kV, a.xn.data(), a.v.data(), pool);
-    if (L.bq != nullptr) {
-      ops::add_bias(a.q.data(), L.bq, n, qd);
-      ops::add_bias(a.k.data(), L.bk, n, kvd);
-      ops::add_bias(a.v.data(), L.bv, n, kvd);
-    }
-    if (L.q_norm != nullptr) {  // Qwen3: each head's q and k normalised on their own
-      ops::rms_norm(a.q.data(), L.q_norm, n * n_heads, hd, eps, a.q.data());
-      ops::rms_norm(a.k.data(), L.k_norm, n * n_kv, hd, eps, a.k.data());
-    }
-    ops::rope(a.q.data(), n, qd, n_heads, hd, c.rope_dims, a.rope_cos.data(), a.rope_sin.data(), c.rope_style);
-    ops::rope(a.k.data(), n, kvd, n_kv, hd, c.rope_dims, a.rope_cos.data(), a.rope_sin.data(), c.rope_style);
+    prepare_qk(c, L, a, pool, n);
     paged_attention(c, il, a, pool, batch, cache, hooks);
     ops::matmul(pool, a.attn.data(), n, L.wo, a.attn_out.data());
     apply_variant_deltas(a.variants, il, patch::Proj::kO, a.attn.data(), a.attn_out.data(), pool);

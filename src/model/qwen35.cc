@@ -23,8 +23,8 @@ namespace {
 void gated_attention(const ModelConfig& c, const LayerWeights& L, int32_t il, Activations& a, ThreadPool& pool,
                      const Batch& batch, KvCache& cache, const Hooks* hooks) {
   const int64_t n = batch.n_tokens();
-  const int64_t hd = c.head_dim, n_heads = c.n_heads, n_kv = c.n_kv_heads;
-  const int64_t qd = c.q_dim(), kvd = c.kv_dim();
+  const int64_t hd = c.head_dim, n_heads = c.n_heads;
+  const int64_t qd = c.q_dim();
   if (c.attn_output_gate) {
     // q_proj rows per head: head_dim query rows, then head_dim gate rows.
     ops::matmul(pool, a.xn.data(), n, L.wq, a.q_gate.data());
@@ -43,11 +43,8 @@ void gated_attention(const ModelConfig& c, const LayerWeights& L, int32_t il, Ac
   ops::matmul_multi(pool, a.xn.data(), n, {{&L.wk, a.k.data()}, {&L.wv, a.v.data()}});
   apply_variant_deltas(a.variants, il, patch::Proj::kK, a.xn.data(), a.k.data(), pool);
   apply_variant_deltas(a.variants, il, patch::Proj::kV, a.xn.data(), a.v.data(), pool);
-  ops::rms_norm(a.q.data(), L.q_norm, n * n_heads, hd, c.rms_eps, a.q.data());
-  ops::rms_norm(a.k.data(), L.k_norm, n * n_kv, hd, c.rms_eps, a.k.data());
   // Partial rotary: the first rope_dims of each head (text positions: M-RoPE = plain RoPE).
-  ops::rope(a.q.data(), n, qd, n_heads, hd, c.rope_dims, a.rope_cos.data(), a.rope_sin.data(), c.rope_style);
-  ops::rope(a.k.data(), n, kvd, n_kv, hd, c.rope_dims, a.rope_cos.data(), a.rope_sin.data(), c.rope_style);
+  prepare_qk(c, L, a, pool, n);
   paged_attention(c, il, a, pool, batch, cache, hooks);
   if (c.attn_output_gate) ops::sigmoid_mul(a.attn.data(), a.attn_gate.data(), n * qd);
   ops::matmul(pool, a.attn.data(), n, L.wo, a.attn_out.data());
