@@ -101,17 +101,26 @@ std::string size_text(int64_t bytes) {
   return mib(bytes);
 }
 
+// The KV cache serve takes and the context it serves.
+struct KvPlan {
+  int64_t bytes;
+  int32_t max_model_len;
+};
+
 // The KV cache's size in bytes: kv_cache_bytes or kv_cache_fraction when set, else room for
-// max_num_seqs sequences of max_model_len within the kv_cache_memory budget. It must hold at
-// least one sequence of max_model_len; when it cannot, the error names the settings to change.
-Result<int64_t> kv_cache_size(const server::ServerConfig& cfg, const ModelConfig& mc, int32_t block_size, DType dtype) {
+// max_num_seqs sequences of max_model_len within the kv_cache_memory budget. It must hold at least
+// one sequence of max_model_len. When max_model_len is not set and the model's full context does
+// not fit (Qwen3's 40960 positions take 8.75 GiB of f32 K/V at 0.6B), the context is what the
+// budget holds, said at start — as llama-server serves a context smaller than the model's by
+// default and vLLM's auto-fit clamps it; a max_model_len that was asked for is never shortened:
+// then the error names the settings to change.
+Result<KvPlan> plan_kv_cache(const server::ServerConfig& cfg, const ModelConfig& mc, int32_t block_size, DType dtype) {
   const int64_t block_bytes = kv_block_bytes(mc, block_size, dtype);
-  const int64_t max_len = cfg.max_model_len > 0 ? cfg.max_model_len : mc.max_pos;
-  const int64_t seq_blocks = (max_len + block_size - 1) / block_size;
+  int64_t max_len = cfg.max_model_len > 0 ? cfg.max_model_len : mc.max_pos;
+  int64_t seq_blocks = (max_len + block_size - 1) / block_size;
   const char* setting = "--kv-cache-memory";
   const char* key = "kv_cache_memory";
   int64_t budget = cfg.kv_cache_memory;
-  int64_t n_blocks;
   if (cfg.kv_cache_bytes > 0 || cfg.kv_cache_fraction > 0) {
     setting = cfg.kv_cache_bytes > 0 ? "--kv-cache-bytes" : "--kv-cache-fraction";
     key = cfg.kv_cache_bytes > 0 ? "kv_cache_bytes" : "kv_cache_fraction";
@@ -120,25 +129,36 @@ Result<int64_t> kv_cache_size(const server::ServerConfig& cfg, const ModelConfig
       const double ram = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
       budget = static_cast<int64_t>(ram * cfg.kv_cache_fraction);
     }
-    n_blocks = budget / block_bytes;
-  } else {
-    n_blocks = std::min(seq_blocks * cfg.max_num_seqs, budget / block_bytes);
   }
-  if (n_blocks < seq_blocks) {
-    const int64_t fits = budget / block_bytes * block_size;
+  const int64_t budget_blocks = budget / block_bytes;
+  if (budget_blocks < seq_blocks && cfg.max_model_len <= 0 && budget_blocks > 0) {
+    std::fprintf(stderr,
+                 "glassbox: max_model_len %lld: the model's %lld positions take %s of %s K/V, more than %s gives "
+                 "(%s); set --max-model-len to choose the context, or raise %s for the full one\n",
+                 static_cast<long long>(budget_blocks * block_size), static_cast<long long>(max_len),
+                 mib(seq_blocks * block_bytes).c_str(), std::string(dtype_name(dtype)).c_str(), setting,
+                 mib(budget).c_str(), setting);
+    max_len = budget_blocks * block_size;
+    seq_blocks = budget_blocks;
+  }
+  if (budget_blocks < seq_blocks) {
+    const int64_t fits = budget_blocks * block_size;
     return Status::error("KV cache: one sequence of max_model_len " + std::to_string(max_len) + " tokens takes " +
                          mib(seq_blocks * block_bytes) + ", more than " + std::string(setting) + " gives (" +
                          mib(budget) + "): raise " + setting + " to at least " +
                          std::to_string(seq_blocks * block_bytes) + " bytes, or lower --max-model-len to at most " +
                          std::to_string(fits) + " (in the config file: " + key + ", max_model_len)");
   }
+  const int64_t n_blocks = cfg.kv_cache_bytes > 0 || cfg.kv_cache_fraction > 0
+                               ? budget_blocks
+                               : std::min(seq_blocks * cfg.max_num_seqs, budget_blocks);
   std::fprintf(stderr,
                "glassbox: KV cache %s: %lld blocks of %d tokens (%lld tokens of %s K/V; max_num_seqs %lld x "
                "max_model_len %lld; %s %s)\n",
                mib(n_blocks * block_bytes).c_str(), static_cast<long long>(n_blocks), block_size,
                static_cast<long long>(n_blocks * block_size), std::string(dtype_name(dtype)).c_str(),
                static_cast<long long>(cfg.max_num_seqs), static_cast<long long>(max_len), setting, mib(budget).c_str());
-  return n_blocks * block_bytes;
+  return KvPlan{n_blocks * block_bytes, static_cast<int32_t>(max_len)};
 }
 
 // The configured weight variants, registered on the model before the engine starts.
@@ -173,11 +193,12 @@ Result<server::Backend> make_backend(const server::ServerConfig& cfg) {
   EngineConfig ec;
   ec.scheduler.max_num_seqs = static_cast<int32_t>(cfg.max_num_seqs);
   ec.scheduler.max_num_batched_tokens = static_cast<int32_t>(cfg.max_num_batched_tokens);
-  ec.max_model_len = static_cast<int32_t>(cfg.max_model_len);
   if (!parse_kv_cache_dtype(cfg.kv_cache_dtype, &ec.kv_cache_dtype)) {
     return Status::error("kv_cache_dtype: must be f32, bf16 or f16, got '" + cfg.kv_cache_dtype + "'");
   }
-  GB_ASSIGN_OR_RETURN(ec.kv_cache_bytes, kv_cache_size(cfg, model->config(), ec.block_size, ec.kv_cache_dtype));
+  GB_ASSIGN_OR_RETURN(const KvPlan kv, plan_kv_cache(cfg, model->config(), ec.block_size, ec.kv_cache_dtype));
+  ec.kv_cache_bytes = kv.bytes;
+  ec.max_model_len = kv.max_model_len;
   ec.max_queue = static_cast<int32_t>(cfg.max_queue_length);
   // The always-on massive-activation monitor: resid_post of every layer, one step in N.
   ec.monitor.enabled = cfg.monitor_every_steps > 0;

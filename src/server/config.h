@@ -89,7 +89,7 @@ struct ServerConfig {
   // Engine (passed through to the engine factory)
   int64_t max_num_seqs = 64;
   int64_t max_num_batched_tokens = 2048;
-  int64_t max_model_len = 0;                   // 0: the model's own context length
+  int64_t max_model_len = 0;                   // 0: the model's own context length, or what kv_cache_memory holds
   int64_t kv_cache_memory = int64_t{4} << 30;  // budget: max_num_seqs sequences of max_model_len, at most this
   int64_t kv_cache_bytes = 0;                  // exact size instead of the budget rule; 0: unset
   double kv_cache_fraction = 0;                // exact size as a fraction of physical RAM; 0: unset
@@ -163,7 +163,8 @@ void visit_fields(Config& c, F&& f) {
   f(FieldInfo{"chat_template", "Jinja chat template file overriding the model's own"}, c.chat_template);
   f(FieldInfo{"max_num_seqs", "most sequences in one batch", 1, 1 << 20}, c.max_num_seqs);
   f(FieldInfo{"max_num_batched_tokens", "token budget of one engine step", 1, 1 << 24}, c.max_num_batched_tokens);
-  f(FieldInfo{"max_model_len", "context length (0: the model's)", 0, 1 << 24}, c.max_model_len);
+  f(FieldInfo{"max_model_len", "context length (0: the model's, or what the KV cache budget holds)", 0, 1 << 24},
+    c.max_model_len);
   f(FieldInfo{"kv_cache_memory",
               "KV cache memory budget, bytes: room for max_num_seqs sequences of max_model_len, at most this", 1, 1e15},
     c.kv_cache_memory);
