@@ -593,7 +593,8 @@ inline void rows_packed(const KernelArgs& a, int64_t r0, int64_t r1, uint8_t* sc
   }
 }
 
-// ---- wide panels: signed codes (Q8_0, IQ4_NL) as int16 where KernelSet::wide_signed_panels ----
+// ---- wide panels: signed codes (Q8_0, IQ4_NL; IQ4_XS: pack_panel_iq4xs_wide) as int16 where
+// KernelSet::wide_signed_panels ----
 //
 // maddubs wants one operand unsigned, so on AVX2 signed codes go in as |x|·sign(w, x): one
 // vpsignb per maddubs, which on Zen shares the multiplies' two pipes (Q8_0 panels ran at 137
@@ -2101,14 +2102,6 @@ inline void rows16_k(const KernelArgs& a, int64_t r0, int64_t r1) {
 }
 #endif
 
-// Packed IQ4_XS (pack_weight's layout: 8 f16 d, the rows' scales_h words and scales_l dwords, 32
-// code vectors, vectors 4s..4s+3 sub-block s), 8 rows from r0 and T tokens from t0. Each code
-// vector's nibbles are looked up in the level table by one vpshufb, low nibbles against the
-// token's codes 32s + 4u.., high ones against 32s + 16 + 4u..; per sub-block one multiply by the 8
-// rows' scales (ls − 32, unpacked in int32 lanes). VNNI: vpdpbusd with the levels + 128, the
-// sub-block's 128·Σx taken off before its scale; AVX2: maddubs of |level| and x with the level's
-// sign (≤ 2·127² per pair), then madd by (scale, scale). Both are rows_k's exact isum, so the same
-// bits.
 // Sub-block s's scales (ls − 32) of a packed IQ4_XS group's 8 rows, one int32 lane per row (sh:
 // the rows' scales_h words widened to dwords, sl: their scales_l dwords).
 inline __m256i iq4xs_scales8(__m256i sh, __m256i sl, int s) {
@@ -2118,6 +2111,14 @@ inline __m256i iq4xs_scales8(__m256i sh, __m256i sl, int s) {
       _mm256_set1_epi32(32));
 }
 
+// Packed IQ4_XS (pack_weight's layout: 8 f16 d, the rows' scales_h words and scales_l dwords, 32
+// code vectors, vectors 4s..4s+3 sub-block s), 8 rows from r0 and T tokens from t0. Each code
+// vector's nibbles are looked up in the level table by one vpshufb, low nibbles against the
+// token's codes 32s + 4u.., high ones against 32s + 16 + 4u..; per sub-block one multiply by the 8
+// rows' scales (ls − 32, unpacked in int32 lanes). VNNI: vpdpbusd with the levels + 128, the
+// sub-block's 128·Σx taken off before its scale; AVX2: maddubs of |level| and x with the level's
+// sign (≤ 2·127² per pair), then madd by (scale, scale). Both are rows_k's exact isum, so the same
+// bits.
 template <int T>
 inline void rows8_packed_iq4xs(const KernelArgs& a, int64_t t0, int64_t r0) {
   constexpr int64_t kGB = 8 * k_block_bytes(DType::kIQ4_XS);
