@@ -119,8 +119,10 @@ void add_rows(ThreadPool& pool, float* x, const float* y, int64_t n, int64_t wid
 void prepare_qk(const ModelConfig& c, const LayerWeights& L, Activations& a, ThreadPool& pool, int64_t n) {
   const int64_t hd = c.head_dim, n_heads = c.n_heads, n_kv = c.n_kv_heads;
   const int64_t qd = c.q_dim(), kvd = c.kv_dim(), half = c.rope_dims / 2;
-  // Split over the pool when a step has many tokens (on one thread: ~4% of a 512-token prefill).
-  parallel_for(pool, n, n * (qd + 2 * kvd) * 4, [&](int64_t b, int64_t e, int) {
+  // Split over the pool when a step has many tokens (on one thread: ~4% of a 512-token prefill);
+  // work counted per float as for the norms, so a decode batch of a few sequences stays inline
+  // (Qwen3-0.6B: from 8 tokens on) rather than paying a fork/join for microseconds of work.
+  parallel_for(pool, n, n * (qd + 2 * kvd), [&](int64_t b, int64_t e, int) {
     float *q = a.q.data() + b * qd, *k = a.k.data() + b * kvd, *v = a.v.data() + b * kvd;
     const float *cos = a.rope_cos.data() + b * half, *sin = a.rope_sin.data() + b * half;
     if (L.bq != nullptr) {
